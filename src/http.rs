@@ -1,0 +1,115 @@
+//! The HTTP face: routers, middleware (CORS, request log), error mapping and
+//! the OpenAPI document.
+//!
+//! [`router`] builds the whole application without a socket, so tests drive
+//! it with `tower::ServiceExt::oneshot`; `main.rs` serves it.
+
+pub mod dav;
+pub mod error;
+pub mod health;
+pub mod openapi;
+pub mod store;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::Request;
+use axum::http::{header, HeaderName, HeaderValue, Method};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, MethodRouter};
+use axum::Router;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::service::App;
+
+/// The request-id header, read from the client when present and echoed back.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+fn store_routes() -> MethodRouter<Arc<App>> {
+    get(store::get_key).put(store::put_key).delete(store::delete_key).fallback(store::other_method)
+}
+
+/// The whole application.
+pub fn router(app: Arc<App>) -> Router {
+    let cors = cors_layer(&app.config().cors.allowed_origins);
+    Router::new()
+        .route("/zarr/{mount}", store_routes())
+        .route("/zarr/{mount}/", store_routes())
+        .route("/zarr/{mount}/{*key}", store_routes())
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/openapi.json", get(openapi::serve))
+        .fallback(health::not_found)
+        .layer(middleware::from_fn(log_request))
+        .layer(cors)
+        .with_state(app)
+}
+
+fn cors_layer(origins: &[String]) -> CorsLayer {
+    let allow_origin = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    let method = |m: &str| Method::from_bytes(m.as_bytes()).expect("static method name");
+    CorsLayer::new()
+        .allow_origin(allow_origin)
+        .allow_methods([Method::GET, Method::HEAD, Method::PUT, Method::DELETE, Method::OPTIONS, method("PROPFIND")])
+        .allow_headers([
+            header::RANGE,
+            header::IF_NONE_MATCH,
+            header::IF_MATCH,
+            header::IF_MODIFIED_SINCE,
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            HeaderName::from_static("depth"),
+        ])
+        .expose_headers([
+            header::CONTENT_RANGE,
+            header::CONTENT_LENGTH,
+            header::ETAG,
+            header::ACCEPT_RANGES,
+            header::LAST_MODIFIED,
+            REQUEST_ID,
+        ])
+        .max_age(Duration::from_secs(3600))
+}
+
+static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One log line per request: method, path, status, bytes, latency, request id.
+async fn log_request(mut req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map_or_else(|| format!("{:016x}", NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)), str::to_string);
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        req.headers_mut().insert(REQUEST_ID, v.clone());
+    }
+    let mut resp = next.run(req).await;
+    let bytes = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .or_else(|| axum::body::HttpBody::size_hint(resp.body()).exact())
+        .unwrap_or(0);
+    let status = resp.status().as_u16();
+    let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+    if status >= 500 {
+        tracing::warn!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id = %id, "request");
+    } else {
+        tracing::info!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id = %id, "request");
+    }
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    resp
+}

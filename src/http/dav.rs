@@ -1,0 +1,175 @@
+//! Listing answers: an HTML index (relative links, which fsspec's HTTP
+//! filesystem reads), JSON, and WebDAV `207 Multi-Status` (RFC 4918 §9.1),
+//! which `object_store`'s HTTP store and obstore read.
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::service::store::{DavTarget, Listing};
+use crate::storage::{KeyPrefix, ListEntry, ObjectMeta};
+
+/// Characters escaped in one path segment of a link.
+const SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'\'')
+    .add(b'&');
+
+fn encode_path(path: &str) -> String {
+    path.split('/').map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect::<Vec<_>>().join("/")
+}
+
+fn escape_xml(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A JSON listing.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JsonListing {
+    pub mount: String,
+    /// The listed prefix, without a trailing slash (`""` for the root).
+    pub prefix: String,
+    pub entries: Vec<JsonEntry>,
+    /// True when `limits.max_list_entries` cut the listing.
+    pub truncated: bool,
+}
+
+/// One JSON listing entry.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JsonEntry {
+    /// The name under the prefix; prefixes end with `/`.
+    pub name: String,
+    /// `object` or `prefix`.
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// RFC 3339 time of the last modification.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<String>,
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+pub(crate) fn json_listing(mount: &str, prefix: &KeyPrefix, listing: &Listing) -> Json<JsonListing> {
+    let entries = listing
+        .entries
+        .iter()
+        .map(|e| match e {
+            ListEntry::Prefix { name } => {
+                JsonEntry { name: format!("{name}/"), kind: "prefix", size: None, etag: None, last_modified: None }
+            }
+            ListEntry::Object { name, meta } => JsonEntry {
+                name: name.clone(),
+                kind: "object",
+                size: Some(meta.size),
+                etag: Some(meta.etag.clone()),
+                last_modified: meta.last_modified.map(rfc3339),
+            },
+        })
+        .collect();
+    Json(JsonListing {
+        mount: mount.to_string(),
+        prefix: prefix.as_str().to_string(),
+        entries,
+        truncated: listing.truncated,
+    })
+}
+
+pub(crate) fn html_listing(mount: &str, prefix: &KeyPrefix, listing: &Listing) -> Html<String> {
+    let title = escape_xml(&format!(
+        "/zarr/{mount}/{}",
+        if prefix.is_root() { String::new() } else { format!("{}/", prefix.as_str()) }
+    ));
+    let mut html = format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Index of {title}</title></head>\n<body><h1>Index of {title}</h1>\n<ul>\n"
+    );
+    if !prefix.is_root() {
+        html.push_str("<li><a href=\"../\">../</a></li>\n");
+    }
+    for e in &listing.entries {
+        let (name, shown) = match e {
+            ListEntry::Prefix { name } => (format!("{name}/"), format!("{name}/")),
+            ListEntry::Object { name, meta } => (name.clone(), format!("{name} ({} bytes)", meta.size)),
+        };
+        let _ = writeln!(html, "<li><a href=\"{}\">{}</a></li>", escape_xml(&encode_path(&name)), escape_xml(&shown));
+    }
+    html.push_str("</ul>\n");
+    if listing.truncated {
+        html.push_str("<p>This listing was cut at the configured maximum number of entries.</p>\n");
+    }
+    html.push_str("</body></html>\n");
+    Html(html)
+}
+
+fn dav_response(out: &mut String, href: &str, meta: Option<&ObjectMeta>) {
+    let modified = meta.and_then(|m| m.last_modified).unwrap_or(UNIX_EPOCH);
+    let _ = write!(
+        out,
+        "<response><href>{}</href><propstat><prop><getlastmodified>{}</getlastmodified>",
+        escape_xml(href),
+        httpdate::fmt_http_date(modified)
+    );
+    match meta {
+        Some(m) => {
+            let _ = write!(
+                out,
+                "<getcontentlength>{}</getcontentlength><getetag>{}</getetag><resourcetype/>",
+                m.size,
+                escape_xml(&m.etag)
+            );
+        }
+        None => out.push_str("<resourcetype><collection/></resourcetype>"),
+    }
+    out.push_str("</prop><status>HTTP/1.1 200 OK</status></propstat></response>\n");
+}
+
+pub(crate) fn multistatus(mount: &str, target: &DavTarget) -> Response {
+    let base = format!("/zarr/{}/", encode_path(mount));
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<multistatus xmlns=\"DAV:\">\n");
+    match target {
+        DavTarget::Object { key, meta } => {
+            dav_response(&mut xml, &format!("{base}{}", encode_path(key.as_str())), Some(meta))
+        }
+        DavTarget::Collection { prefix, members, .. } => {
+            let dir = if prefix.is_root() { base } else { format!("{base}{}/", encode_path(prefix.as_str())) };
+            dav_response(&mut xml, &dir, None);
+            for (name, meta) in members {
+                dav_response(&mut xml, &format!("{dir}{}", encode_path(name)), meta.as_ref());
+            }
+        }
+    }
+    xml.push_str("</multistatus>\n");
+    let mut resp = (StatusCode::MULTI_STATUS, xml).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/xml; charset=utf-8"));
+    resp
+}

@@ -1,0 +1,305 @@
+//! `/zarr/{mount}/{*key}`: the Zarr store protocol over HTTP.
+//!
+//! GET/HEAD read keys (ranges, conditional requests); PUT and DELETE write;
+//! a path ending in `/` is a listing (HTML links for fsspec, JSON on
+//! `Accept: application/json`); PROPFIND answers WebDAV listings for
+//! `object_store`'s HTTP store and obstore; MKCOL is a no-op (object stores
+//! have no directories).
+//!
+//! Several ranges in one `Range` header are answered 200 with the whole
+//! object: no Zarr client sends them, and a whole body is a correct answer
+//! to them (RFC 9110 §14.2). A single range is always answered 206.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use percent_encoding::percent_decode_str;
+
+use super::dav;
+use super::error::{ApiError, ApiResult, ErrorBody};
+use crate::service::store::{self, Depth};
+use crate::service::{App, ServiceError};
+use crate::storage::request::{IfRange, RangeHeader};
+use crate::storage::{ByteRange, KeyPrefix, Preconditions, PutCondition, ReadOutcome, ReadRequest, StoreKey};
+
+/// Where a store-protocol URL points.
+#[derive(Debug)]
+pub(crate) enum Target {
+    Key(StoreKey),
+    Prefix(KeyPrefix),
+}
+
+/// Splits `/zarr/{mount}/{rest}` into the mount and a key or prefix,
+/// percent-decoding and validating.
+pub(crate) fn parse_target(uri: &Uri) -> ApiResult<(String, Target)> {
+    let rest = uri.path().strip_prefix("/zarr/").unwrap_or("");
+    let (mount, raw) = rest.split_once('/').unwrap_or((rest, ""));
+    let decode = |s: &str| {
+        percent_decode_str(s)
+            .decode_utf8()
+            .map(std::borrow::Cow::into_owned)
+            .map_err(|_| ApiError::bad_request("invalid_key", format!("`{s}` is not valid percent-encoded UTF-8")))
+    };
+    let mount = decode(mount)?;
+    let raw = decode(raw)?;
+    let target = if raw.is_empty() || raw.ends_with('/') {
+        Target::Prefix(KeyPrefix::new(&raw)?)
+    } else {
+        Target::Key(StoreKey::new(&raw)?)
+    };
+    Ok((mount, target))
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn http_date(headers: &HeaderMap, name: &header::HeaderName) -> Option<SystemTime> {
+    header_str(headers, name).and_then(|v| httpdate::parse_http_date(v).ok())
+}
+
+/// Reads the conditional and range headers of a read.
+fn read_request(headers: &HeaderMap, head_only: bool) -> ReadRequest {
+    let list = |name| header_str(headers, name).map(Preconditions::parse_etag_list);
+    let preconditions = Preconditions {
+        if_match: list(&header::IF_MATCH),
+        if_none_match: list(&header::IF_NONE_MATCH),
+        if_modified_since: http_date(headers, &header::IF_MODIFIED_SINCE),
+        if_unmodified_since: http_date(headers, &header::IF_UNMODIFIED_SINCE),
+        if_range: header_str(headers, &header::IF_RANGE)
+            .map(|v| httpdate::parse_http_date(v).map_or_else(|_| IfRange::ETag(v.trim().to_string()), IfRange::Date)),
+    };
+    let range = match header_str(headers, &header::RANGE).map(ByteRange::parse_header) {
+        Some(RangeHeader::Single(r)) => Some(r),
+        Some(RangeHeader::Multiple | RangeHeader::Ignored) | None => None,
+    };
+    ReadRequest { range, preconditions, head_only }
+}
+
+fn content_type(key: &StoreKey) -> &'static str {
+    let name = key.name();
+    if name.ends_with(".json") || matches!(name, ".zarray" | ".zgroup" | ".zattrs" | ".zmetadata") {
+        "application/json"
+    } else {
+        "application/octet-stream"
+    }
+}
+
+fn read_response(key: &StoreKey, out: ReadOutcome) -> Response {
+    let ReadOutcome { meta, range, body } = out;
+    let (status, length) = match &range {
+        Some(r) => (StatusCode::PARTIAL_CONTENT, r.end - r.start),
+        None => (StatusCode::OK, meta.size),
+    };
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(key)));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(v) = HeaderValue::from_str(&meta.etag) {
+        h.insert(header::ETAG, v);
+    }
+    if let Some(modified) = meta.last_modified {
+        if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(modified)) {
+            h.insert(header::LAST_MODIFIED, v);
+        }
+    }
+    if let Some(r) = range {
+        if let Ok(v) = HeaderValue::from_str(&format!("bytes {}-{}/{}", r.start, r.end - 1, meta.size)) {
+            h.insert(header::CONTENT_RANGE, v);
+        }
+    }
+    resp
+}
+
+/// Read a key, or list a prefix (path ending in `/`).
+#[utoipa::path(
+    get,
+    path = "/zarr/{mount}/{key}",
+    tag = "store",
+    params(
+        ("mount" = String, Path, description = "Mount name", example = "data"),
+        ("key" = String, Path, description = "Storage key; a path ending in `/` lists that prefix", example = "arr/zarr.json"),
+        ("Range" = Option<String>, Header, description = "One byte range: `bytes=a-b`, `bytes=a-`, `bytes=-n`"),
+        ("If-None-Match" = Option<String>, Header, description = "ETags: 304 when one matches"),
+        ("If-Match" = Option<String>, Header, description = "ETags: 412 unless one matches"),
+        ("If-Modified-Since" = Option<String>, Header, description = "HTTP date: 304 when not modified since"),
+    ),
+    responses(
+        (status = 200, description = "The object's bytes, or a listing (HTML, or JSON on `Accept: application/json`)", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 206, description = "The requested byte range", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 304, description = "Not modified"),
+        (status = 400, description = "Invalid key", body = ErrorBody),
+        (status = 404, description = "No such key, prefix or mount (clients read a missing chunk as the fill value)", body = ErrorBody),
+        (status = 412, description = "If-Match failed", body = ErrorBody),
+        (status = 416, description = "Range not satisfiable", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn get_key(State(app): State<Arc<App>>, method: Method, uri: Uri, headers: HeaderMap) -> ApiResult<Response> {
+    let (mount, target) = parse_target(&uri)?;
+    match target {
+        Target::Key(key) => {
+            let req = read_request(&headers, method == Method::HEAD);
+            let out = store::read(&app, &mount, &key, &req).await?;
+            Ok(read_response(&key, out))
+        }
+        Target::Prefix(prefix) => {
+            let listing = store::list(&app, &mount, &prefix).await?;
+            let wants_json = header_str(&headers, &header::ACCEPT).is_some_and(|a| a.contains("application/json"));
+            Ok(if wants_json {
+                dav::json_listing(&mount, &prefix, &listing).into_response()
+            } else {
+                dav::html_listing(&mount, &prefix, &listing).into_response()
+            })
+        }
+    }
+}
+
+/// Reads a request body, refusing more than `limit` bytes.
+async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> ApiResult<Bytes> {
+    let too_large = || ApiError::from(ServiceError::PayloadTooLarge { limit });
+    if let Some(len) = header_str(headers, &header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok()) {
+        if len > limit {
+            return Err(too_large());
+        }
+    }
+    let mut buf = BytesMut::new();
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::bad_request("body_read_failed", format!("reading the body failed: {e}")))?;
+        if (buf.len() + chunk.len()) as u64 > limit {
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// Store a key.
+#[utoipa::path(
+    put,
+    path = "/zarr/{mount}/{key}",
+    tag = "store",
+    params(
+        ("mount" = String, Path, description = "Mount name", example = "data"),
+        ("key" = String, Path, description = "Storage key", example = "arr/c/0/0"),
+        ("If-Match" = Option<String>, Header, description = "Write only if the current ETag is one of these"),
+        ("If-None-Match" = Option<String>, Header, description = "`*`: write only if the key does not exist"),
+    ),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The object's bytes; metadata documents are validated"),
+    responses(
+        (status = 201, description = "Created"),
+        (status = 204, description = "Replaced"),
+        (status = 400, description = "Invalid key", body = ErrorBody),
+        (status = 404, description = "No such mount", body = ErrorBody),
+        (status = 405, description = "Read-only mount", body = ErrorBody),
+        (status = 412, description = "Precondition failed", body = ErrorBody),
+        (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
+        (status = 422, description = "Invalid metadata document", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, body: Body) -> ApiResult<Response> {
+    let (mount, target) = parse_target(&uri)?;
+    let Target::Key(key) = target else {
+        return Err(ApiError::bad_request("invalid_key", "cannot PUT a prefix: the key must not end with `/`"));
+    };
+    store::check_writable(&app, &mount)?;
+    let condition = if header_str(&headers, &header::IF_NONE_MATCH).is_some_and(|v| v.trim() == "*") {
+        PutCondition::IfAbsent
+    } else if let Some(list) = header_str(&headers, &header::IF_MATCH) {
+        PutCondition::IfMatch(Preconditions::parse_etag_list(list))
+    } else {
+        PutCondition::None
+    };
+    let bytes = read_body(&headers, body, app.config().limits.max_put_bytes).await?;
+    let outcome = store::write(&app, &mount, &key, bytes, &condition).await?;
+    let status = if outcome.created { StatusCode::CREATED } else { StatusCode::NO_CONTENT };
+    let mut resp = status.into_response();
+    if let Some(v) = outcome.etag.as_deref().and_then(|e| HeaderValue::from_str(e).ok()) {
+        resp.headers_mut().insert(header::ETAG, v);
+    }
+    Ok(resp)
+}
+
+/// Delete a key (idempotent).
+#[utoipa::path(
+    delete,
+    path = "/zarr/{mount}/{key}",
+    tag = "store",
+    params(
+        ("mount" = String, Path, description = "Mount name", example = "data"),
+        ("key" = String, Path, description = "Storage key", example = "arr/c/0/0"),
+    ),
+    responses(
+        (status = 204, description = "Deleted (or was not there)"),
+        (status = 400, description = "Invalid key", body = ErrorBody),
+        (status = 404, description = "No such mount", body = ErrorBody),
+        (status = 405, description = "Read-only mount", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn delete_key(State(app): State<Arc<App>>, uri: Uri) -> ApiResult<StatusCode> {
+    let (mount, target) = parse_target(&uri)?;
+    let Target::Key(key) = target else {
+        return Err(ApiError::bad_request("invalid_key", "cannot DELETE a prefix: the key must not end with `/`"));
+    };
+    store::delete(&app, &mount, &key).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// WebDAV: PROPFIND (listing) and MKCOL (no-op); anything else is 405.
+pub async fn other_method(
+    State(app): State<Arc<App>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let (mount, target) = parse_target(&uri)?;
+    match method.as_str() {
+        "PROPFIND" => {
+            let depth = match header_str(&headers, &"depth".parse().expect("static header name")).map(str::trim) {
+                Some("0") => Depth::Zero,
+                Some("1") => Depth::One,
+                Some(d) if d.eq_ignore_ascii_case("infinity") => Depth::Infinity,
+                None => Depth::Infinity,
+                Some(other) => {
+                    return Err(ApiError::bad_request(
+                        "invalid_depth",
+                        format!("Depth `{other}`: expected 0, 1 or infinity"),
+                    ))
+                }
+            };
+            let path = match &target {
+                Target::Key(k) => k.as_prefix(),
+                Target::Prefix(p) => p.clone(),
+            };
+            let found = store::propfind(&app, &mount, &path, depth).await?;
+            Ok(dav::multistatus(&mount, &found))
+        }
+        "MKCOL" => {
+            store::check_writable(&app, &mount)?;
+            Ok(StatusCode::CREATED.into_response())
+        }
+        _ => {
+            let mut e = ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{method} is not supported on store keys"),
+            );
+            e.headers
+                .push((header::ALLOW, HeaderValue::from_static("GET, HEAD, PUT, DELETE, OPTIONS, PROPFIND, MKCOL")));
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The service layer: opens mounts and nodes, owns caches and locks.
+//!
+//! Handlers in `http/` call one function here and map the result; no Zarr
+//! or storage logic lives in `http/`.
+
+pub mod error;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use error::{ServiceError, ServiceResult};
+
+use crate::config::Config;
+use crate::storage::mount::MountError;
+use crate::storage::Mount;
+
+/// The shared application state (one `Arc<App>` per server).
+#[derive(Debug)]
+pub struct App {
+    config: Config,
+    mounts: BTreeMap<String, Arc<Mount>>,
+}
+
+impl App {
+    /// Builds every configured mount.
+    ///
+    /// # Errors
+    /// The first mount that cannot be built, named.
+    pub fn from_config(config: Config) -> Result<Self, MountError> {
+        let mounts = config
+            .mounts
+            .iter()
+            .map(|(name, spec)| Mount::build(name, spec).map(|m| (name.clone(), Arc::new(m))))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { config, mounts })
+    }
+
+    /// An app over ready-made mounts (tests, embedding).
+    #[must_use]
+    pub fn with_mounts(config: Config, mounts: Vec<Mount>) -> Self {
+        let mounts = mounts.into_iter().map(|m| (m.name().to_string(), Arc::new(m))).collect();
+        Self { config, mounts }
+    }
+
+    /// The configuration the app runs with.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Every mount, by name.
+    pub fn mounts(&self) -> impl Iterator<Item = &Arc<Mount>> {
+        self.mounts.values()
+    }
+
+    /// One mount.
+    ///
+    /// # Errors
+    /// `UnknownMount`.
+    pub fn mount(&self, name: &str) -> ServiceResult<&Arc<Mount>> {
+        self.mounts.get(name).ok_or_else(|| ServiceError::UnknownMount(name.to_string()))
+    }
+
+    /// Probes every mount; the failures, by mount name.
+    pub async fn probe_mounts(&self) -> Vec<(String, String)> {
+        let probes = self.mounts.values().map(|m| async move { (m.name().to_string(), m.probe().await) });
+        futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .filter_map(|(name, r)| r.err().map(|e| (name, e.to_string())))
+            .collect()
+    }
+}

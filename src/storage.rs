@@ -1,0 +1,158 @@
+//! Storage: named mounts over `object_store`, behind one small trait.
+//!
+//! The layers above see [`Storage`], [`StoreKey`] and [`StorageError`]; they
+//! never name `object_store`. Errors keep their meaning (not found,
+//! precondition failed, already exists, permission, unavailable) so the HTTP
+//! layer maps them to statuses without string matching.
+//!
+//! HTTP semantics that every backend shares — byte ranges (RFC 9110 §14) and
+//! preconditions (RFC 9110 §13) — are evaluated once, in [`request`], against
+//! an object's [`ObjectMeta`], so a local file and an S3 object answer the
+//! same request the same way.
+
+pub mod error;
+pub mod key;
+pub mod local;
+pub mod mount;
+pub mod object;
+pub mod request;
+
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use error::{StorageError, StorageResult};
+pub use key::{KeyPrefix, StoreKey};
+pub use mount::{Mount, MountSpec};
+pub use request::{ByteRange, Preconditions, ReadRequest};
+
+/// What a store knows about one stored object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification time, where the backend reports one.
+    pub last_modified: Option<SystemTime>,
+    /// Strong entity tag in HTTP form, quoted (`"abc"`).
+    pub etag: String,
+    /// The backend's own version token, handed back on conditional updates.
+    pub(crate) version_token: Option<String>,
+}
+
+/// The answer to a read.
+#[derive(Debug, Clone)]
+pub struct ReadOutcome {
+    pub meta: ObjectMeta,
+    /// The byte range served, when the request asked for one; `None` means
+    /// the whole object.
+    pub range: Option<std::ops::Range<u64>>,
+    /// The bytes (empty for `HEAD`).
+    pub body: Bytes,
+}
+
+/// How a write is conditioned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PutCondition {
+    /// Replace whatever is there.
+    #[default]
+    None,
+    /// `If-None-Match: *`: only when no object exists.
+    IfAbsent,
+    /// `If-Match: <etags>`: only when the current object's ETag is one of these
+    /// (`*` matches any existing object).
+    IfMatch(Vec<String>),
+}
+
+/// The answer to a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutOutcome {
+    /// True when no object existed before.
+    pub created: bool,
+    /// The new object's ETag, when the backend reports one.
+    pub etag: Option<String>,
+}
+
+/// One entry of a delimited listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListEntry {
+    /// An object directly under the prefix; `name` is its last segment.
+    Object { name: String, meta: ObjectMeta },
+    /// A common prefix ("directory") directly under the prefix.
+    Prefix { name: String },
+}
+
+/// A storage backend. Implementations must be cheap to share (`Arc`).
+///
+/// Concurrency: every method may be called concurrently. Writes are atomic
+/// per key (readers see the old or the new object, never a torn one).
+#[async_trait]
+pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
+    /// Reads an object (or part of it), evaluating preconditions and the range.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotModified`, `PreconditionFailed`, `RangeNotSatisfiable`,
+    /// or a backend failure.
+    async fn read(&self, key: &StoreKey, request: &ReadRequest) -> StorageResult<ReadOutcome>;
+
+    /// Metadata of one object.
+    ///
+    /// # Errors
+    /// `NotFound` or a backend failure.
+    async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta>;
+
+    /// Stores an object atomically. Must not be called concurrently for the
+    /// same key with a condition: [`mount::Mount`] serialises writes per key.
+    ///
+    /// # Errors
+    /// `PreconditionFailed` when the condition does not hold, or a backend failure.
+    async fn put(&self, key: &StoreKey, body: Bytes, condition: &PutCondition) -> StorageResult<PutOutcome>;
+
+    /// Deletes an object; deleting a missing object succeeds.
+    ///
+    /// # Errors
+    /// A backend failure.
+    async fn delete(&self, key: &StoreKey) -> StorageResult<()>;
+
+    /// Lists the objects and common prefixes directly under `prefix`.
+    ///
+    /// # Errors
+    /// A backend failure.
+    async fn list(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>>;
+
+    /// Lists every object below `prefix`, at any depth, up to `limit` entries.
+    /// Names are relative to `prefix`.
+    ///
+    /// # Errors
+    /// A backend failure.
+    async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>>;
+
+    /// Checks the backend answers (used by `/readyz` and start-up validation).
+    ///
+    /// # Errors
+    /// The backend's failure.
+    async fn probe(&self) -> StorageResult<()>;
+}
+
+/// Wraps an ETag in the HTTP form (quoted), leaving an already quoted one alone.
+#[must_use]
+pub fn http_etag(raw: &str) -> String {
+    let raw = raw.strip_prefix("W/").unwrap_or(raw);
+    if raw.len() >= 2 && raw.starts_with('"') && raw.ends_with('"') {
+        raw.to_string()
+    } else {
+        format!("\"{raw}\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::http_etag;
+
+    #[test]
+    fn etags_are_quoted_once() {
+        assert_eq!(http_etag("abc"), "\"abc\"");
+        assert_eq!(http_etag("\"abc\""), "\"abc\"");
+        assert_eq!(http_etag("W/\"abc\""), "\"abc\"");
+    }
+}

@@ -1,0 +1,76 @@
+//! The storage error, classified by meaning (as `object_store::Error` is),
+//! so the HTTP layer chooses a status by an exhaustive match.
+
+use super::ObjectMeta;
+
+/// A storage result.
+pub type StorageResult<T> = Result<T, StorageError>;
+
+/// What went wrong in storage, by meaning.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The key does not exist.
+    #[error("key {key} not found")]
+    NotFound { key: String },
+    /// A write with `If-None-Match: *` found an existing object.
+    #[error("key {key} already exists")]
+    AlreadyExists { key: String },
+    /// `If-Match` / `If-Unmodified-Since` did not hold.
+    #[error("precondition failed for key {key}: {reason}")]
+    PreconditionFailed { key: String, reason: String },
+    /// `If-None-Match` / `If-Modified-Since` matched: the client's copy is current.
+    #[error("key {key} not modified")]
+    NotModified { key: String, meta: Box<ObjectMeta> },
+    /// The requested byte range lies outside the object.
+    #[error("range not satisfiable for key {key} of {size} bytes")]
+    RangeNotSatisfiable { key: String, size: u64 },
+    /// The key is not a valid storage key.
+    #[error("invalid key: {reason}")]
+    InvalidKey { reason: String },
+    /// The backend refused us (credentials, permissions).
+    #[error("permission denied by storage for key {key}: {reason}")]
+    PermissionDenied { key: String, reason: String },
+    /// The backend cannot do what was asked.
+    #[error("not supported by this storage: {reason}")]
+    NotSupported { reason: String },
+    /// The backend failed or could not be reached.
+    #[error("storage unavailable: {reason}")]
+    Unavailable { reason: String },
+}
+
+impl StorageError {
+    /// Classifies an `object_store` error, naming `key`.
+    #[must_use]
+    pub fn from_object_store(key: &str, err: object_store::Error) -> Self {
+        use object_store::Error as E;
+        let key = key.to_string();
+        match err {
+            E::NotFound { .. } => Self::NotFound { key },
+            E::AlreadyExists { .. } => Self::AlreadyExists { key },
+            E::Precondition { source, .. } => Self::PreconditionFailed { key, reason: source.to_string() },
+            E::NotModified { source, .. } => Self::PreconditionFailed { key, reason: source.to_string() },
+            E::PermissionDenied { source, .. } | E::Unauthenticated { source, .. } => {
+                Self::PermissionDenied { key, reason: source.to_string() }
+            }
+            E::InvalidPath { source } => Self::InvalidKey { reason: source.to_string() },
+            E::NotSupported { source } => Self::NotSupported { reason: source.to_string() },
+            E::NotImplemented { operation, implementer } => {
+                Self::NotSupported { reason: format!("{operation} is not implemented by {implementer}") }
+            }
+            other => Self::Unavailable { reason: other.to_string() },
+        }
+    }
+
+    /// Classifies an I/O error, naming `key`.
+    #[must_use]
+    pub fn from_io(key: &str, err: &std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        let key = key.to_string();
+        match err.kind() {
+            // A path component that is a file ("a/b" where "a" is a file) reads as missing.
+            K::NotFound | K::NotADirectory | K::IsADirectory => Self::NotFound { key },
+            K::PermissionDenied => Self::PermissionDenied { key, reason: err.to_string() },
+            _ => Self::Unavailable { reason: format!("{key}: {err}") },
+        }
+    }
+}

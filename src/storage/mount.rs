@@ -1,0 +1,337 @@
+//! Mounts: named storage locations built from URLs.
+//!
+//! | URL | backend |
+//! |---|---|
+//! | `file:///abs/path`, `/abs/path`, `rel/path` | local directory |
+//! | `memory://` | in-process memory (lost at exit) |
+//! | `s3://bucket/prefix` | S3 or an S3-compatible server |
+//! | `gs://bucket/prefix` | Google Cloud Storage |
+//! | `az://container/prefix` | Azure Blob Storage |
+//!
+//! Cloud credentials come from the mount's `options` (the `object_store`
+//! configuration keys, e.g. `region`, `endpoint`, `access_key_id`,
+//! `allow_http`) and from the standard environment variables (`AWS_*`,
+//! `GOOGLE_*`, `AZURE_*`); options win.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::memory::InMemory;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use super::local::LocalBackend;
+use super::object::ObjectBackend;
+use super::{KeyPrefix, PutCondition, PutOutcome, Storage, StorageError, StorageResult, StoreKey};
+
+/// Number of lock stripes per mount serialising writes to one key.
+const WRITE_STRIPES: usize = 256;
+
+/// A mount as configured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountSpec {
+    /// Where the data is: `file:///abs/path`, a plain path, `memory://`,
+    /// `s3://bucket/prefix`, `gs://bucket/prefix` or `az://container/prefix`.
+    pub url: String,
+    /// Refuse writes (PUT, DELETE answer 405).
+    #[serde(default)]
+    pub read_only: bool,
+    /// Create a missing local directory instead of failing at start.
+    #[serde(default)]
+    pub create: bool,
+    /// Backend options (`object_store` configuration keys).
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+impl MountSpec {
+    /// A writable mount of `url` with no options.
+    #[must_use]
+    pub fn from_url(url: &str) -> Self {
+        Self { url: url.to_string(), read_only: false, create: false, options: BTreeMap::new() }
+    }
+}
+
+/// Why a mount could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("mount `{mount}`: url `{url}`: {reason}")]
+    BadUrl { mount: String, url: String, reason: String },
+    #[error("mount `{mount}`: option `{option}` is not known for {scheme} mounts")]
+    UnknownOption { mount: String, option: String, scheme: String },
+    #[error("mount `{mount}` ({url}) is unreachable: {reason}")]
+    Unreachable { mount: String, url: String, reason: String },
+    #[error("mount name `{0}` is invalid: use letters, digits, `-`, `_` and `.` (not starting with `.`)")]
+    BadName(String),
+}
+
+/// A mount, ready to serve.
+#[derive(Debug)]
+pub struct Mount {
+    name: String,
+    url: String,
+    read_only: bool,
+    storage: Arc<dyn Storage>,
+    write_locks: Vec<Mutex<()>>,
+}
+
+/// True for a usable mount name.
+#[must_use]
+pub fn valid_mount_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+impl Mount {
+    /// Builds a mount from its spec. Does not contact remote storage; call
+    /// [`Mount::probe`] for that.
+    ///
+    /// # Errors
+    /// A [`MountError`] naming the mount and what is wrong.
+    pub fn build(name: &str, spec: &MountSpec) -> Result<Self, MountError> {
+        if !valid_mount_name(name) {
+            return Err(MountError::BadName(name.to_string()));
+        }
+        let bad = |reason: String| MountError::BadUrl { mount: name.into(), url: spec.url.clone(), reason };
+        let storage: Arc<dyn Storage> = match spec.url.split_once("://") {
+            None => Arc::new(Self::local(name, spec, PathBuf::from(&spec.url))?),
+            Some(("file", rest)) => {
+                let path = if rest.starts_with('/') {
+                    url::Url::parse(&spec.url)
+                        .map_err(|e| bad(e.to_string()))?
+                        .to_file_path()
+                        .map_err(|()| bad("not a local path".into()))?
+                } else {
+                    // file://relative/path: relative to the working directory.
+                    PathBuf::from(rest)
+                };
+                Arc::new(Self::local(name, spec, path)?)
+            }
+            Some(("memory", rest)) => {
+                if !rest.trim_matches('/').is_empty() {
+                    return Err(bad("memory mounts take no path: write `memory://`".into()));
+                }
+                Self::reject_options(name, spec, "memory")?;
+                Arc::new(ObjectBackend::new(Arc::new(InMemory::new()), "").map_err(|e| bad(e.to_string()))?)
+            }
+            Some((scheme @ ("s3" | "gs" | "az"), _)) => {
+                let url = url::Url::parse(&spec.url).map_err(|e| bad(e.to_string()))?;
+                if url.host_str().is_none_or(str::is_empty) {
+                    return Err(bad(format!("{scheme}:// needs a bucket: {scheme}://bucket/prefix")));
+                }
+                let prefix = url.path().trim_matches('/').to_string();
+                let opts = |option: &str| MountError::UnknownOption {
+                    mount: name.into(),
+                    option: option.into(),
+                    scheme: scheme.into(),
+                };
+                let store: Arc<dyn object_store::ObjectStore> = match scheme {
+                    "s3" => {
+                        let mut b = AmazonS3Builder::from_env().with_url(spec.url.as_str());
+                        for (k, v) in &spec.options {
+                            let key = AmazonS3ConfigKey::from_str(&k.to_ascii_lowercase()).map_err(|_| opts(k))?;
+                            b = b.with_config(key, v);
+                        }
+                        Arc::new(b.build().map_err(|e| bad(e.to_string()))?)
+                    }
+                    "gs" => {
+                        let mut b = GoogleCloudStorageBuilder::from_env().with_url(spec.url.as_str());
+                        for (k, v) in &spec.options {
+                            let key = GoogleConfigKey::from_str(&k.to_ascii_lowercase()).map_err(|_| opts(k))?;
+                            b = b.with_config(key, v);
+                        }
+                        Arc::new(b.build().map_err(|e| bad(e.to_string()))?)
+                    }
+                    _ => {
+                        let mut b = MicrosoftAzureBuilder::from_env().with_url(spec.url.as_str());
+                        for (k, v) in &spec.options {
+                            let key = AzureConfigKey::from_str(&k.to_ascii_lowercase()).map_err(|_| opts(k))?;
+                            b = b.with_config(key, v);
+                        }
+                        Arc::new(b.build().map_err(|e| bad(e.to_string()))?)
+                    }
+                };
+                Arc::new(ObjectBackend::new(store, &prefix).map_err(|e| bad(e.to_string()))?)
+            }
+            Some((scheme, _)) => {
+                return Err(bad(format!(
+                    "unsupported scheme `{scheme}`: use file://, memory://, s3://, gs:// or az://"
+                )))
+            }
+        };
+        Ok(Self::from_storage(name, &redact(&spec.url), spec.read_only, storage))
+    }
+
+    /// Wraps an existing backend (tests, embedding).
+    #[must_use]
+    pub fn from_storage(name: &str, url: &str, read_only: bool, storage: Arc<dyn Storage>) -> Self {
+        Self {
+            name: name.to_string(),
+            url: url.to_string(),
+            read_only,
+            storage,
+            write_locks: (0..WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    fn reject_options(name: &str, spec: &MountSpec, scheme: &str) -> Result<(), MountError> {
+        match spec.options.keys().next() {
+            Some(option) => {
+                Err(MountError::UnknownOption { mount: name.into(), option: option.clone(), scheme: scheme.into() })
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn local(name: &str, spec: &MountSpec, path: PathBuf) -> Result<LocalBackend, MountError> {
+        Self::reject_options(name, spec, "file")?;
+        let unreachable =
+            |reason: String| MountError::Unreachable { mount: name.into(), url: spec.url.clone(), reason };
+        if spec.create && !path.exists() {
+            std::fs::create_dir_all(&path)
+                .map_err(|e| unreachable(format!("cannot create {}: {e}", path.display())))?;
+        }
+        if !path.is_dir() {
+            return Err(unreachable(format!(
+                "{} is not an existing directory (set `create = true` to create it)",
+                path.display()
+            )));
+        }
+        LocalBackend::new(path).map_err(|e| unreachable(e.to_string()))
+    }
+
+    /// The mount's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The mount's URL, credentials removed.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// True when writes are refused.
+    #[must_use]
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The backend, for reads and listings.
+    #[must_use]
+    pub fn storage(&self) -> &dyn Storage {
+        &*self.storage
+    }
+
+    fn stripe(&self, key: &StoreKey) -> &Mutex<()> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut h);
+        // Truncation is fine: only the low bits pick a stripe.
+        #[allow(clippy::cast_possible_truncation)]
+        let i = (h.finish() as usize) % self.write_locks.len();
+        &self.write_locks[i]
+    }
+
+    /// Writes one key. Writes to the same key are serialised in this process,
+    /// so a conditional write's check and its write cannot interleave with
+    /// another write through zarrd.
+    ///
+    /// # Errors
+    /// As [`Storage::put`].
+    pub async fn put(&self, key: &StoreKey, body: Bytes, condition: &PutCondition) -> StorageResult<PutOutcome> {
+        let _guard = self.stripe(key).lock().await;
+        self.storage.put(key, body, condition).await
+    }
+
+    /// Deletes one key (idempotent).
+    ///
+    /// # Errors
+    /// As [`Storage::delete`].
+    pub async fn delete(&self, key: &StoreKey) -> StorageResult<()> {
+        let _guard = self.stripe(key).lock().await;
+        self.storage.delete(key).await
+    }
+
+    /// Checks the backend answers.
+    ///
+    /// # Errors
+    /// `Unavailable` with the backend's reason.
+    pub async fn probe(&self) -> StorageResult<()> {
+        self.storage.probe().await
+    }
+
+    /// Lists directly under `prefix`.
+    ///
+    /// # Errors
+    /// As [`Storage::list`].
+    pub async fn list(&self, prefix: &KeyPrefix) -> StorageResult<Vec<super::ListEntry>> {
+        self.storage.list(prefix).await
+    }
+}
+
+/// Removes a password from a URL for display.
+fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl From<MountError> for StorageError {
+    fn from(e: MountError) -> Self {
+        Self::Unavailable { reason: e.to_string() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_urls_name_the_mount() {
+        let e = Mount::build("m", &MountSpec::from_url("ftp://x/y")).unwrap_err().to_string();
+        assert!(e.contains("mount `m`") && e.contains("ftp"), "{e}");
+        let e = Mount::build("m", &MountSpec::from_url("/definitely/not/here")).unwrap_err().to_string();
+        assert!(e.contains("unreachable") && e.contains("/definitely/not/here"), "{e}");
+        let e = Mount::build("m", &MountSpec::from_url("s3://")).unwrap_err().to_string();
+        assert!(e.contains("bucket"), "{e}");
+        let mut spec = MountSpec::from_url("s3://bucket/p");
+        spec.options.insert("colour".into(), "blue".into());
+        let e = Mount::build("m", &spec).unwrap_err().to_string();
+        assert!(e.contains("option `colour`"), "{e}");
+        assert!(Mount::build("../x", &MountSpec::from_url("memory://")).is_err());
+    }
+
+    #[test]
+    fn urls_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let file_url = format!("file://{}", dir.path().display());
+        assert!(Mount::build("a", &MountSpec::from_url(&file_url)).is_ok());
+        assert!(Mount::build("b", &MountSpec::from_url(dir.path().to_str().unwrap())).is_ok());
+        assert!(Mount::build("c", &MountSpec::from_url("memory://")).is_ok());
+        let mut spec = MountSpec::from_url("s3://bucket/prefix/x");
+        spec.options.insert("region".into(), "us-east-1".into());
+        spec.options.insert("endpoint".into(), "http://127.0.0.1:9".into());
+        spec.options.insert("allow_http".into(), "true".into());
+        assert!(Mount::build("d", &spec).is_ok());
+        let nested = dir.path().join("new/sub");
+        let mut spec = MountSpec::from_url(nested.to_str().unwrap());
+        spec.create = true;
+        assert!(Mount::build("e", &spec).is_ok());
+        assert!(nested.is_dir());
+    }
+}

@@ -1,0 +1,253 @@
+//! The `object_store` backend: memory, S3, GCS, Azure, and local writes.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
+
+use super::request::{self, etag_matches};
+use super::{
+    http_etag, KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage,
+    StorageError, StorageResult, StoreKey,
+};
+
+/// How often a ranged read retries when the object changes between its
+/// metadata read and its byte read.
+const CHANGED_RETRIES: usize = 3;
+
+/// A mount backed by any `object_store` implementation, under a key prefix.
+#[derive(Debug, Clone)]
+pub struct ObjectBackend {
+    store: Arc<dyn ObjectStore>,
+    prefix: Option<Path>,
+}
+
+impl ObjectBackend {
+    /// Wraps `store`, placing every key under `prefix` (may be empty).
+    ///
+    /// # Errors
+    /// `InvalidKey` when `prefix` is not a valid key prefix.
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> StorageResult<Self> {
+        let prefix = KeyPrefix::new(prefix.trim_start_matches('/'))?;
+        let prefix = if prefix.is_root() { None } else { Some(Self::parse(prefix.as_str())?) };
+        Ok(Self { store, prefix })
+    }
+
+    fn parse(raw: &str) -> StorageResult<Path> {
+        Path::parse(raw).map_err(|e| StorageError::InvalidKey { reason: e.to_string() })
+    }
+
+    fn path(&self, key: &str) -> StorageResult<Path> {
+        match &self.prefix {
+            None => Self::parse(key),
+            Some(p) if key.is_empty() => Ok(p.clone()),
+            Some(p) => Self::parse(&format!("{p}/{key}")),
+        }
+    }
+
+    fn prefix_path(&self, prefix: &KeyPrefix) -> StorageResult<Option<Path>> {
+        if prefix.is_root() {
+            Ok(self.prefix.clone())
+        } else {
+            self.path(prefix.as_str()).map(Some)
+        }
+    }
+
+    fn meta(m: &object_store::ObjectMeta) -> ObjectMeta {
+        let raw = m.e_tag.clone().unwrap_or_else(|| {
+            // Stores without ETags: size and time identify the version.
+            format!("{:x}-{:x}", m.size, m.last_modified.timestamp_micros())
+        });
+        ObjectMeta {
+            size: m.size,
+            last_modified: Some(m.last_modified.into()),
+            etag: http_etag(&raw),
+            version_token: m.e_tag.clone(),
+        }
+    }
+
+    fn relative_name(&self, base: Option<&Path>, location: &Path) -> String {
+        let full = location.as_ref();
+        match base {
+            Some(b) if !b.as_ref().is_empty() => {
+                full.strip_prefix(b.as_ref()).map_or(full, |s| s.trim_start_matches('/')).to_string()
+            }
+            _ => full.to_string(),
+        }
+    }
+
+    pub(crate) async fn put_with_current(
+        &self,
+        key: &StoreKey,
+        body: Bytes,
+        condition: &PutCondition,
+        current: Option<ObjectMeta>,
+    ) -> StorageResult<PutOutcome> {
+        let path = self.path(key.as_str())?;
+        let err = |e| StorageError::from_object_store(key.as_str(), e);
+        let failed = |reason: String| StorageError::PreconditionFailed { key: key.to_string(), reason };
+        let mode = match condition {
+            PutCondition::None => PutMode::Overwrite,
+            PutCondition::IfAbsent => {
+                if current.is_some() {
+                    return Err(failed("If-None-Match: * but the key exists".into()));
+                }
+                PutMode::Create
+            }
+            PutCondition::IfMatch(list) => {
+                let Some(meta) = &current else {
+                    return Err(failed("If-Match given but the key does not exist".into()));
+                };
+                if !etag_matches(list, &meta.etag) {
+                    return Err(failed(format!(
+                        "If-Match {} does not match the current ETag {}",
+                        list.join(", "),
+                        meta.etag
+                    )));
+                }
+                match &meta.version_token {
+                    Some(e_tag) => PutMode::Update(UpdateVersion { e_tag: Some(e_tag.clone()), version: None }),
+                    None => PutMode::Overwrite,
+                }
+            }
+        };
+        let created = current.is_none();
+        let options = PutOptions { mode: mode.clone(), ..Default::default() };
+        let result = match self.store.put_opts(&path, body.clone().into(), options).await {
+            Ok(r) => r,
+            // Backends without conditional writes (local files for updates, some
+            // S3 implementations): the mount already serialises writes per key in
+            // this process and the condition was checked above, so overwrite.
+            Err(object_store::Error::NotImplemented { .. } | object_store::Error::NotSupported { .. })
+                if mode != PutMode::Overwrite =>
+            {
+                self.store.put(&path, body.into()).await.map_err(err)?
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                return Err(failed("If-None-Match: * but the key was created meanwhile".into()))
+            }
+            Err(e) => return Err(err(e)),
+        };
+        Ok(PutOutcome { created, etag: result.e_tag.as_deref().map(http_etag) })
+    }
+}
+
+#[async_trait]
+impl Storage for ObjectBackend {
+    async fn read(&self, key: &StoreKey, req: &ReadRequest) -> StorageResult<ReadOutcome> {
+        let path = self.path(key.as_str())?;
+        let err = |e| StorageError::from_object_store(key.as_str(), e);
+        if req.range.is_none() && req.preconditions.is_empty() {
+            let options = GetOptions { head: req.head_only, ..Default::default() };
+            let got = self.store.get_opts(&path, options).await.map_err(err)?;
+            let meta = Self::meta(&got.meta);
+            let body = if req.head_only { Bytes::new() } else { got.bytes().await.map_err(err)? };
+            return Ok(ReadOutcome { meta, range: None, body });
+        }
+        for _ in 0..CHANGED_RETRIES {
+            let head = self.store.head(&path).await.map_err(err)?;
+            let meta = Self::meta(&head);
+            let range = request::evaluate(key.as_str(), &meta, req)?;
+            if req.head_only {
+                return Ok(ReadOutcome { meta, range, body: Bytes::new() });
+            }
+            let options = GetOptions {
+                if_match: head.e_tag.clone(),
+                range: range.clone().map(GetRange::Bounded),
+                ..Default::default()
+            };
+            match self.store.get_opts(&path, options).await {
+                Ok(got) => {
+                    let body = got.bytes().await.map_err(err)?;
+                    return Ok(ReadOutcome { meta, range, body });
+                }
+                // Changed between head and get: evaluate again against the new version.
+                Err(object_store::Error::Precondition { .. }) => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Err(StorageError::Unavailable { reason: format!("{key} kept changing while being read") })
+    }
+
+    async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {
+        let path = self.path(key.as_str())?;
+        let m = self.store.head(&path).await.map_err(|e| StorageError::from_object_store(key.as_str(), e))?;
+        Ok(Self::meta(&m))
+    }
+
+    async fn put(&self, key: &StoreKey, body: Bytes, condition: &PutCondition) -> StorageResult<PutOutcome> {
+        let current = match self.head(key).await {
+            Ok(m) => Some(m),
+            Err(StorageError::NotFound { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        self.put_with_current(key, body, condition, current).await
+    }
+
+    async fn delete(&self, key: &StoreKey) -> StorageResult<()> {
+        let path = self.path(key.as_str())?;
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(StorageError::from_object_store(key.as_str(), e)),
+        }
+    }
+
+    async fn list(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>> {
+        let base = self.prefix_path(prefix)?;
+        let listed = self
+            .store
+            .list_with_delimiter(base.as_ref())
+            .await
+            .map_err(|e| StorageError::from_object_store(prefix.as_str(), e))?;
+        let mut entries: Vec<ListEntry> = listed
+            .common_prefixes
+            .iter()
+            .map(|p| ListEntry::Prefix { name: self.relative_name(base.as_ref(), p) })
+            .chain(listed.objects.iter().map(|o| ListEntry::Object {
+                name: self.relative_name(base.as_ref(), &o.location),
+                meta: Self::meta(o),
+            }))
+            .filter(|e| match e {
+                ListEntry::Prefix { name } | ListEntry::Object { name, .. } => !name.is_empty(),
+            })
+            .collect();
+        entries.sort_by(|a, b| entry_name(a).cmp(entry_name(b)));
+        Ok(entries)
+    }
+
+    async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
+        let base = self.prefix_path(prefix)?;
+        let mut out = Vec::new();
+        let mut stream = self.store.list(base.as_ref());
+        while let Some(o) = stream.try_next().await.map_err(|e| StorageError::from_object_store(prefix.as_str(), e))? {
+            if out.len() >= limit {
+                break;
+            }
+            let name = self.relative_name(base.as_ref(), &o.location);
+            if !name.is_empty() {
+                out.push((name, Self::meta(&o)));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    async fn probe(&self) -> StorageResult<()> {
+        self.store
+            .list_with_delimiter(self.prefix.as_ref())
+            .await
+            .map(|_| ())
+            .map_err(|e| StorageError::from_object_store("", e))
+    }
+}
+
+/// The name of a listing entry.
+#[must_use]
+pub fn entry_name(e: &ListEntry) -> &str {
+    match e {
+        ListEntry::Prefix { name } | ListEntry::Object { name, .. } => name,
+    }
+}

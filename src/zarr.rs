@@ -1,0 +1,6 @@
+//! The Zarr format engine: no HTTP and no tokio in its core types.
+//!
+//! Specs: Zarr v3 core (`reference/zarr-specs/v3/core/index.rst`) and Zarr v2
+//! (`reference/zarr-specs/v2/v2.0.rst`).
+
+pub mod metadata;
