@@ -153,8 +153,38 @@ fn dav_response(out: &mut String, href: &str, meta: Option<&ObjectMeta>) {
     out.push_str("</prop><status>HTTP/1.1 200 OK</status></propstat></response>\n");
 }
 
-pub(crate) fn multistatus(mount: &str, target: &DavTarget) -> Response {
-    let base = format!("/zarr/{}/", encode_path(mount));
+/// Where PROPFIND hrefs are rooted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HrefRoot {
+    /// Standard WebDAV: hrefs are the resources' paths on this server
+    /// (`/zarr/{mount}/{key}`).
+    Server,
+    /// For `object_store`'s HTTP store (and obstore, which wraps it): it takes
+    /// each href's path as the object's key relative to the *server* root,
+    /// ignoring the path of the base URL it was given. Rooting hrefs at the
+    /// mount (`/{key}`) makes its keys come out relative to a base URL of
+    /// `http://host/zarr/{mount}`, which is how clients are told to use it.
+    Mount,
+}
+
+impl HrefRoot {
+    /// `Mount` for `object_store`'s HTTP client (its `User-Agent` is
+    /// `object_store/<version>`), `Server` for everyone else.
+    #[must_use]
+    pub fn for_user_agent(user_agent: Option<&str>) -> Self {
+        if user_agent.is_some_and(|ua| ua.starts_with("object_store/")) {
+            Self::Mount
+        } else {
+            Self::Server
+        }
+    }
+}
+
+pub(crate) fn multistatus(mount: &str, target: &DavTarget, root: HrefRoot) -> Response {
+    let base = match root {
+        HrefRoot::Server => format!("/zarr/{}/", encode_path(mount)),
+        HrefRoot::Mount => "/".to_string(),
+    };
     let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<multistatus xmlns=\"DAV:\">\n");
     match target {
         DavTarget::Object { key, meta } => {

@@ -285,7 +285,8 @@ pub async fn other_method(
                 Target::Prefix(p) => p.clone(),
             };
             let found = store::propfind(&app, &mount, &path, depth).await?;
-            Ok(dav::multistatus(&mount, &found))
+            let root = dav::HrefRoot::for_user_agent(header_str(&headers, &header::USER_AGENT));
+            Ok(dav::multistatus(&mount, &found, root))
         }
         "MKCOL" => {
             store::check_writable(&app, &mount)?;
