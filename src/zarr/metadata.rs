@@ -1,59 +1,160 @@
-//! Metadata documents (placeholder until the full v2/v3 parser lands).
+//! Zarr metadata documents: typed parsing and validation of v3 `zarr.json`
+//! and v2 `.zarray`, `.zgroup`, `.zattrs`, `.zmetadata`.
+//!
+//! Spec: Zarr v3 core, "Metadata" (<https://zarr-specs.readthedocs.io/en/latest/v3/core/index.html#metadata>),
+//! and Zarr v2, "Metadata" (<https://zarr-specs.readthedocs.io/en/latest/v2/v2.0.html#metadata>).
+//! Where the specs and real clients differ, this module follows what
+//! zarr-python 3.1 and TensorStore write and read; each leniency is noted in
+//! the module that applies it.
+//!
+//! The store protocol calls [`validate_document`] before storing a key whose
+//! last segment names a metadata document ([`DocumentKind::from_key_name`]).
+//! Everything else uses the typed parsers ([`parse_document`],
+//! [`NodeMetadataV3::from_slice`], [`ArrayMetadataV2::from_slice`]), whose
+//! types serialise back to canonical JSON.
+//!
+//! Errors ([`MetadataError`]) carry the field path and what was expected:
+//! `codecs[1].configuration.level: expected an integer 0..=9, got 12`.
+//! Parsing is pure and never panics; it is cheap enough to run per request,
+//! but callers should cache parsed metadata per node.
+//!
+//! # Layout
+//!
+//! - [`data_type`]: element types (v3 names; v2 maps onto them),
+//! - [`fill_value`]: fill values typed by data type,
+//! - [`codec`]: v3 codec specs and chain validation; [`codec::numcodecs`]:
+//!   numcodecs ids shared with v2,
+//! - [`v3`]: `zarr.json`; [`v2`]: `.zarray`, `.zgroup`, `.zattrs`,
+//!   `.zmetadata`, [`v2::dtype`]: numpy dtype strings.
+//!
+//! # Next step (not built yet)
+//!
+//! TODO(engine): normalise [`ArrayMetadataV2`] and [`ArrayMetadataV3`] into
+//! one internal array description (`crate::zarr::array::ArrayDescription`:
+//! shape, data type + byte order, fill value, chunk grid, chunk key encoder,
+//! resolved codec pipeline) so nothing below this module sees a format
+//! version. The mapping is: v2 `order: "F"` = v3 `transpose` with the
+//! reversed order; v2 `filters` + `compressor` = array -> array codecs +
+//! `bytes` (endian from the dtype's byte order) + bytes -> bytes codecs;
+//! v2 `dimension_separator` = the v3 `v2` chunk key encoding; v2 `|O` + an
+//! object codec = `string` / `variable_length_bytes` + `vlen-*`; v2 `null`
+//! fill = zero. Put it in a sibling module (`crate::zarr::array`), not here:
+//! this module stays about documents.
 
-/// Which metadata document a key names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub mod codec;
+pub mod data_type;
+pub mod error;
+pub mod fill_value;
+mod json;
+pub mod v2;
+pub mod v3;
+
+#[cfg(test)]
+mod tests;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+pub use self::codec::{CodecKind, CodecSpec};
+pub use self::data_type::DataType;
+pub use self::error::MetadataError;
+pub use self::fill_value::{FillValue, FloatFill};
+pub use self::v2::dtype::DataTypeV2;
+pub use self::v2::{ArrayMetadataV2, ConsolidatedMetadataV2, GroupMetadataV2};
+pub use self::v3::{ArrayMetadataV3, GroupMetadataV3, NodeMetadataV3};
+
+/// Which metadata document a store key holds, by its last path segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DocumentKind {
+    /// `zarr.json` (v3 array or group).
     ZarrJson,
+    /// `.zarray` (v2 array).
     ZArray,
+    /// `.zgroup` (v2 group).
     ZGroup,
+    /// `.zattrs` (v2 attributes).
     ZAttrs,
+    /// `.zmetadata` (v2 consolidated metadata).
     ZMetadata,
 }
 
 impl DocumentKind {
-    /// The kind of document stored under a key's last segment, if any.
+    /// The document kind for the last segment of a key (`"zarr.json"`,
+    /// `".zarray"`, ...), or `None` when the key is not a metadata document
+    /// (chunks, other files).
     #[must_use]
-    pub fn from_key_name(name: &str) -> Option<Self> {
-        match name {
-            "zarr.json" => Some(Self::ZarrJson),
-            ".zarray" => Some(Self::ZArray),
-            ".zgroup" => Some(Self::ZGroup),
-            ".zattrs" => Some(Self::ZAttrs),
-            ".zmetadata" => Some(Self::ZMetadata),
-            _ => None,
+    pub fn from_key_name(last_segment: &str) -> Option<Self> {
+        Some(match last_segment {
+            "zarr.json" => Self::ZarrJson,
+            ".zarray" => Self::ZArray,
+            ".zgroup" => Self::ZGroup,
+            ".zattrs" => Self::ZAttrs,
+            ".zmetadata" => Self::ZMetadata,
+            _ => return None,
+        })
+    }
+
+    /// The key name of this kind of document.
+    #[must_use]
+    pub fn key_name(self) -> &'static str {
+        match self {
+            Self::ZarrJson => "zarr.json",
+            Self::ZArray => ".zarray",
+            Self::ZGroup => ".zgroup",
+            Self::ZAttrs => ".zattrs",
+            Self::ZMetadata => ".zmetadata",
         }
     }
 }
 
-/// An invalid metadata document: the field path and what was expected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MetadataError {
-    pub path: String,
-    pub message: String,
+/// A parsed metadata document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Document {
+    /// `zarr.json`.
+    ZarrJson(NodeMetadataV3),
+    /// `.zarray`.
+    ZArray(ArrayMetadataV2),
+    /// `.zgroup`.
+    ZGroup(GroupMetadataV2),
+    /// `.zattrs`.
+    ZAttrs(Map<String, Value>),
+    /// `.zmetadata`.
+    ZMetadata(ConsolidatedMetadataV2),
 }
 
-impl std::fmt::Display for MetadataError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.path.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-impl std::error::Error for MetadataError {}
-
-/// Validates a metadata document.
+/// Parses and validates a metadata document of the given kind.
 ///
 /// # Errors
-/// A [`MetadataError`] naming the field.
-pub fn validate_document(_kind: DocumentKind, bytes: &[u8]) -> Result<(), MetadataError> {
-    let v: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| MetadataError { path: String::new(), message: format!("invalid JSON: {e}") })?;
-    if v.is_object() {
-        Ok(())
-    } else {
-        Err(MetadataError { path: String::new(), message: "expected a JSON object".into() })
-    }
+///
+/// A [`MetadataError`] naming the first problem found: invalid JSON (empty
+/// path), a missing required field, a field of the wrong type, an unknown
+/// data type, codec, chunk grid or chunk key encoding, a rank mismatch
+/// (chunk shape, dimension names, transpose order, sharding inner chunk
+/// shape), a shard shape not divisible by the inner chunk shape, a fill value
+/// not representable in the data type, a codec configuration out of range, or
+/// an unknown member that is not an ignorable extension.
+pub fn parse_document(kind: DocumentKind, bytes: &[u8]) -> Result<Document, MetadataError> {
+    let value = parse_json(bytes)?;
+    Ok(match kind {
+        DocumentKind::ZarrJson => Document::ZarrJson(NodeMetadataV3::from_json(&value, "")?),
+        DocumentKind::ZArray => Document::ZArray(ArrayMetadataV2::from_json(&value, "")?),
+        DocumentKind::ZGroup => Document::ZGroup(GroupMetadataV2::from_json(&value, "")?),
+        DocumentKind::ZAttrs => Document::ZAttrs(v2::attributes_from_json(&value, "")?),
+        DocumentKind::ZMetadata => Document::ZMetadata(ConsolidatedMetadataV2::from_json(&value, "")?),
+    })
+}
+
+/// Validates a metadata document before it is stored.
+///
+/// # Errors
+///
+/// As [`parse_document`].
+pub fn validate_document(kind: DocumentKind, bytes: &[u8]) -> Result<(), MetadataError> {
+    parse_document(kind, bytes).map(|_| ())
+}
+
+/// Parses JSON bytes; the error has an empty path.
+pub(crate) fn parse_json(bytes: &[u8]) -> Result<Value, MetadataError> {
+    serde_json::from_slice(bytes).map_err(|e| MetadataError::new("", format!("invalid JSON: {e}")))
 }

@@ -1,0 +1,576 @@
+//! Zarr data types, named as in Zarr v3 `zarr.json`.
+//!
+//! Spec: Zarr v3 core, "Data types" and `data-types/index.rst` (core types
+//! `bool`, `{u,}int{8,16,32,64}`, `float{16,32,64}`, `complex{64,128}`,
+//! `r*`), plus the extension data types real clients write:
+//!
+//! - zarr-python 3.1 (`zarr.core.dtype`): `string`, `variable_length_bytes`
+//!   (alias `bytes` accepted on read), `fixed_length_utf32`,
+//!   `null_terminated_bytes`, `raw_bytes` (each `{"length_bytes": n}`),
+//!   `numpy.datetime64` / `numpy.timedelta64` (`{"unit", "scale_factor"}`)
+//!   and `structured` (`{"fields": [[name, data_type], ...]}`);
+//! - TensorStore `zarr3`: `bfloat16` and `int4`.
+//!
+//! Zarr v2 `dtype` strings map onto the same enum (see [`super::v2`]), so the
+//! engine deals with one set of types.
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{json, Value};
+
+use super::error::{index, MetadataError, Result};
+use super::json::{array, enum_str, int_in, object, string, Obj};
+
+/// Units of `numpy.datetime64` / `numpy.timedelta64` (and v2 `M8[..]` /
+/// `m8[..]`), as accepted by zarr-python 3.1.
+pub const TIME_UNITS: &[&str] =
+    &["Y", "M", "W", "D", "h", "m", "s", "ms", "us", "μs", "ns", "ps", "fs", "as", "generic"];
+
+/// Names accepted as string data types (parameterised types need the object
+/// form and are listed separately in messages).
+const SIMPLE_NAMES: &[&str] = &[
+    "bool",
+    "int4",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "string",
+    "variable_length_bytes",
+];
+
+const PARAMETERISED_NAMES: &[&str] = &[
+    "fixed_length_utf32",
+    "null_terminated_bytes",
+    "raw_bytes",
+    "numpy.datetime64",
+    "numpy.timedelta64",
+    "structured",
+];
+
+/// A datetime/timedelta unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TimeUnit(&'static str);
+
+impl TimeUnit {
+    /// Parses one of [`TIME_UNITS`].
+    #[must_use]
+    pub fn parse(unit: &str) -> Option<Self> {
+        TIME_UNITS.iter().find(|u| **u == unit).map(|u| Self(u))
+    }
+
+    /// The unit as written in metadata (`"ms"`, `"generic"`, ...).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+/// One field of a structured data type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StructuredField {
+    /// Field name (unique within the type).
+    pub name: String,
+    /// Field type; always fixed-size.
+    pub data_type: DataType,
+}
+
+/// The element type of an array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataType {
+    /// `bool`, one byte (0 or 1).
+    Bool,
+    /// TensorStore's `int4` (stored one element per byte by `bytes`).
+    Int4,
+    /// `int8`.
+    Int8,
+    /// `int16`.
+    Int16,
+    /// `int32`.
+    Int32,
+    /// `int64`.
+    Int64,
+    /// `uint8`.
+    UInt8,
+    /// `uint16`.
+    UInt16,
+    /// `uint32`.
+    UInt32,
+    /// `uint64`.
+    UInt64,
+    /// `float16` (IEEE binary16).
+    Float16,
+    /// TensorStore's `bfloat16`.
+    BFloat16,
+    /// `float32`.
+    Float32,
+    /// `float64`.
+    Float64,
+    /// `complex64` (two float32).
+    Complex64,
+    /// `complex128` (two float64).
+    Complex128,
+    /// `r<bits>`: opaque raw bits, `size_bytes * 8` bits.
+    RawBits {
+        /// Element size in bytes.
+        size_bytes: usize,
+    },
+    /// zarr-python `string`: variable-length UTF-8 (`vlen-utf8` codec).
+    String,
+    /// zarr-python `variable_length_bytes` (`vlen-bytes` codec).
+    VariableLengthBytes,
+    /// zarr-python `fixed_length_utf32` (numpy `<U{n}`); `length_bytes = 4n`.
+    FixedLengthUtf32 {
+        /// Element size in bytes (a multiple of 4).
+        length_bytes: usize,
+    },
+    /// zarr-python `null_terminated_bytes` (numpy `|S{n}`).
+    NullTerminatedBytes {
+        /// Element size in bytes.
+        length_bytes: usize,
+    },
+    /// zarr-python `raw_bytes` (numpy `|V{n}`).
+    RawBytes {
+        /// Element size in bytes.
+        length_bytes: usize,
+    },
+    /// `numpy.datetime64` with a unit and a scale factor (`M8[10s]`).
+    DateTime64 {
+        /// Time unit.
+        unit: TimeUnit,
+        /// Multiplier of the unit (1 for plain `M8[s]`).
+        scale_factor: u32,
+    },
+    /// `numpy.timedelta64` with a unit and a scale factor.
+    TimeDelta64 {
+        /// Time unit.
+        unit: TimeUnit,
+        /// Multiplier of the unit.
+        scale_factor: u32,
+    },
+    /// zarr-python `structured`: packed named fields.
+    Structured {
+        /// The fields, in storage order.
+        fields: Vec<StructuredField>,
+    },
+}
+
+impl DataType {
+    /// The v3 name (`"float64"`, `"numpy.datetime64"`, `"r16"` ...).
+    #[must_use]
+    pub fn name(&self) -> String {
+        let s = match self {
+            Self::Bool => "bool",
+            Self::Int4 => "int4",
+            Self::Int8 => "int8",
+            Self::Int16 => "int16",
+            Self::Int32 => "int32",
+            Self::Int64 => "int64",
+            Self::UInt8 => "uint8",
+            Self::UInt16 => "uint16",
+            Self::UInt32 => "uint32",
+            Self::UInt64 => "uint64",
+            Self::Float16 => "float16",
+            Self::BFloat16 => "bfloat16",
+            Self::Float32 => "float32",
+            Self::Float64 => "float64",
+            Self::Complex64 => "complex64",
+            Self::Complex128 => "complex128",
+            Self::RawBits { size_bytes } => return format!("r{}", size_bytes.saturating_mul(8)),
+            Self::String => "string",
+            Self::VariableLengthBytes => "variable_length_bytes",
+            Self::FixedLengthUtf32 { .. } => "fixed_length_utf32",
+            Self::NullTerminatedBytes { .. } => "null_terminated_bytes",
+            Self::RawBytes { .. } => "raw_bytes",
+            Self::DateTime64 { .. } => "numpy.datetime64",
+            Self::TimeDelta64 { .. } => "numpy.timedelta64",
+            Self::Structured { .. } => "structured",
+        };
+        s.to_owned()
+    }
+
+    /// Size of one element in bytes, or `None` for variable-length types.
+    #[must_use]
+    pub fn item_size(&self) -> Option<usize> {
+        Some(match self {
+            Self::Bool | Self::Int4 | Self::Int8 | Self::UInt8 => 1,
+            Self::Int16 | Self::UInt16 | Self::Float16 | Self::BFloat16 => 2,
+            Self::Int32 | Self::UInt32 | Self::Float32 => 4,
+            Self::Int64
+            | Self::UInt64
+            | Self::Float64
+            | Self::Complex64
+            | Self::DateTime64 { .. }
+            | Self::TimeDelta64 { .. } => 8,
+            Self::Complex128 => 16,
+            Self::RawBits { size_bytes } => *size_bytes,
+            Self::FixedLengthUtf32 { length_bytes }
+            | Self::NullTerminatedBytes { length_bytes }
+            | Self::RawBytes { length_bytes } => *length_bytes,
+            Self::Structured { fields } => {
+                return fields.iter().try_fold(0usize, |acc, f| acc.checked_add(f.data_type.item_size()?))
+            }
+            Self::String | Self::VariableLengthBytes => return None,
+        })
+    }
+
+    /// Whether the `bytes` codec needs an `endian` for this type: multi-byte
+    /// numbers, UTF-32 text and times. Single-byte and opaque byte types
+    /// (`raw_bytes`, `null_terminated_bytes`, `structured`, `r*`) do not, which
+    /// matches what zarr-python writes.
+    #[must_use]
+    pub fn endianness_matters(&self) -> bool {
+        match self {
+            Self::Int16
+            | Self::Int32
+            | Self::Int64
+            | Self::UInt16
+            | Self::UInt32
+            | Self::UInt64
+            | Self::Float16
+            | Self::BFloat16
+            | Self::Float32
+            | Self::Float64
+            | Self::Complex64
+            | Self::Complex128
+            | Self::FixedLengthUtf32 { .. }
+            | Self::DateTime64 { .. }
+            | Self::TimeDelta64 { .. } => true,
+            Self::Bool
+            | Self::Int4
+            | Self::Int8
+            | Self::UInt8
+            | Self::RawBits { .. }
+            | Self::String
+            | Self::VariableLengthBytes
+            | Self::NullTerminatedBytes { .. }
+            | Self::RawBytes { .. }
+            | Self::Structured { .. } => false,
+        }
+    }
+
+    /// Whether elements have a fixed size (everything but `string` and
+    /// `variable_length_bytes`).
+    #[must_use]
+    pub fn is_fixed_size(&self) -> bool {
+        self.item_size().is_some()
+    }
+
+    /// Parses a v3 `data_type` value: a name string or a
+    /// `{"name", "configuration"}` object.
+    ///
+    /// # Errors
+    ///
+    /// Unknown names, missing or malformed configurations.
+    pub fn from_v3_json(value: &Value, path: &str) -> Result<Self> {
+        match value {
+            Value::String(name) => parse_simple_name(name).ok_or_else(|| {
+                if PARAMETERISED_NAMES.contains(&name.as_str()) {
+                    MetadataError::new(
+                        path,
+                        format!(
+                            "data type \"{name}\" needs the object form \
+                             {{\"name\": \"{name}\", \"configuration\": {{...}}}}"
+                        ),
+                    )
+                } else {
+                    unknown(path, value)
+                }
+            }),
+            Value::Object(_) => parse_object(value, path),
+            other => {
+                Err(MetadataError::expected(path, "a data type name or a {\"name\", \"configuration\"} object", other))
+            }
+        }
+    }
+
+    /// The v3 JSON form (string for plain types, object for parameterised).
+    #[must_use]
+    pub fn to_v3_json(&self) -> Value {
+        let length = |n: usize| json!({"name": self.name(), "configuration": {"length_bytes": n}});
+        match self {
+            Self::FixedLengthUtf32 { length_bytes }
+            | Self::NullTerminatedBytes { length_bytes }
+            | Self::RawBytes { length_bytes } => length(*length_bytes),
+            Self::DateTime64 { unit, scale_factor } | Self::TimeDelta64 { unit, scale_factor } => {
+                json!({"name": self.name(),
+                       "configuration": {"unit": unit.as_str(), "scale_factor": scale_factor}})
+            }
+            Self::Structured { fields } => {
+                let fields: Vec<Value> = fields.iter().map(|f| json!([f.name, f.data_type.to_v3_json()])).collect();
+                json!({"name": "structured", "configuration": {"fields": fields}})
+            }
+            _ => Value::String(self.name()),
+        }
+    }
+}
+
+impl Serialize for DataType {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        match self.to_v3_json() {
+            Value::String(s) => serializer.serialize_str(&s),
+            Value::Object(map) => {
+                let mut out = serializer.serialize_map(Some(map.len()))?;
+                for (k, v) in &map {
+                    out.serialize_entry(k, v)?;
+                }
+                out.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
+}
+
+fn unknown(path: &str, got: &Value) -> MetadataError {
+    MetadataError::new(
+        path,
+        format!(
+            "unknown data type {}; expected one of {}, r<bits> or an object for {}",
+            super::error::describe(got),
+            SIMPLE_NAMES.join(", "),
+            PARAMETERISED_NAMES.join(", "),
+        ),
+    )
+}
+
+fn parse_simple_name(name: &str) -> Option<DataType> {
+    Some(match name {
+        "bool" => DataType::Bool,
+        "int4" => DataType::Int4,
+        "int8" => DataType::Int8,
+        "int16" => DataType::Int16,
+        "int32" => DataType::Int32,
+        "int64" => DataType::Int64,
+        "uint8" => DataType::UInt8,
+        "uint16" => DataType::UInt16,
+        "uint32" => DataType::UInt32,
+        "uint64" => DataType::UInt64,
+        "float16" => DataType::Float16,
+        "bfloat16" => DataType::BFloat16,
+        "float32" => DataType::Float32,
+        "float64" => DataType::Float64,
+        "complex64" => DataType::Complex64,
+        "complex128" => DataType::Complex128,
+        "string" => DataType::String,
+        // zarr-python 3.1 reads the short alias "bytes" as well.
+        "variable_length_bytes" | "bytes" => DataType::VariableLengthBytes,
+        _ => return parse_raw_bits(name),
+    })
+}
+
+/// `r8`, `r16`, ...: a positive multiple of 8 bits.
+fn parse_raw_bits(name: &str) -> Option<DataType> {
+    let digits = name.strip_prefix('r')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.starts_with('0') {
+        return None;
+    }
+    let bits: usize = digits.parse().ok()?;
+    (bits % 8 == 0).then_some(DataType::RawBits { size_bytes: bits / 8 })
+}
+
+fn parse_object(value: &Value, path: &str) -> Result<DataType> {
+    let mut obj = Obj::new(value, path)?;
+    let name_path = obj.at("name");
+    let name_value = obj.required("name")?;
+    let name = string(name_value, &name_path)?;
+    if let Some(mu) = obj.optional("must_understand") {
+        // The spec does not allow data types to be ignored.
+        if !super::json::boolean(mu, &obj.at("must_understand"))? {
+            return Err(MetadataError::new(
+                obj.at("must_understand"),
+                "must_understand: false is not allowed for data types",
+            ));
+        }
+    }
+    let config_path = obj.at("configuration");
+    let config = obj.optional("configuration");
+    obj.deny_rest("\"name\", \"configuration\" and \"must_understand\"")?;
+
+    if let Some(simple) = parse_simple_name(name) {
+        if let Some(c) = config {
+            if !object(c, &config_path)?.is_empty() {
+                return Err(MetadataError::new(config_path, format!("data type \"{name}\" takes no configuration")));
+            }
+        }
+        return Ok(simple);
+    }
+    if !PARAMETERISED_NAMES.contains(&name) {
+        return Err(unknown(&name_path, name_value));
+    }
+    let config = config.ok_or_else(|| {
+        MetadataError::new(
+            config_path.clone(),
+            format!("required field is missing (data type \"{name}\" is parameterised)"),
+        )
+    })?;
+    let mut cfg = Obj::new(config, &config_path)?;
+    let parsed = match name {
+        "fixed_length_utf32" => {
+            let n = length_bytes(&mut cfg, 4)?;
+            DataType::FixedLengthUtf32 { length_bytes: n }
+        }
+        "null_terminated_bytes" => DataType::NullTerminatedBytes { length_bytes: length_bytes(&mut cfg, 1)? },
+        "raw_bytes" => DataType::RawBytes { length_bytes: length_bytes(&mut cfg, 1)? },
+        "numpy.datetime64" | "numpy.timedelta64" => {
+            let unit_path = cfg.at("unit");
+            let unit = TimeUnit::parse(enum_str(cfg.required("unit")?, &unit_path, TIME_UNITS)?)
+                .ok_or_else(|| MetadataError::new(unit_path, "unknown unit"))?;
+            let sf_path = cfg.at("scale_factor");
+            let scale_factor = scale(cfg.required("scale_factor")?, &sf_path)?;
+            if name == "numpy.datetime64" {
+                DataType::DateTime64 { unit, scale_factor }
+            } else {
+                DataType::TimeDelta64 { unit, scale_factor }
+            }
+        }
+        _ => {
+            let fields_path = cfg.at("fields");
+            let fields = structured_fields(cfg.required("fields")?, &fields_path)?;
+            DataType::Structured { fields }
+        }
+    };
+    cfg.deny_rest(match name {
+        "numpy.datetime64" | "numpy.timedelta64" => "\"unit\" and \"scale_factor\"",
+        "structured" => "\"fields\"",
+        _ => "\"length_bytes\"",
+    })?;
+    Ok(parsed)
+}
+
+fn length_bytes(cfg: &mut Obj<'_>, multiple_of: u64) -> Result<usize> {
+    let path = cfg.at("length_bytes");
+    let v = cfg.required("length_bytes")?;
+    let what = if multiple_of == 1 {
+        "a positive integer".to_owned()
+    } else {
+        format!("a positive multiple of {multiple_of}")
+    };
+    match v.as_u64() {
+        Some(n) if n > 0 && n % multiple_of == 0 => {
+            usize::try_from(n).map_err(|_| MetadataError::expected(&path, &what, v))
+        }
+        _ => Err(MetadataError::expected(&path, &what, v)),
+    }
+}
+
+/// A datetime scale factor: `1..2^31` as in zarr-python.
+pub(crate) fn scale(v: &Value, path: &str) -> Result<u32> {
+    let n = int_in(v, path, 1, i64::from(i32::MAX))?;
+    u32::try_from(n).map_err(|_| MetadataError::expected(path, "a positive integer", v))
+}
+
+fn structured_fields(v: &Value, path: &str) -> Result<Vec<StructuredField>> {
+    let items = array(v, path, "an array of [name, data_type] pairs")?;
+    if items.is_empty() {
+        return Err(MetadataError::new(path, "expected at least one field"));
+    }
+    let mut fields: Vec<StructuredField> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let p = index(path, i);
+        let pair = array(item, &p, "a [name, data_type] pair")?;
+        let [name, dt] = pair else {
+            return Err(MetadataError::expected(&p, "a [name, data_type] pair", item));
+        };
+        let name = string(name, &index(&p, 0))?;
+        if fields.iter().any(|f| f.name == name) {
+            return Err(MetadataError::new(index(&p, 0), format!("duplicate field name \"{name}\"")));
+        }
+        let dt_path = index(&p, 1);
+        let data_type = DataType::from_v3_json(dt, &dt_path)?;
+        if !data_type.is_fixed_size() {
+            return Err(MetadataError::new(
+                dt_path,
+                format!("structured fields need a fixed-size data type, got \"{}\"", data_type.name()),
+            ));
+        }
+        fields.push(StructuredField { name: name.to_owned(), data_type });
+    }
+    let dt = DataType::Structured { fields };
+    if dt.item_size().is_none() {
+        return Err(MetadataError::new(path, "structured data type is too large"));
+    }
+    let DataType::Structured { fields } = dt else {
+        return Ok(Vec::new());
+    };
+    Ok(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: Value) -> Result<DataType> {
+        DataType::from_v3_json(&v, "data_type")
+    }
+
+    #[test]
+    fn core_names() {
+        assert_eq!(parse(json!("float64")).unwrap(), DataType::Float64);
+        assert_eq!(parse(json!("bool")).unwrap().item_size(), Some(1));
+        assert_eq!(parse(json!("r16")).unwrap(), DataType::RawBits { size_bytes: 2 });
+        assert!(parse(json!("r12")).is_err());
+        assert!(parse(json!("r0")).is_err());
+        assert!(parse(json!("r")).is_err());
+        assert_eq!(parse(json!({"name": "int16"})).unwrap(), DataType::Int16);
+        assert_eq!(parse(json!("bytes")).unwrap(), DataType::VariableLengthBytes);
+    }
+
+    #[test]
+    fn zarr_python_object_forms() {
+        let dt = parse(json!({"name":"fixed_length_utf32","configuration":{"length_bytes":28}})).unwrap();
+        assert_eq!(dt, DataType::FixedLengthUtf32 { length_bytes: 28 });
+        assert!(dt.endianness_matters());
+        let dt = parse(json!({"name":"numpy.datetime64","configuration":{"unit":"ms","scale_factor":1}})).unwrap();
+        assert_eq!(dt.item_size(), Some(8));
+        let dt = parse(json!({"name":"structured","configuration":{"fields":[["x","float32"],["y",{"name":"raw_bytes","configuration":{"length_bytes":2}}]]}}))
+            .unwrap();
+        assert_eq!(dt.item_size(), Some(6));
+        assert!(!dt.endianness_matters());
+    }
+
+    #[test]
+    fn round_trip_json() {
+        for v in [
+            json!("uint16"),
+            json!("r24"),
+            json!({"name":"raw_bytes","configuration":{"length_bytes":4}}),
+            json!({"name":"numpy.timedelta64","configuration":{"unit":"s","scale_factor":10}}),
+            json!({"name":"structured","configuration":{"fields":[["a","int8"],["b","float64"]]}}),
+        ] {
+            let dt = parse(v.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&dt).unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn errors() {
+        let e = parse(json!("float128")).unwrap_err();
+        assert_eq!(e.path, "data_type");
+        assert!(e.message.starts_with("unknown data type \"float128\""), "{e}");
+        let e = parse(json!({"name": "foo"})).unwrap_err();
+        assert_eq!(e.path, "data_type.name");
+        let e = parse(json!("fixed_length_utf32")).unwrap_err();
+        assert!(e.message.contains("object form"), "{e}");
+        let e = parse(json!({"name":"fixed_length_utf32","configuration":{"length_bytes":6}})).unwrap_err();
+        assert_eq!(e.path, "data_type.configuration.length_bytes");
+        let e = parse(json!({"name":"numpy.datetime64","configuration":{"unit":"fortnight","scale_factor":1}}))
+            .unwrap_err();
+        assert_eq!(e.path, "data_type.configuration.unit");
+        let e = parse(json!({"name":"structured","configuration":{"fields":[["a","string"]]}})).unwrap_err();
+        assert_eq!(e.path, "data_type.configuration.fields[0][1]");
+        let e = parse(json!({"name":"int8","configuration":{"x":1}})).unwrap_err();
+        assert_eq!(e.path, "data_type.configuration");
+        let e = parse(json!({"name":"int8","must_understand":false})).unwrap_err();
+        assert_eq!(e.path, "data_type.must_understand");
+        assert!(parse(json!(5)).is_err());
+    }
+}
