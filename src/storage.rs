@@ -127,6 +127,19 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// A backend failure.
     async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>>;
 
+    /// True when `key` names a non-empty prefix (a "directory") rather than
+    /// an object, so a read of it can be redirected to its listing.
+    ///
+    /// # Errors
+    /// A backend failure.
+    async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool>;
+
+    /// True when [`Storage::is_prefix`] is cheap enough to run on every
+    /// missing key (a local `stat`, not a remote LIST).
+    fn cheap_prefix_check(&self) -> bool {
+        false
+    }
+
     /// Checks the backend answers (used by `/readyz` and start-up validation).
     ///
     /// # Errors

@@ -121,7 +121,10 @@ pub(crate) fn html_listing(mount: &str, prefix: &KeyPrefix, listing: &Listing) -
             ListEntry::Prefix { name } => (format!("{name}/"), format!("{name}/")),
             ListEntry::Object { name, meta } => (name.clone(), format!("{name} ({} bytes)", meta.size)),
         };
-        let _ = writeln!(html, "<li><a href=\"{}\">{}</a></li>", escape_xml(&encode_path(&name)), escape_xml(&shown));
+        // Relative links (fsspec joins them to the listing URL, which always
+        // ends in `/`: a prefix without one is redirected).
+        let href = encode_path(&name);
+        let _ = writeln!(html, "<li><a href=\"{}\">{}</a></li>", escape_xml(&href), escape_xml(&shown));
     }
     html.push_str("</ul>\n");
     if listing.truncated {

@@ -116,6 +116,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::PayloadTooLarge { .. } => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
             }
+            ServiceError::IsPrefix(_) => Self::new(StatusCode::NOT_FOUND, "is_prefix", message),
             ServiceError::PrefixNotFound(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
         }
     }

@@ -136,6 +136,7 @@ fn read_response(key: &StoreKey, out: ReadOutcome) -> Response {
     responses(
         (status = 200, description = "The object's bytes, or a listing (HTML, or JSON on `Accept: application/json`)", content_type = "application/octet-stream", body = Vec<u8>),
         (status = 206, description = "The requested byte range", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 301, description = "The path names a prefix: its listing is at the same path with a trailing `/`"),
         (status = 304, description = "Not modified"),
         (status = 400, description = "Invalid key", body = ErrorBody),
         (status = 404, description = "No such key, prefix or mount (clients read a missing chunk as the fill value)", body = ErrorBody),
@@ -149,9 +150,13 @@ pub async fn get_key(State(app): State<Arc<App>>, method: Method, uri: Uri, head
     match target {
         Target::Key(key) => {
             let req = read_request(&headers, method == Method::HEAD);
-            let out = store::read(&app, &mount, &key, &req).await?;
-            Ok(read_response(&key, out))
+            match store::read(&app, &mount, &key, &req).await {
+                Ok(out) => Ok(read_response(&key, out)),
+                Err(ServiceError::IsPrefix(_)) => Ok(redirect_to_listing(&uri)),
+                Err(e) => Err(e.into()),
+            }
         }
+        Target::Prefix(_) if !uri.path().ends_with('/') => Ok(redirect_to_listing(&uri)),
         Target::Prefix(prefix) => {
             let listing = store::list(&app, &mount, &prefix).await?;
             let wants_json = header_str(&headers, &header::ACCEPT).is_some_and(|a| a.contains("application/json"));
@@ -162,6 +167,20 @@ pub async fn get_key(State(app): State<Arc<App>>, method: Method, uri: Uri, head
             })
         }
     }
+}
+
+/// 301 to the same path with a trailing slash: the listing of a prefix, as
+/// nginx and every static file server answer a directory without one.
+fn redirect_to_listing(uri: &Uri) -> Response {
+    let location = match uri.query() {
+        Some(q) => format!("{}/?{q}", uri.path()),
+        None => format!("{}/", uri.path()),
+    };
+    let mut resp = StatusCode::MOVED_PERMANENTLY.into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
 }
 
 /// Reads a request body, refusing more than `limit` bytes.

@@ -21,6 +21,10 @@ pub enum ServiceError {
     BadRequest(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: u64 },
+    /// The key names a prefix ("directory"), not an object: the HTTP layer
+    /// redirects to its listing (`.../key/`).
+    #[error("{0} is a prefix, not a key: list it at {0}/")]
+    IsPrefix(String),
     #[error("no such prefix: {0}")]
     PrefixNotFound(String),
 }

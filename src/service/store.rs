@@ -43,7 +43,28 @@ pub enum Depth {
 /// # Errors
 /// Unknown mount, or the storage error (not found, not modified, precondition, range).
 pub async fn read(app: &App, mount: &str, key: &StoreKey, request: &ReadRequest) -> ServiceResult<ReadOutcome> {
-    Ok(app.mount(mount)?.storage().read(key, request).await?)
+    let storage = app.mount(mount)?.storage();
+    match storage.read(key, request).await {
+        Err(StorageError::NotFound { key: missing }) => {
+            // A missing chunk or metadata document is the common miss (clients
+            // read it as the fill value); only other names are checked for being
+            // a prefix, unless the check is a cheap local stat.
+            let name = key.name();
+            let worth_checking =
+                storage.cheap_prefix_check() || !(is_chunk_like(name) || DocumentKind::from_key_name(name).is_some());
+            if worth_checking && storage.is_prefix(key).await? {
+                return Err(ServiceError::IsPrefix(key.to_string()));
+            }
+            Err(StorageError::NotFound { key: missing }.into())
+        }
+        other => Ok(other?),
+    }
+}
+
+/// True for a last key segment that looks like a chunk key's (`0`, `0.1.2`):
+/// digits and dots only.
+fn is_chunk_like(name: &str) -> bool {
+    name.bytes().all(|b| b.is_ascii_digit() || b == b'.')
 }
 
 /// Writes a key, validating metadata documents first.

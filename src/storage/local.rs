@@ -152,6 +152,14 @@ impl Storage for LocalBackend {
         Ok(entries)
     }
 
+    async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
+        Ok(tokio::fs::metadata(self.file_path(key)).await.is_ok_and(|m| m.is_dir()))
+    }
+
+    fn cheap_prefix_check(&self) -> bool {
+        true
+    }
+
     async fn probe(&self) -> StorageResult<()> {
         let root = Arc::clone(&self.root);
         match tokio::fs::metadata(&*root).await {

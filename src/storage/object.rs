@@ -235,6 +235,11 @@ impl Storage for ObjectBackend {
         Ok(out)
     }
 
+    async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
+        let listed = self.list(&key.as_prefix()).await?;
+        Ok(!listed.is_empty())
+    }
+
     async fn probe(&self) -> StorageResult<()> {
         self.store
             .list_with_delimiter(self.prefix.as_ref())
