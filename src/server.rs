@@ -35,6 +35,11 @@ pub fn init_logging(format: LogFormat) {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let grace = Duration::from_secs(config.shutdown_grace_seconds);
     let bind = config.bind;
+    // Handle SIGINT/SIGTERM before anyone can learn our address: a signal sent
+    // right after the "listening" line must start a graceful shutdown, not kill
+    // the process (the default action) nor be lost (tokio registers a signal
+    // only when its stream is created).
+    let shutdown = shutdown_signal().context("cannot install signal handlers")?;
     let app = Arc::new(App::from_config(config)?);
     let failing = app.probe_mounts().await;
     if let Some((mount, reason)) = failing.first() {
@@ -63,7 +68,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     });
     tokio::select! {
         result = &mut server => return Ok(result??),
-        () = shutdown_signal() => {}
+        () = shutdown => {}
     }
     tracing::info!(grace_seconds = grace.as_secs(), "shutting down: finishing in-flight requests");
     let _ = tx.send(true);
@@ -78,23 +83,24 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// Resolves on the first SIGINT or SIGTERM. The handlers are installed when
+/// this is called, not when the future is first polled.
+#[cfg(unix)]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }

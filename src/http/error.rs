@@ -86,6 +86,7 @@ impl From<StorageError> for ApiError {
                 Self::new(StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable", message)
                     .with_header(header::CONTENT_RANGE, &format!("bytes */{size}"))
             }
+            StorageError::Conflict { .. } => Self::new(StatusCode::CONFLICT, "conflict", message),
             StorageError::InvalidKey { .. } => Self::bad_request("invalid_key", message),
             StorageError::PermissionDenied { .. } => {
                 tracing::error!(error = %message, "storage refused access");

@@ -156,7 +156,11 @@ pub async fn get_key(State(app): State<Arc<App>>, method: Method, uri: Uri, head
                 Err(e) => Err(e.into()),
             }
         }
-        Target::Prefix(_) if !uri.path().ends_with('/') => Ok(redirect_to_listing(&uri)),
+        Target::Prefix(_) if !uri.path().ends_with('/') => {
+            // Only a mount that exists has a listing to redirect to.
+            app.mount(&mount)?;
+            Ok(redirect_to_listing(&uri))
+        }
         Target::Prefix(prefix) => {
             let listing = store::list(&app, &mount, &prefix).await?;
             let wants_json = header_str(&headers, &header::ACCEPT).is_some_and(|a| a.contains("application/json"));
@@ -222,6 +226,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> ApiResult<Byt
         (status = 400, description = "Invalid key", body = ErrorBody),
         (status = 404, description = "No such mount", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
+        (status = 409, description = "The key collides with existing data (a key below an object, or a key that is a prefix, on a local directory)", body = ErrorBody),
         (status = 412, description = "Precondition failed", body = ErrorBody),
         (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
         (status = 422, description = "Invalid metadata document", body = ErrorBody),

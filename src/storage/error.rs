@@ -24,6 +24,10 @@ pub enum StorageError {
     /// The requested byte range lies outside the object.
     #[error("range not satisfiable for key {key} of {size} bytes")]
     RangeNotSatisfiable { key: String, size: u64 },
+    /// The key cannot be stored because of what is already there: on a
+    /// directory tree, a key below an object, or a key that is a directory.
+    #[error("key {key} conflicts with existing data: {reason}")]
+    Conflict { key: String, reason: String },
     /// The key is not a valid storage key.
     #[error("invalid key: {reason}")]
     InvalidKey { reason: String },

@@ -54,6 +54,26 @@ impl LocalBackend {
         p
     }
 
+    /// Why `key` cannot be a file here, if it cannot: an ancestor is a file,
+    /// or the key itself is a directory. Checked only after a failed write.
+    fn conflict(&self, key: &StoreKey) -> Option<StorageError> {
+        let conflict = |reason: String| StorageError::Conflict { key: key.to_string(), reason };
+        let mut path = (*self.root).clone();
+        let segments: Vec<&str> = key.segments().collect();
+        for (i, segment) in segments.iter().enumerate() {
+            path.push(segment);
+            let Ok(md) = std::fs::symlink_metadata(&path) else { return None };
+            let last = i + 1 == segments.len();
+            if !last && !md.is_dir() {
+                return Some(conflict(format!("{} is an object, not a prefix", segments[..=i].join("/"))));
+            }
+            if last && md.is_dir() {
+                return Some(conflict("it is a prefix with keys below it".into()));
+            }
+        }
+        None
+    }
+
     fn meta_of(md: &std::fs::Metadata) -> ObjectMeta {
         let modified = md.modified().ok();
         let micros = modified.and_then(|m| m.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_micros());
@@ -116,7 +136,10 @@ impl Storage for LocalBackend {
             Err(StorageError::NotFound { .. }) => None,
             Err(e) => return Err(e),
         };
-        let mut outcome = self.inner.put_with_current(key, body, condition, current).await?;
+        let mut outcome = match self.inner.put_with_current(key, body, condition, current).await {
+            Ok(outcome) => outcome,
+            Err(e) => return Err(self.conflict(key).unwrap_or(e)),
+        };
         outcome.etag = Some(self.head(key).await?.etag);
         Ok(outcome)
     }

@@ -169,7 +169,22 @@ impl Storage for ObjectBackend {
                 Err(e) => return Err(err(e)),
             }
         }
-        Err(StorageError::Unavailable { reason: format!("{key} kept changing while being read") })
+        // Still changing: one unconditional GET returns one consistent version;
+        // evaluate the request against it and cut the range here.
+        let got = self.store.get_opts(&path, GetOptions::default()).await.map_err(err)?;
+        let meta = Self::meta(&got.meta);
+        let range = request::evaluate(key.as_str(), &meta, req)?;
+        let body = got.bytes().await.map_err(err)?;
+        let body = match &range {
+            Some(r) => {
+                let (Ok(start), Ok(end)) = (usize::try_from(r.start), usize::try_from(r.end)) else {
+                    return Err(StorageError::Unavailable { reason: format!("{key} is too large to read") });
+                };
+                body.slice(start..end.min(body.len()))
+            }
+            None => body,
+        };
+        Ok(ReadOutcome { meta, range, body })
     }
 
     async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {

@@ -185,6 +185,11 @@ pub fn evaluate(key: &str, meta: &ObjectMeta, request: &ReadRequest) -> StorageR
     if !range_applies {
         return Ok(None);
     }
+    if meta.size == 0 && matches!(range, ByteRange::Suffix(n) if n > 0) {
+        // RFC 9110 §14.1.1: a non-zero suffix range is satisfiable even for an
+        // empty representation; the whole (empty) object is the answer (200).
+        return Ok(None);
+    }
     range
         .resolve(meta.size)
         .map(Some)
@@ -257,6 +262,8 @@ mod tests {
         assert!(evaluate("k", &m, &req(p)).is_ok(), "If-None-Match wins over If-Modified-Since");
         let p = Preconditions { if_range: Some(IfRange::ETag("\"old\"".into())), ..Default::default() };
         assert_eq!(evaluate("k", &m, &req(p)).unwrap(), None, "a stale If-Range serves the whole object");
+        let empty = ReadRequest { range: Some(ByteRange::Suffix(16)), ..Default::default() };
+        assert_eq!(evaluate("k", &meta(0), &empty).unwrap(), None, "a suffix of an empty object is all of it");
         let unsat = ReadRequest { range: Some(ByteRange::From(10)), ..Default::default() };
         assert!(matches!(evaluate("k", &m, &unsat), Err(StorageError::RangeNotSatisfiable { size: 10, .. })));
     }
