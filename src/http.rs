@@ -80,36 +80,45 @@ fn cors_layer(origins: &[String]) -> CorsLayer {
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One log line per request: method, path, status, bytes, latency, request id.
+///
+/// Cheap when the request log is off (`RUST_LOG=warn`): then only server
+/// errors are logged and nothing is formatted for the rest.
 async fn log_request(mut req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let id = req
-        .headers()
-        .get(&REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
-        .map_or_else(|| format!("{:016x}", NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)), str::to_string);
-    let method = req.method().clone();
-    let path = req.uri().path().to_string();
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        req.headers_mut().insert(REQUEST_ID, v.clone());
-    }
-    let mut resp = next.run(req).await;
-    let bytes = resp
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .or_else(|| axum::body::HttpBody::size_hint(resp.body()).exact())
-        .unwrap_or(0);
-    let status = resp.status().as_u16();
-    let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
-    if status >= 500 {
-        tracing::warn!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id = %id, "request");
+    let id = match req.headers().get(&REQUEST_ID) {
+        Some(v) if !v.is_empty() && v.len() <= 128 => v.clone(),
+        _ => {
+            let v = HeaderValue::from(NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed));
+            req.headers_mut().insert(REQUEST_ID, v.clone());
+            v
+        }
+    };
+    let info = tracing::enabled!(target: "zarrd::request", tracing::Level::INFO);
+    let (method, path) = if info || tracing::enabled!(target: "zarrd::request", tracing::Level::WARN) {
+        (Some(req.method().clone()), Some(req.uri().path().to_string()))
     } else {
-        tracing::info!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id = %id, "request");
+        (None, None)
+    };
+    let mut resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    if let (Some(method), Some(path)) = (method, path) {
+        if info || status >= 500 {
+            let bytes = resp
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .or_else(|| axum::body::HttpBody::size_hint(resp.body()).exact())
+                .unwrap_or(0);
+            let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+            let request_id = id.to_str().unwrap_or("-");
+            if status >= 500 {
+                tracing::warn!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id, "request");
+            } else {
+                tracing::info!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id, "request");
+            }
+        }
     }
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        resp.headers_mut().insert(REQUEST_ID, v);
-    }
+    resp.headers_mut().insert(REQUEST_ID, id);
     resp
 }

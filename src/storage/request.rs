@@ -68,6 +68,16 @@ impl ByteRange {
         }
     }
 
+    /// The most bytes this range can select.
+    #[must_use]
+    pub fn max_len(self) -> u64 {
+        match self {
+            Self::Bounded { first, last } => (last - first).saturating_add(1),
+            Self::From(_) => u64::MAX,
+            Self::Suffix(n) => n,
+        }
+    }
+
     /// The half-open byte range this selects in an object of `size` bytes, or
     /// `None` when it is unsatisfiable (416).
     #[must_use]

@@ -1,0 +1,194 @@
+//! The codec pipeline (spec: v3 core §"Codecs"): zero or more array→array
+//! codecs, exactly one array→bytes codec, zero or more bytes→bytes codecs.
+//!
+//! A codec is built once per array from its metadata (validation happens
+//! then, not per chunk) and is then a pure function of its input: `Send +
+//! Sync`, no interior state, safe to call from many threads.
+//!
+//! Decoders never trust stored bytes: every `decode` is told the size its
+//! output may have (`max_decoded`) and fails rather than exceed it, so a
+//! decompression bomb costs at most one chunk's worth of memory.
+
+pub mod array_to_array;
+pub mod array_to_bytes;
+pub mod bytes_to_bytes;
+
+use std::fmt::Debug;
+
+use super::chunk::{ChunkData, ChunkRepr};
+
+/// Why a codec failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{codec}: {reason}")]
+pub struct CodecError {
+    /// The codec's name (`zstd`, `numcodecs.lz4`, `sharding_indexed`, ...).
+    pub codec: String,
+    /// What was wrong, for a person.
+    pub reason: String,
+}
+
+impl CodecError {
+    /// An error of `codec`.
+    #[must_use]
+    pub fn new(codec: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { codec: codec.into(), reason: reason.into() }
+    }
+}
+
+/// A codec result.
+pub type CodecResult<T> = Result<T, CodecError>;
+
+/// An array→array codec (transpose, v2 filters such as delta).
+pub trait ArrayToArrayCodec: Send + Sync + Debug {
+    /// The codec's name, for errors.
+    fn name(&self) -> &str;
+    /// The representation this codec encodes `decoded` into.
+    ///
+    /// # Errors
+    /// When `decoded` is not supported (wrong rank or data type).
+    fn encoded_repr(&self, decoded: &ChunkRepr) -> CodecResult<ChunkRepr>;
+    /// Encodes a chunk of representation `decoded`.
+    ///
+    /// # Errors
+    /// When the data does not match `decoded`.
+    fn encode(&self, data: ChunkData, decoded: &ChunkRepr) -> CodecResult<ChunkData>;
+    /// Decodes into representation `decoded`.
+    ///
+    /// # Errors
+    /// When the data does not match the encoded representation.
+    fn decode(&self, data: ChunkData, decoded: &ChunkRepr) -> CodecResult<ChunkData>;
+}
+
+/// An array→bytes codec (`bytes`, `vlen-utf8`, `vlen-bytes`, `sharding_indexed`).
+pub trait ArrayToBytesCodec: Send + Sync + Debug {
+    /// The codec's name, for errors.
+    fn name(&self) -> &str;
+    /// The exact encoded size for `decoded`, when it does not depend on the values.
+    fn encoded_size(&self, decoded: &ChunkRepr) -> Option<u64>;
+    /// Encodes a chunk.
+    ///
+    /// # Errors
+    /// When the data does not match `decoded`.
+    fn encode(&self, data: ChunkData, decoded: &ChunkRepr) -> CodecResult<Vec<u8>>;
+    /// Decodes stored bytes into a chunk of representation `decoded`.
+    ///
+    /// # Errors
+    /// When the bytes are not a valid encoding of such a chunk (wrong size,
+    /// truncated, corrupt).
+    fn decode(&self, bytes: Vec<u8>, decoded: &ChunkRepr) -> CodecResult<ChunkData>;
+}
+
+/// A bytes→bytes codec (compressors, checksums).
+pub trait BytesToBytesCodec: Send + Sync + Debug {
+    /// The codec's name, for errors.
+    fn name(&self) -> &str;
+    /// The exact encoded size for a decoded size, when it does not depend on
+    /// the values (`crc32c`: +4; compressors: `None`).
+    fn encoded_size(&self, decoded: u64) -> Option<u64>;
+    /// Encodes.
+    ///
+    /// # Errors
+    /// A library failure.
+    fn encode(&self, bytes: Vec<u8>) -> CodecResult<Vec<u8>>;
+    /// Decodes, producing at most `max_decoded` bytes: more is an error
+    /// (never an allocation of the claimed size).
+    ///
+    /// # Errors
+    /// Corrupt, truncated or oversized input, or a checksum mismatch.
+    fn decode(&self, bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>>;
+}
+
+/// The most bytes a bytes→bytes decoder may produce when the size it should
+/// produce is not known in advance (variable-length data types).
+pub const DEFAULT_VARIABLE_DECODE_CAP: usize = 256 * 1024 * 1024;
+
+/// A whole codec list, itself an array→bytes codec (so a shard's inner
+/// chunks use the same type).
+#[derive(Debug)]
+pub struct CodecChain {
+    array_to_array: Vec<Box<dyn ArrayToArrayCodec>>,
+    array_to_bytes: Box<dyn ArrayToBytesCodec>,
+    bytes_to_bytes: Vec<Box<dyn BytesToBytesCodec>>,
+    variable_decode_cap: usize,
+}
+
+impl CodecChain {
+    /// A chain of prepared codecs.
+    #[must_use]
+    pub fn new(
+        array_to_array: Vec<Box<dyn ArrayToArrayCodec>>,
+        array_to_bytes: Box<dyn ArrayToBytesCodec>,
+        bytes_to_bytes: Vec<Box<dyn BytesToBytesCodec>>,
+    ) -> Self {
+        Self { array_to_array, array_to_bytes, bytes_to_bytes, variable_decode_cap: DEFAULT_VARIABLE_DECODE_CAP }
+    }
+
+    /// Sets the decode cap for variable-length data.
+    #[must_use]
+    pub fn with_variable_decode_cap(mut self, cap: usize) -> Self {
+        self.variable_decode_cap = cap;
+        self
+    }
+
+    /// The representations entering each array→array codec, and the one
+    /// entering the array→bytes codec (last).
+    fn reprs(&self, decoded: &ChunkRepr) -> CodecResult<Vec<ChunkRepr>> {
+        let mut reprs = vec![decoded.clone()];
+        for codec in &self.array_to_array {
+            let next = codec.encoded_repr(reprs.last().expect("non-empty"))?;
+            reprs.push(next);
+        }
+        Ok(reprs)
+    }
+
+    /// The exact size of the bytes entering each bytes→bytes codec (index 0:
+    /// what the array→bytes codec produces), where known.
+    fn byte_sizes(&self, a2b_input: &ChunkRepr) -> Vec<Option<u64>> {
+        let mut sizes = vec![self.array_to_bytes.encoded_size(a2b_input)];
+        for codec in &self.bytes_to_bytes {
+            let last = *sizes.last().expect("non-empty");
+            sizes.push(last.and_then(|s| codec.encoded_size(s)));
+        }
+        sizes
+    }
+}
+
+impl ArrayToBytesCodec for CodecChain {
+    fn name(&self) -> &str {
+        "codecs"
+    }
+
+    fn encoded_size(&self, decoded: &ChunkRepr) -> Option<u64> {
+        let reprs = self.reprs(decoded).ok()?;
+        *self.byte_sizes(reprs.last()?).last()?
+    }
+
+    fn encode(&self, data: ChunkData, decoded: &ChunkRepr) -> CodecResult<Vec<u8>> {
+        let reprs = self.reprs(decoded)?;
+        let mut data = data;
+        for (codec, repr) in self.array_to_array.iter().zip(&reprs) {
+            data = codec.encode(data, repr)?;
+        }
+        let mut bytes = self.array_to_bytes.encode(data, reprs.last().expect("non-empty"))?;
+        for codec in &self.bytes_to_bytes {
+            bytes = codec.encode(bytes)?;
+        }
+        Ok(bytes)
+    }
+
+    fn decode(&self, bytes: Vec<u8>, decoded: &ChunkRepr) -> CodecResult<ChunkData> {
+        let reprs = self.reprs(decoded)?;
+        let a2b_input = reprs.last().expect("non-empty");
+        let sizes = self.byte_sizes(a2b_input);
+        let mut bytes = bytes;
+        for (i, codec) in self.bytes_to_bytes.iter().enumerate().rev() {
+            let max = sizes[i].and_then(|s| usize::try_from(s).ok()).unwrap_or(self.variable_decode_cap);
+            bytes = codec.decode(bytes, max)?;
+        }
+        let mut data = self.array_to_bytes.decode(bytes, a2b_input)?;
+        for (codec, repr) in self.array_to_array.iter().zip(&reprs).rev() {
+            data = codec.decode(data, repr)?;
+        }
+        Ok(data)
+    }
+}

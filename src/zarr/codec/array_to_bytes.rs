@@ -1,0 +1,1 @@
+//! array_to_bytes codecs.

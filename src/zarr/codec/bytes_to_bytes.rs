@@ -1,0 +1,1 @@
+//! bytes_to_bytes codecs.

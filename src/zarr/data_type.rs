@@ -1,0 +1,123 @@
+//! Data types as the engine sees them: how many bytes an element takes and
+//! what its bytes mean. Parsed metadata types (`metadata::DataType`,
+//! `metadata::v2::dtype::DataTypeV2`) normalise into this.
+//!
+//! Spec: Zarr v3 core §"Data types"; Zarr v2 §"Data type encoding";
+//! TensorStore's zarr and zarr3 driver data type tables.
+//!
+//! In-memory element layout (decoded chunks, fill values): fixed-size
+//! elements in **little-endian** byte order, C order. Variable-length
+//! elements (`String`, `Bytes`) are one byte string per element.
+
+/// A unit of `datetime64` / `timedelta64`, kept as written (`s`, `ms`, `10us`, ...).
+pub type TimeUnit = String;
+
+/// One field of a structured (v2 record) data type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    pub name: String,
+    /// Byte offset of the field inside one record.
+    pub offset: usize,
+    /// The field's element type (never `Structured` itself: nested structures
+    /// are flattened into dotted names by the normaliser where needed).
+    pub data_type: Box<DataType>,
+    /// Big-endian on disk (v2 `>` fields); in memory every field is little-endian.
+    pub big_endian: bool,
+    /// Subarray shape appended to the array's dimensions when the field is read.
+    pub subarray: Vec<u64>,
+}
+
+/// A data type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataType {
+    Bool,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    UInt8,
+    UInt16,
+    UInt32,
+    UInt64,
+    Float16,
+    BFloat16,
+    Float32,
+    Float64,
+    Complex64,
+    Complex128,
+    /// TensorStore's `int4`: one element per byte, sign-extended in memory.
+    Int4,
+    /// TensorStore's float8 variants (v2), by name (`float8_e4m3fn`, ...).
+    Float8(String),
+    /// `r<bits>` / v2 `|V<n>`: opaque bytes.
+    RawBits(usize),
+    /// v2 `|S<n>` / zarr-python `null_terminated_bytes`: fixed-length bytes.
+    FixedBytes(usize),
+    /// v2 `<U<n>` / zarr-python `fixed_length_utf32`: `n` UTF-32 code units.
+    FixedUtf32(usize),
+    /// `datetime64[unit]`: an 8-byte integer count of units.
+    DateTime64(TimeUnit),
+    /// `timedelta64[unit]`: an 8-byte integer count of units.
+    TimeDelta64(TimeUnit),
+    /// A v2 structured record of `size` bytes.
+    Structured {
+        size: usize,
+        fields: Vec<Field>,
+    },
+    /// Variable-length UTF-8 (`string`, v2 `|O` + `vlen-utf8`).
+    String,
+    /// Variable-length bytes (`bytes`/`variable_length_bytes`, v2 `|O` + `vlen-bytes`).
+    Bytes,
+}
+
+impl DataType {
+    /// Bytes per element, or `None` for variable-length types.
+    #[must_use]
+    pub fn size(&self) -> Option<usize> {
+        Some(match self {
+            Self::Bool | Self::Int8 | Self::UInt8 | Self::Int4 | Self::Float8(_) => 1,
+            Self::Int16 | Self::UInt16 | Self::Float16 | Self::BFloat16 => 2,
+            Self::Int32 | Self::UInt32 | Self::Float32 => 4,
+            Self::Int64 | Self::UInt64 | Self::Float64 | Self::Complex64 => 8,
+            Self::DateTime64(_) | Self::TimeDelta64(_) => 8,
+            Self::Complex128 => 16,
+            Self::RawBits(n) | Self::FixedBytes(n) | Self::Structured { size: n, .. } => *n,
+            Self::FixedUtf32(n) => n * 4,
+            Self::String | Self::Bytes => return None,
+        })
+    }
+
+    /// The size of the unit the `bytes` codec swaps for endianness: the whole
+    /// element for numbers, each component for complex numbers, 4 for
+    /// UTF-32, 1 (no swapping) for byte-like, raw and structured types.
+    #[must_use]
+    pub fn swap_unit(&self) -> usize {
+        match self {
+            Self::Complex64 => 4,
+            Self::Complex128 => 8,
+            Self::FixedUtf32(_) => 4,
+            Self::RawBits(_) | Self::FixedBytes(_) | Self::Structured { .. } | Self::String | Self::Bytes => 1,
+            other => other.size().unwrap_or(1),
+        }
+    }
+
+    /// True for variable-length types.
+    #[must_use]
+    pub fn is_variable(&self) -> bool {
+        self.size().is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(DataType::Complex128.size(), Some(16));
+        assert_eq!(DataType::Complex128.swap_unit(), 8);
+        assert_eq!(DataType::FixedUtf32(3).size(), Some(12));
+        assert_eq!(DataType::String.size(), None);
+        assert_eq!(DataType::Int4.size(), Some(1));
+    }
+}
