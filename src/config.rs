@@ -26,6 +26,7 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
+use crate::storage::local::ObjectCacheSettings;
 use crate::storage::mount::valid_mount_name;
 use crate::storage::MountSpec;
 
@@ -42,6 +43,8 @@ pub struct Config {
     pub shutdown_grace_seconds: u64,
     #[serde(default)]
     pub limits: Limits,
+    #[serde(default)]
+    pub cache: Cache,
     #[serde(default)]
     pub cors: Cors,
     #[serde(default)]
@@ -61,6 +64,39 @@ pub struct Limits {
     /// Most entries one listing answers (the rest are cut, and the answer says so).
     #[serde(default = "default_max_list")]
     pub max_list_entries: usize,
+}
+
+/// Caches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cache {
+    /// Bytes of small objects each local mount keeps in memory (0 disables).
+    #[serde(default = "default_object_cache")]
+    pub object_bytes: u64,
+    /// Objects larger than this are never cached.
+    #[serde(default = "default_object_max")]
+    pub object_max_bytes: u64,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Self { object_bytes: default_object_cache(), object_max_bytes: default_object_max() }
+    }
+}
+
+impl Cache {
+    /// The storage layer's view of these settings.
+    #[must_use]
+    pub fn object_cache(&self) -> ObjectCacheSettings {
+        ObjectCacheSettings { capacity_bytes: self.object_bytes, max_object_bytes: self.object_max_bytes }
+    }
+}
+
+const fn default_object_cache() -> u64 {
+    256 * 1024 * 1024
+}
+const fn default_object_max() -> u64 {
+    4 * 1024 * 1024
 }
 
 /// Cross-origin access for browser viewers.
@@ -127,6 +163,7 @@ impl Default for Config {
             bind: default_bind(),
             shutdown_grace_seconds: default_grace(),
             limits: Limits::default(),
+            cache: Cache::default(),
             cors: Cors::default(),
             log: Log::default(),
             mounts: BTreeMap::new(),

@@ -94,15 +94,17 @@ async fn log_request(mut req: Request, next: Next) -> Response {
         }
     };
     let info = tracing::enabled!(target: "zarrd::request", tracing::Level::INFO);
-    let (method, path) = if info || tracing::enabled!(target: "zarrd::request", tracing::Level::WARN) {
-        (Some(req.method().clone()), Some(req.uri().path().to_string()))
+    // Cheap clones (the URI is reference-counted); formatted only when logged.
+    let (method, uri) = if info || tracing::enabled!(target: "zarrd::request", tracing::Level::WARN) {
+        (Some(req.method().clone()), Some(req.uri().clone()))
     } else {
         (None, None)
     };
     let mut resp = next.run(req).await;
     let status = resp.status().as_u16();
-    if let (Some(method), Some(path)) = (method, path) {
+    if let (Some(method), Some(uri)) = (method, uri) {
         if info || status >= 500 {
+            let path = uri.path();
             let bytes = resp
                 .headers()
                 .get(header::CONTENT_LENGTH)

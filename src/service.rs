@@ -31,7 +31,9 @@ impl App {
         let mounts = config
             .mounts
             .iter()
-            .map(|(name, spec)| Mount::build(name, spec).map(|m| (name.clone(), Arc::new(m))))
+            .map(|(name, spec)| {
+                Mount::build_with(name, spec, config.cache.object_cache()).map(|m| (name.clone(), Arc::new(m)))
+            })
             .collect::<Result<_, _>>()?;
         Ok(Self { config, mounts })
     }

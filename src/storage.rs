@@ -134,12 +134,6 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// A backend failure.
     async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool>;
 
-    /// True when [`Storage::is_prefix`] is cheap enough to run on every
-    /// missing key (a local `stat`, not a remote LIST).
-    fn cheap_prefix_check(&self) -> bool {
-        false
-    }
-
     /// Checks the backend answers (used by `/readyz` and start-up validation).
     ///
     /// # Errors

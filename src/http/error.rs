@@ -75,6 +75,7 @@ impl From<StorageError> for ApiError {
         let message = e.to_string();
         match e {
             StorageError::NotFound { .. } => Self::new(StatusCode::NOT_FOUND, "not_found", message),
+            StorageError::IsPrefix { .. } => Self::new(StatusCode::NOT_FOUND, "is_prefix", message),
             StorageError::AlreadyExists { .. } => Self::new(StatusCode::PRECONDITION_FAILED, "already_exists", message),
             StorageError::PreconditionFailed { .. } => {
                 Self::new(StatusCode::PRECONDITION_FAILED, "precondition_failed", message)

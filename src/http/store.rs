@@ -145,25 +145,28 @@ fn read_response(key: &StoreKey, out: ReadOutcome) -> Response {
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
-pub async fn get_key(State(app): State<Arc<App>>, method: Method, uri: Uri, headers: HeaderMap) -> ApiResult<Response> {
-    let (mount, target) = parse_target(&uri)?;
+pub async fn get_key(State(app): State<Arc<App>>, request: axum::extract::Request) -> ApiResult<Response> {
+    // The request by value: its parts are read in place, not cloned (this is
+    // the hot path of every chunk read).
+    let (method, uri, headers) = (request.method(), request.uri(), request.headers());
+    let (mount, target) = parse_target(uri)?;
     match target {
         Target::Key(key) => {
-            let req = read_request(&headers, method == Method::HEAD);
+            let req = read_request(headers, method == Method::HEAD);
             match store::read(&app, &mount, &key, &req).await {
                 Ok(out) => Ok(read_response(&key, out)),
-                Err(ServiceError::IsPrefix(_)) => Ok(redirect_to_listing(&uri)),
+                Err(ServiceError::IsPrefix(_)) => Ok(redirect_to_listing(uri)),
                 Err(e) => Err(e.into()),
             }
         }
         Target::Prefix(_) if !uri.path().ends_with('/') => {
             // Only a mount that exists has a listing to redirect to.
             app.mount(&mount)?;
-            Ok(redirect_to_listing(&uri))
+            Ok(redirect_to_listing(uri))
         }
         Target::Prefix(prefix) => {
             let listing = store::list(&app, &mount, &prefix).await?;
-            let wants_json = header_str(&headers, &header::ACCEPT).is_some_and(|a| a.contains("application/json"));
+            let wants_json = header_str(headers, &header::ACCEPT).is_some_and(|a| a.contains("application/json"));
             Ok(if wants_json {
                 dav::json_listing(&mount, &prefix, &listing).into_response()
             } else {

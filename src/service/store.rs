@@ -45,13 +45,13 @@ pub enum Depth {
 pub async fn read(app: &App, mount: &str, key: &StoreKey, request: &ReadRequest) -> ServiceResult<ReadOutcome> {
     let storage = app.mount(mount)?.storage();
     match storage.read(key, request).await {
+        Err(StorageError::IsPrefix { key }) => Err(ServiceError::IsPrefix(key)),
         Err(StorageError::NotFound { key: missing }) => {
             // A missing chunk or metadata document is the common miss (clients
             // read it as the fill value); only other names are checked for being
-            // a prefix, unless the check is a cheap local stat.
+            // a prefix (a LIST on object stores; local reads report it directly).
             let name = key.name();
-            let worth_checking =
-                storage.cheap_prefix_check() || !(is_chunk_like(name) || DocumentKind::from_key_name(name).is_some());
+            let worth_checking = !(is_chunk_like(name) || DocumentKind::from_key_name(name).is_some());
             if worth_checking && storage.is_prefix(key).await? {
                 return Err(ServiceError::IsPrefix(key.to_string()));
             }
@@ -138,7 +138,7 @@ pub async fn propfind(app: &App, mount: &str, path: &KeyPrefix, depth: Depth) ->
         let key = StoreKey::new(path.as_str())?;
         match m.storage().head(&key).await {
             Ok(meta) => return Ok(DavTarget::Object { key, meta }),
-            Err(StorageError::NotFound { .. }) => {}
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => {}
             Err(e) => return Err(e.into()),
         }
     }

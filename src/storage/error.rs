@@ -12,6 +12,10 @@ pub enum StorageError {
     /// The key does not exist.
     #[error("key {key} not found")]
     NotFound { key: String },
+    /// The key names a prefix ("directory"), not an object (reported by
+    /// backends that know it without extra work).
+    #[error("{key} is a prefix, not a key")]
+    IsPrefix { key: String },
     /// A write with `If-None-Match: *` found an existing object.
     #[error("key {key} already exists")]
     AlreadyExists { key: String },

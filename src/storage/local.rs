@@ -9,6 +9,13 @@
 //! So reads up to [`INLINE_READ_MAX`] bytes run inline on the async worker,
 //! as nginx's do; larger reads go to the blocking pool. A mount on a slow
 //! network filesystem would stall a worker for the duration of one read.
+//!
+//! Small objects (up to [`ObjectCacheSettings::max_object_bytes`]) are kept
+//! in a byte-bounded cache and served from memory after one `stat` shows the
+//! file unchanged (same inode, size, mtime and ctime: any write through zarrd
+//! is a rename to a new inode, and any write in place changes ctime). That
+//! saves the open, read, close and copy of hot chunks and metadata documents,
+//! the way nginx's `open_file_cache` saves the open.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -30,11 +37,54 @@ use super::{
 /// Reads up to this many bytes run inline on the async worker.
 pub const INLINE_READ_MAX: u64 = 4 * 1024 * 1024;
 
+/// Sizes of the per-mount object cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectCacheSettings {
+    /// Bytes the cache may hold; 0 disables it.
+    pub capacity_bytes: u64,
+    /// Larger objects are never cached.
+    pub max_object_bytes: u64,
+}
+
+impl Default for ObjectCacheSettings {
+    fn default() -> Self {
+        Self { capacity_bytes: 256 * 1024 * 1024, max_object_bytes: 4 * 1024 * 1024 }
+    }
+}
+
+/// What identifies one version of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Validator {
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Validator {
+    fn of(md: &std::fs::Metadata) -> Self {
+        Self {
+            ino: md.ino(),
+            size: md.len(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct CachedObject {
+    validator: Validator,
+    body: Bytes,
+}
+
 /// A mount over a local directory.
 #[derive(Debug, Clone)]
 pub struct LocalBackend {
     root: Arc<PathBuf>,
     inner: ObjectBackend,
+    cache: Option<moka::sync::Cache<StoreKey, Arc<CachedObject>>>,
+    max_cached: u64,
 }
 
 impl LocalBackend {
@@ -43,6 +93,14 @@ impl LocalBackend {
     /// # Errors
     /// `Unavailable` when `root` is not a directory.
     pub fn new(root: PathBuf) -> StorageResult<Self> {
+        Self::with_cache(root, ObjectCacheSettings::default())
+    }
+
+    /// Serves the directory `root` with an object cache of the given sizes.
+    ///
+    /// # Errors
+    /// `Unavailable` when `root` is not a directory.
+    pub fn with_cache(root: PathBuf, cache: ObjectCacheSettings) -> StorageResult<Self> {
         let root = root
             .canonicalize()
             .map_err(|e| StorageError::Unavailable { reason: format!("{}: {e}", root.display()) })?;
@@ -52,7 +110,20 @@ impl LocalBackend {
         let fs = LocalFileSystem::new_with_prefix(&root)
             .map_err(|e| StorageError::Unavailable { reason: e.to_string() })?
             .with_automatic_cleanup(true);
-        Ok(Self { root: Arc::new(root), inner: ObjectBackend::new(Arc::new(fs), "")? })
+        let object_cache = (cache.capacity_bytes > 0).then(|| {
+            moka::sync::Cache::builder()
+                .max_capacity(cache.capacity_bytes)
+                .weigher(|_: &StoreKey, v: &Arc<CachedObject>| {
+                    u32::try_from(v.body.len().saturating_add(64)).unwrap_or(u32::MAX)
+                })
+                .build()
+        });
+        Ok(Self {
+            root: Arc::new(root),
+            inner: ObjectBackend::new(Arc::new(fs), "")?,
+            cache: object_cache,
+            max_cached: cache.max_object_bytes.min(cache.capacity_bytes),
+        })
     }
 
     fn file_path(&self, key: &StoreKey) -> PathBuf {
@@ -93,10 +164,45 @@ impl LocalBackend {
         }
     }
 
-    fn read_blocking(path: &std::path::Path, key: &StoreKey, req: &ReadRequest) -> StorageResult<ReadOutcome> {
+    /// Reads with one `stat` first: a cached, unchanged object is served from
+    /// memory; a directory is a prefix; a missing file is not found.
+    fn read_sync(&self, path: &std::path::Path, key: &StoreKey, req: &ReadRequest) -> StorageResult<ReadOutcome> {
+        let io = |e: std::io::Error| StorageError::from_io(key.as_str(), &e);
+        let md = std::fs::metadata(path).map_err(io)?;
+        if md.is_dir() {
+            return Err(StorageError::IsPrefix { key: key.to_string() });
+        }
+        if !md.is_file() {
+            return Err(StorageError::NotFound { key: key.to_string() });
+        }
+        if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(key)) {
+            if hit.validator == Validator::of(&md) {
+                let meta = Self::meta_of(&md);
+                let range = request::evaluate(key.as_str(), &meta, req)?;
+                let body = match (&range, req.head_only) {
+                    (_, true) => Bytes::new(),
+                    (None, false) => hit.body.clone(),
+                    (Some(r), false) => hit.body.slice(to_usize(r.start)?..to_usize(r.end)?),
+                };
+                return Ok(ReadOutcome { meta, range, body });
+            }
+        }
+        Self::read_file(path, key, req, self.cache.as_ref().map(|c| (c, self.max_cached)))
+    }
+
+    /// Opens, stats and reads a file; caches it whole when it is small enough.
+    fn read_file(
+        path: &std::path::Path,
+        key: &StoreKey,
+        req: &ReadRequest,
+        cache: Option<(&moka::sync::Cache<StoreKey, Arc<CachedObject>>, u64)>,
+    ) -> StorageResult<ReadOutcome> {
         let io = |e: std::io::Error| StorageError::from_io(key.as_str(), &e);
         let file = File::open(path).map_err(io)?;
         let md = file.metadata().map_err(io)?;
+        if md.is_dir() {
+            return Err(StorageError::IsPrefix { key: key.to_string() });
+        }
         if !md.is_file() {
             return Err(StorageError::NotFound { key: key.to_string() });
         }
@@ -105,9 +211,9 @@ impl LocalBackend {
         if req.head_only {
             return Ok(ReadOutcome { meta, range, body: Bytes::new() });
         }
-        let span = range.clone().unwrap_or(0..meta.size);
-        let len = usize::try_from(span.end - span.start)
-            .map_err(|_| StorageError::Unavailable { reason: format!("{key} is too large to read") })?;
+        let cacheable = cache.filter(|(_, max)| meta.size <= *max);
+        let span = if cacheable.is_some() { 0..meta.size } else { range.clone().unwrap_or(0..meta.size) };
+        let len = to_usize(span.end - span.start)?;
         // Read into spare capacity (no zero-filling): `take` stops at `len`
         // without a further syscall, `read_to_end` never over-allocates here.
         let mut buf = Vec::with_capacity(len);
@@ -119,8 +225,19 @@ impl LocalBackend {
             // handle keeps the old inode; this guards truncation in place).
             return Err(StorageError::Unavailable { reason: format!("{key} was truncated while being read") });
         }
-        Ok(ReadOutcome { meta, range, body: Bytes::from(buf) })
+        let mut body = Bytes::from(buf);
+        if let Some((cache, _)) = cacheable {
+            cache.insert(key.clone(), Arc::new(CachedObject { validator: Validator::of(&md), body: body.clone() }));
+            if let Some(r) = &range {
+                body = body.slice(to_usize(r.start)?..to_usize(r.end)?);
+            }
+        }
+        Ok(ReadOutcome { meta, range, body })
     }
+}
+
+fn to_usize(n: u64) -> StorageResult<usize> {
+    usize::try_from(n).map_err(|_| StorageError::Unavailable { reason: format!("{n} bytes do not fit in memory") })
 }
 
 #[async_trait]
@@ -128,18 +245,18 @@ impl Storage for LocalBackend {
     async fn read(&self, key: &StoreKey, req: &ReadRequest) -> StorageResult<ReadOutcome> {
         let path = self.file_path(key);
         if req.head_only || req.range.is_some_and(|r| r.max_len() <= INLINE_READ_MAX) {
-            return Self::read_blocking(&path, key, req);
+            return self.read_sync(&path, key, req);
         }
-        // Open and stat inline; whole objects larger than INLINE_READ_MAX are
-        // read on the blocking pool.
+        // Stat inline; whole objects larger than INLINE_READ_MAX are read on
+        // the blocking pool.
         let head = ReadRequest { head_only: true, ..req.clone() };
-        let out = Self::read_blocking(&path, key, &head)?;
+        let out = self.read_sync(&path, key, &head)?;
         let len = out.range.as_ref().map_or(out.meta.size, |r| r.end - r.start);
         if len <= INLINE_READ_MAX {
-            return Self::read_blocking(&path, key, req);
+            return self.read_sync(&path, key, req);
         }
         let (key, req) = (key.clone(), req.clone());
-        tokio::task::spawn_blocking(move || Self::read_blocking(&path, &key, &req))
+        tokio::task::spawn_blocking(move || Self::read_file(&path, &key, &req, None))
             .await
             .map_err(|e| StorageError::Unavailable { reason: e.to_string() })?
     }
@@ -153,6 +270,12 @@ impl Storage for LocalBackend {
         let current = match self.head(key).await {
             Ok(m) => Some(m),
             Err(StorageError::NotFound { .. }) => None,
+            Err(StorageError::IsPrefix { .. }) => {
+                return Err(StorageError::Conflict {
+                    key: key.to_string(),
+                    reason: "it is a prefix with keys below it".into(),
+                })
+            }
             Err(e) => return Err(e),
         };
         let mut outcome = match self.inner.put_with_current(key, body, condition, current).await {
@@ -199,10 +322,6 @@ impl Storage for LocalBackend {
         Ok(std::fs::metadata(self.file_path(key)).is_ok_and(|m| m.is_dir()))
     }
 
-    fn cheap_prefix_check(&self) -> bool {
-        true
-    }
-
     async fn probe(&self) -> StorageResult<()> {
         let root = Arc::clone(&self.root);
         match tokio::fs::metadata(&*root).await {
@@ -210,5 +329,51 @@ impl Storage for LocalBackend {
             Ok(_) => Err(StorageError::Unavailable { reason: format!("{} is not a directory", root.display()) }),
             Err(e) => Err(StorageError::Unavailable { reason: format!("{}: {e}", root.display()) }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: &str) -> StoreKey {
+        StoreKey::new(k).unwrap()
+    }
+
+    #[tokio::test]
+    async fn cached_objects_follow_changes_made_behind_our_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = LocalBackend::new(dir.path().to_path_buf()).unwrap();
+        let path = dir.path().join("a");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let whole = ReadRequest::default();
+        assert_eq!(&b.read(&key("a"), &whole).await.unwrap().body[..], b"0123456789");
+        // Served from the cache, including ranges.
+        let ranged = ReadRequest { range: Some(request::ByteRange::Suffix(3)), ..ReadRequest::default() };
+        let out = b.read(&key("a"), &ranged).await.unwrap();
+        assert_eq!((&out.body[..], out.range), (&b"789"[..], Some(7..10)));
+        // Rewritten in place with the same size: ctime changes, the cache misses.
+        std::fs::write(&path, b"abcdefghij").unwrap();
+        assert_eq!(&b.read(&key("a"), &whole).await.unwrap().body[..], b"abcdefghij");
+        // Replaced by rename (as zarrd writes): a new inode.
+        std::fs::write(dir.path().join("tmp"), b"XYZ").unwrap();
+        std::fs::rename(dir.path().join("tmp"), &path).unwrap();
+        assert_eq!(&b.read(&key("a"), &whole).await.unwrap().body[..], b"XYZ");
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(b.read(&key("a"), &whole).await, Err(StorageError::NotFound { .. })));
+    }
+
+    #[tokio::test]
+    async fn large_objects_are_not_cached_and_ranges_read_only_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = ObjectCacheSettings { capacity_bytes: 1024, max_object_bytes: 16 };
+        let b = LocalBackend::with_cache(dir.path().to_path_buf(), settings).unwrap();
+        std::fs::write(dir.path().join("big"), vec![7u8; 100]).unwrap();
+        let ranged = ReadRequest { range: Some(request::ByteRange::From(90)), ..ReadRequest::default() };
+        let out = b.read(&key("big"), &ranged).await.unwrap();
+        assert_eq!(out.body.len(), 10);
+        assert!(b.cache.as_ref().unwrap().get(&key("big")).is_none());
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        assert!(matches!(b.read(&key("d"), &ReadRequest::default()).await, Err(StorageError::IsPrefix { .. })));
     }
 }

@@ -27,7 +27,7 @@ use object_store::memory::InMemory;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-use super::local::LocalBackend;
+use super::local::{LocalBackend, ObjectCacheSettings};
 use super::object::ObjectBackend;
 use super::{KeyPrefix, PutCondition, PutOutcome, Storage, StorageError, StorageResult, StoreKey};
 
@@ -99,12 +99,20 @@ impl Mount {
     /// # Errors
     /// A [`MountError`] naming the mount and what is wrong.
     pub fn build(name: &str, spec: &MountSpec) -> Result<Self, MountError> {
+        Self::build_with(name, spec, ObjectCacheSettings::default())
+    }
+
+    /// As [`Mount::build`], with the object cache sized for local mounts.
+    ///
+    /// # Errors
+    /// A [`MountError`] naming the mount and what is wrong.
+    pub fn build_with(name: &str, spec: &MountSpec, cache: ObjectCacheSettings) -> Result<Self, MountError> {
         if !valid_mount_name(name) {
             return Err(MountError::BadName(name.to_string()));
         }
         let bad = |reason: String| MountError::BadUrl { mount: name.into(), url: spec.url.clone(), reason };
         let storage: Arc<dyn Storage> = match spec.url.split_once("://") {
-            None => Arc::new(Self::local(name, spec, PathBuf::from(&spec.url))?),
+            None => Arc::new(Self::local(name, spec, PathBuf::from(&spec.url), cache)?),
             Some(("file", rest)) => {
                 let path = if rest.starts_with('/') {
                     url::Url::parse(&spec.url)
@@ -115,7 +123,7 @@ impl Mount {
                     // file://relative/path: relative to the working directory.
                     PathBuf::from(rest)
                 };
-                Arc::new(Self::local(name, spec, path)?)
+                Arc::new(Self::local(name, spec, path, cache)?)
             }
             Some(("memory", rest)) => {
                 if !rest.trim_matches('/').is_empty() {
@@ -193,7 +201,12 @@ impl Mount {
         }
     }
 
-    fn local(name: &str, spec: &MountSpec, path: PathBuf) -> Result<LocalBackend, MountError> {
+    fn local(
+        name: &str,
+        spec: &MountSpec,
+        path: PathBuf,
+        cache: ObjectCacheSettings,
+    ) -> Result<LocalBackend, MountError> {
         Self::reject_options(name, spec, "file")?;
         let unreachable =
             |reason: String| MountError::Unreachable { mount: name.into(), url: spec.url.clone(), reason };
@@ -207,7 +220,7 @@ impl Mount {
                 path.display()
             )));
         }
-        LocalBackend::new(path).map_err(|e| unreachable(e.to_string()))
+        LocalBackend::with_cache(path, cache).map_err(|e| unreachable(e.to_string()))
     }
 
     /// The mount's name.
