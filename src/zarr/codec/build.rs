@@ -203,3 +203,105 @@ fn filter_unsupported(id: &str) -> CodecError {
         "unsupported filter (zarrd implements delta, fixedscaleoffset, vlen-utf8, vlen-bytes and bytes -> bytes filters)",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zarr::chunk::ChunkData;
+    use crate::zarr::data_type::DataType;
+    use crate::zarr::metadata::codec::parse_codec_chain;
+    use crate::zarr::metadata::DataType as MetaDataType;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn v3_chain(codecs: Value, dt: &MetaDataType, shape: &[u64]) -> CodecResult<CodecChain> {
+        let specs = parse_codec_chain(&codecs, "codecs", dt, shape).unwrap();
+        let data_type = DataType::from(dt);
+        let fill_value = vec![0; data_type.size().unwrap_or(0)];
+        chain_from_v3(&specs, &ChunkRepr { shape: shape.to_vec(), data_type, fill_value })
+    }
+
+    fn repr(shape: &[u64], data_type: DataType) -> ChunkRepr {
+        let fill_value = vec![0; data_type.size().unwrap_or(0)];
+        ChunkRepr { shape: shape.to_vec(), data_type, fill_value }
+    }
+
+    #[test]
+    fn v3_numcodecs_filters_map_onto_the_same_codecs() {
+        let chain = v3_chain(
+            json!([{"name": "transpose", "configuration": {"order": [1, 0]}},
+                   {"name": "numcodecs.delta", "configuration": {"dtype": "<i4", "astype": "<i2"}},
+                   {"name": "bytes", "configuration": {"endian": "big"}}]),
+            &MetaDataType::Int32,
+            &[2, 2],
+        )
+        .unwrap();
+        let r = repr(&[2, 2], DataType::Int32);
+        // [[1, 2], [3, 4]] -> transposed [1, 3, 2, 4] -> delta [1, 2, -1, 2] as >i2
+        let data: Vec<u8> = [1i32, 2, 3, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let enc = chain.encode(ChunkData::Fixed(data.clone()), &r).unwrap();
+        assert_eq!(enc, [1i16, 2, -1, 2].iter().flat_map(|v| v.to_be_bytes()).collect::<Vec<u8>>());
+        assert_eq!(chain.encoded_size(&r), Some(8));
+        assert_eq!(chain.decode(enc, &r).unwrap(), ChunkData::Fixed(data));
+    }
+
+    #[test]
+    fn unsupported_codecs_are_named() {
+        let e = v3_chain(
+            json!([{"name": "numcodecs.bitround", "configuration": {"keepbits": 3}}, {"name": "bytes", "configuration": {"endian": "little"}}]),
+            &MetaDataType::Float32,
+            &[4],
+        )
+        .unwrap_err();
+        assert_eq!(e.codec, "bitround");
+        let e = v3_chain(
+            json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.zstd", "configuration": {"level": 1}}]),
+            &MetaDataType::Float32,
+            &[4],
+        )
+        .unwrap_err();
+        assert_eq!(e.codec, "numcodecs.zstd");
+        let e = v3_chain(json!(["bytes", "crc32c"]), &MetaDataType::UInt8, &[4]).unwrap_err();
+        assert_eq!(e.codec, "crc32c");
+    }
+
+    #[test]
+    fn v2_filter_order() {
+        let meta = |filters: Value| {
+            ArrayMetadataV2::from_json(
+                &json!({"zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "<i4", "compressor": null,
+                        "fill_value": 0, "order": "C", "filters": filters}),
+                "",
+            )
+            .unwrap()
+        };
+        let r = repr(&[4], DataType::Int32);
+        // A bytes -> bytes filter goes to the hook (here: unsupported, named as numcodecs.<id>).
+        let e = chain_from_v2(&meta(json!([{"id": "shuffle", "elementsize": 4}])), &r).unwrap_err();
+        assert_eq!(e.codec, "numcodecs.shuffle");
+        let e = chain_from_v2(&meta(json!([{"id": "vlen-utf8"}])), &r).unwrap_err();
+        assert_eq!(e.codec, "vlen-utf8");
+        assert!(chain_from_v2(&meta(json!([{"id": "delta", "dtype": "<i4"}])), &r).is_ok());
+    }
+
+    proptest! {
+        /// Arbitrary stored bytes never panic a chain: they decode or fail with a named codec.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80), which in 0usize..3) {
+            let (chain, r) = match which {
+                0 => (
+                    v3_chain(json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes", "configuration": {"endian": "big"}}]), &MetaDataType::Float32, &[2, 3]).unwrap(),
+                    repr(&[2, 3], DataType::Float32),
+                ),
+                1 => (v3_chain(json!(["vlen-utf8"]), &MetaDataType::String, &[3]).unwrap(), repr(&[3], DataType::String)),
+                _ => (
+                    v3_chain(json!([{"name": "numcodecs.fixedscaleoffset", "configuration": {"offset": 1, "scale": 10, "dtype": "<f8", "astype": "|u1"}}, "bytes"]), &MetaDataType::Float64, &[8]).unwrap(),
+                    repr(&[8], DataType::Float64),
+                ),
+            };
+            if let Err(e) = chain.decode(bytes, &r) {
+                prop_assert!(!e.codec.is_empty());
+            }
+        }
+    }
+}
