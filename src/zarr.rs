@@ -3,7 +3,10 @@
 //! Specs: Zarr v3 core (`reference/zarr-specs/v3/core/index.rst`) and Zarr v2
 //! (`reference/zarr-specs/v2/v2.0.rst`).
 
+pub mod array;
 pub mod chunk;
+pub mod chunk_key;
 pub mod codec;
 pub mod data_type;
 pub mod metadata;
+pub mod subset;

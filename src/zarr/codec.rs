@@ -192,3 +192,5 @@ impl ArrayToBytesCodec for CodecChain {
         Ok(data)
     }
 }
+
+pub mod build;

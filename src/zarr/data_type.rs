@@ -108,6 +108,67 @@ impl DataType {
     }
 }
 
+fn time_unit(unit: crate::zarr::metadata::data_type::TimeUnit, scale_factor: u32) -> TimeUnit {
+    if scale_factor == 1 {
+        unit.as_str().to_owned()
+    } else {
+        format!("{scale_factor}{}", unit.as_str())
+    }
+}
+
+impl From<&crate::zarr::metadata::DataType> for DataType {
+    /// The engine type of a parsed (v3-named) data type. Structured fields
+    /// are packed in order and little-endian (zarr-python's v3 `structured`).
+    fn from(dt: &crate::zarr::metadata::DataType) -> Self {
+        use crate::zarr::metadata::DataType as M;
+        match dt {
+            M::Bool => Self::Bool,
+            M::Int4 => Self::Int4,
+            M::Int8 => Self::Int8,
+            M::Int16 => Self::Int16,
+            M::Int32 => Self::Int32,
+            M::Int64 => Self::Int64,
+            M::UInt8 => Self::UInt8,
+            M::UInt16 => Self::UInt16,
+            M::UInt32 => Self::UInt32,
+            M::UInt64 => Self::UInt64,
+            M::Float16 => Self::Float16,
+            M::BFloat16 => Self::BFloat16,
+            M::Float32 => Self::Float32,
+            M::Float64 => Self::Float64,
+            M::Complex64 => Self::Complex64,
+            M::Complex128 => Self::Complex128,
+            M::RawBits { size_bytes } => Self::RawBits(*size_bytes),
+            M::RawBytes { length_bytes } => Self::RawBits(*length_bytes),
+            M::NullTerminatedBytes { length_bytes } => Self::FixedBytes(*length_bytes),
+            M::FixedLengthUtf32 { length_bytes } => Self::FixedUtf32(length_bytes / 4),
+            M::DateTime64 { unit, scale_factor } => Self::DateTime64(time_unit(*unit, *scale_factor)),
+            M::TimeDelta64 { unit, scale_factor } => Self::TimeDelta64(time_unit(*unit, *scale_factor)),
+            M::String => Self::String,
+            M::VariableLengthBytes => Self::Bytes,
+            M::Structured { fields } => {
+                let mut offset = 0usize;
+                let fields = fields
+                    .iter()
+                    .map(|f| {
+                        let data_type = Self::from(&f.data_type);
+                        let field = Field {
+                            name: f.name.clone(),
+                            offset,
+                            data_type: Box::new(data_type.clone()),
+                            big_endian: false,
+                            subarray: Vec::new(),
+                        };
+                        offset += data_type.size().unwrap_or(0);
+                        field
+                    })
+                    .collect();
+                Self::Structured { size: offset, fields }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,19 +27,13 @@
 //! - [`v3`]: `zarr.json`; [`v2`]: `.zarray`, `.zgroup`, `.zattrs`,
 //!   `.zmetadata`, [`v2::dtype`]: numpy dtype strings.
 //!
-//! # Next step (not built yet)
+//! # Normalisation
 //!
-//! TODO(engine): normalise [`ArrayMetadataV2`] and [`ArrayMetadataV3`] into
-//! one internal array description (`crate::zarr::array::ArrayDescription`:
-//! shape, data type + byte order, fill value, chunk grid, chunk key encoder,
-//! resolved codec pipeline) so nothing below this module sees a format
-//! version. The mapping is: v2 `order: "F"` = v3 `transpose` with the
-//! reversed order; v2 `filters` + `compressor` = array -> array codecs +
-//! `bytes` (endian from the dtype's byte order) + bytes -> bytes codecs;
-//! v2 `dimension_separator` = the v3 `v2` chunk key encoding; v2 `|O` + an
-//! object codec = `string` / `variable_length_bytes` + `vlen-*`; v2 `null`
-//! fill = zero. Put it in a sibling module (`crate::zarr::array`), not here:
-//! this module stays about documents.
+//! [`ArrayMetadataV2`] and [`ArrayMetadataV3`] become one
+//! [`crate::zarr::array::ArrayDescription`] (shape, engine data type, fill
+//! value bytes, chunk grid, chunk key encoding, prepared codec chain), so
+//! nothing below this module sees a format version; this module stays about
+//! documents.
 
 pub mod codec;
 pub mod data_type;

@@ -1,1 +1,11 @@
-//! array_to_array codecs.
+//! Array→array codecs (Zarr v3 core §"Codecs"): `transpose` and the numcodecs
+//! filters `delta` and `fixedscaleoffset` (v2 `filters`, v3 `numcodecs.*`).
+
+pub mod delta;
+pub mod fixedscaleoffset;
+mod numeric;
+pub mod transpose;
+
+pub use self::delta::DeltaCodec;
+pub use self::fixedscaleoffset::FixedScaleOffsetCodec;
+pub use self::transpose::TransposeCodec;
