@@ -60,6 +60,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let mut server = tokio::spawn(async move {
         let mut rx = rx;
+        // TCP_NODELAY, as nginx sets on keep-alive connections: a response
+        // written in several segments must not wait for the client's delayed ACK.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 let _ = rx.wait_for(|stop| *stop).await;
