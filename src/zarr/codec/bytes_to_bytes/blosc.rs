@@ -1,0 +1,425 @@
+//! The `blosc` codec (spec: `codecs/blosc/index.rst`; the container format is
+//! c-blosc's `README_CHUNK_FORMAT.rst`), which is also numcodecs' `blosc`
+//! (Zarr v2 and `numcodecs.blosc`, where `shuffle` is an integer and -1,
+//! AUTOSHUFFLE, means bit-shuffle for 1-byte items and byte-shuffle
+//! otherwise).
+//!
+//! c-blosc 1.21 (compiled from source by `blosc-src`) is called through its
+//! context functions `blosc_compress_ctx` / `blosc_decompress_ctx` with one
+//! internal thread: they take no global lock, keep no state between calls
+//! and ignore the `BLOSC_*` environment variables, so a [`Blosc`] is safe to
+//! use from many threads at once.
+//!
+//! This is the only module of the crate with unsafe code: four FFI calls,
+//! each with its safety argument. Before decompressing, the header is
+//! checked in Rust and by `blosc_cbuffer_validate` (its compressed size must
+//! equal the input length, its decoded size must fit the cap), so c-blosc is
+//! only ever handed a buffer as long as its header says, and an output buffer
+//! as large as its header says, which c-blosc's own bounds checks rely on.
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+
+use blosc_src::{
+    blosc_cbuffer_validate, blosc_compress_ctx, blosc_decompress_ctx, BLOSC_MAX_BUFFERSIZE, BLOSC_MAX_OVERHEAD,
+};
+
+use super::Config;
+use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::codec::{BloscCname, BloscShuffle};
+
+const NAME: &str = "blosc";
+
+/// Header size (c-blosc's `BLOSC_MIN_HEADER_LENGTH`).
+const HEADER: usize = 16;
+/// Header flag: the data is stored uncompressed (`BLOSC_MEMCPYED`).
+const FLAG_MEMCPYED: u8 = 0x02;
+/// The largest buffer c-blosc 1.x handles (2^31 - 1 - 16).
+const MAX_BUFFER: usize = BLOSC_MAX_BUFFERSIZE as usize;
+const OVERHEAD: usize = BLOSC_MAX_OVERHEAD as usize;
+
+/// The `blosc` codec.
+#[derive(Debug, Clone)]
+pub struct Blosc {
+    cname: BloscCname,
+    clevel: u8,
+    shuffle: BloscShuffle,
+    typesize: usize,
+    blocksize: usize,
+}
+
+impl Blosc {
+    /// A codec compressing with `cname` at `clevel` (0..=9), shuffling
+    /// `typesize`-byte items, with blocks of `blocksize` bytes (0 = chosen
+    /// by c-blosc).
+    ///
+    /// # Errors
+    /// `clevel` above 9 or `typesize` 0.
+    pub fn new(
+        cname: BloscCname,
+        clevel: u8,
+        shuffle: BloscShuffle,
+        typesize: usize,
+        blocksize: usize,
+    ) -> CodecResult<Self> {
+        if clevel > 9 {
+            return Err(CodecError::new(NAME, format!("clevel must be 0..=9, got {clevel}")));
+        }
+        if typesize == 0 {
+            return Err(CodecError::new(NAME, "typesize must be at least 1"));
+        }
+        Ok(Self { cname, clevel, shuffle, typesize, blocksize })
+    }
+
+    /// From a numcodecs configuration (defaults: `lz4`, clevel 5, shuffle 1,
+    /// blocksize 0; `typesize` from the configuration or else the array's
+    /// item size, as numcodecs takes it from the buffer it is given).
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>, element_size: usize) -> CodecResult<Self> {
+        let cname = match cfg.str("cname")? {
+            None | Some("lz4") => BloscCname::Lz4,
+            Some("blosclz") => BloscCname::Blosclz,
+            Some("lz4hc") => BloscCname::Lz4hc,
+            Some("snappy") => BloscCname::Snappy,
+            Some("zlib") => BloscCname::Zlib,
+            Some("zstd") => BloscCname::Zstd,
+            Some(other) => {
+                return Err(cfg.bad(
+                    "cname",
+                    "one of blosclz, lz4, lz4hc, snappy, zlib, zstd",
+                    &serde_json::Value::from(other),
+                ))
+            }
+        };
+        let typesize: usize = cfg.int("typesize", element_size.max(1), 1, i64::from(u32::MAX))?;
+        let shuffle = match cfg.int::<i8>("shuffle", 1, -1, 2)? {
+            0 => BloscShuffle::Noshuffle,
+            1 => BloscShuffle::Shuffle,
+            2 => BloscShuffle::Bitshuffle,
+            // AUTOSHUFFLE, resolved as numcodecs does when it encodes.
+            _ if typesize == 1 => BloscShuffle::Bitshuffle,
+            _ => BloscShuffle::Shuffle,
+        };
+        Self::new(
+            cname,
+            cfg.int("clevel", 5, 0, 9)?,
+            shuffle,
+            typesize,
+            cfg.int("blocksize", 0, 0, i64::from(u32::MAX))?,
+        )
+    }
+
+    fn compressor(&self) -> &'static CStr {
+        match self.cname {
+            BloscCname::Blosclz => c"blosclz",
+            BloscCname::Lz4 => c"lz4",
+            BloscCname::Lz4hc => c"lz4hc",
+            BloscCname::Snappy => c"snappy",
+            BloscCname::Zlib => c"zlib",
+            BloscCname::Zstd => c"zstd",
+        }
+    }
+}
+
+/// The header fields decoding relies on, read in Rust for error messages.
+struct Header {
+    flags: u8,
+    nbytes: usize,
+    blocksize: usize,
+    cbytes: usize,
+}
+
+impl Header {
+    fn read(bytes: &[u8]) -> Option<Self> {
+        let word = |at: usize| {
+            let w: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+            usize::try_from(u32::from_le_bytes(w)).ok()
+        };
+        Some(Self { flags: *bytes.get(2)?, nbytes: word(4)?, blocksize: word(8)?, cbytes: word(12)? })
+    }
+}
+
+impl BytesToBytesCodec for Blosc {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn encoded_size(&self, _decoded: u64) -> Option<u64> {
+        None
+    }
+
+    fn encode(&self, bytes: Vec<u8>) -> CodecResult<Vec<u8>> {
+        if bytes.len() > MAX_BUFFER {
+            return Err(CodecError::new(
+                NAME,
+                format!("input of {} bytes exceeds blosc's limit of {MAX_BUFFER}", bytes.len()),
+            ));
+        }
+        let shuffle = match self.shuffle {
+            BloscShuffle::Noshuffle => 0,
+            BloscShuffle::Shuffle => 1,
+            BloscShuffle::Bitshuffle => 2,
+        };
+        // c-blosc guarantees success with `nbytes + BLOSC_MAX_OVERHEAD`.
+        let capacity = bytes.len() + OVERHEAD;
+        let mut out: Vec<u8> = Vec::with_capacity(capacity);
+        // SAFETY: `src` is valid for reads of `nbytes` = `bytes.len()` bytes;
+        // `dest` is valid for writes of `destsize` = `capacity` bytes (the
+        // Vec's spare capacity, which does not overlap `bytes`), and c-blosc
+        // never writes past `destsize`. `compressor` is a NUL-terminated
+        // static string. With one internal thread c-blosc spawns nothing and
+        // keeps no pointer after returning.
+        let written = unsafe {
+            blosc_compress_ctx(
+                i32::from(self.clevel),
+                shuffle,
+                self.typesize,
+                bytes.len(),
+                bytes.as_ptr().cast(),
+                out.as_mut_ptr().cast(),
+                capacity,
+                self.compressor().as_ptr(),
+                self.blocksize,
+                1,
+            )
+        };
+        let written = usize::try_from(written)
+            .ok()
+            .filter(|&n| (HEADER..=capacity).contains(&n))
+            .ok_or_else(|| CodecError::new(NAME, format!("c-blosc failed to compress (code {written})")))?;
+        // SAFETY: c-blosc returns the number of bytes it wrote at the start
+        // of `dest` (header, block offsets and blocks, contiguous), checked
+        // above to be within the capacity, so they are initialised.
+        unsafe { out.set_len(written) };
+        Ok(out)
+    }
+
+    fn decode(&self, bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>> {
+        let Some(header) = Header::read(&bytes).filter(|_| bytes.len() >= HEADER) else {
+            return Err(CodecError::new(
+                NAME,
+                format!("input of {} bytes is shorter than the {HEADER}-byte header", bytes.len()),
+            ));
+        };
+        if header.cbytes != bytes.len() {
+            return Err(CodecError::new(
+                NAME,
+                format!("header claims {} compressed bytes, input has {}", header.cbytes, bytes.len()),
+            ));
+        }
+        if header.nbytes > max_decoded {
+            return Err(CodecError::new(
+                NAME,
+                format!("header claims {} decoded bytes, more than the expected {max_decoded}", header.nbytes),
+            ));
+        }
+        if header.flags & FLAG_MEMCPYED != 0 && header.nbytes + HEADER != bytes.len() {
+            return Err(CodecError::new(
+                NAME,
+                format!(
+                    "uncompressed block of {} bytes needs {} input bytes, has {}",
+                    header.nbytes,
+                    header.nbytes + HEADER,
+                    bytes.len()
+                ),
+            ));
+        }
+        // A compressed buffer stores a 4-byte offset per block, so its length
+        // bounds the decoded size (c-blosc checks this too, but only after
+        // the output is allocated).
+        if header.flags & FLAG_MEMCPYED == 0 && header.nbytes > 0 {
+            let blocks = header
+                .nbytes
+                .checked_div(header.blocksize)
+                .map(|b| b + usize::from(header.nbytes % header.blocksize != 0));
+            if blocks.is_none_or(|b| b > (bytes.len() - HEADER) / 4) {
+                return Err(CodecError::new(
+                    NAME,
+                    format!(
+                        "header claims {} decoded bytes in blocks of {}, more than {} input bytes can hold",
+                        header.nbytes,
+                        header.blocksize,
+                        bytes.len()
+                    ),
+                ));
+            }
+        }
+        let mut nbytes = 0usize;
+        // SAFETY: `cbuffer` is valid for reads of `cbytes` = `bytes.len()`
+        // bytes; c-blosc reads the 16-byte header only after checking
+        // `cbytes >= 16`. `nbytes` is a valid, writable usize.
+        let valid = unsafe { blosc_cbuffer_validate(bytes.as_ptr().cast(), bytes.len(), &raw mut nbytes) };
+        if valid != 0 || nbytes != header.nbytes {
+            return Err(CodecError::new(NAME, "invalid header (unknown format version or size out of range)"));
+        }
+        if nbytes == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out: Vec<u8> = Vec::with_capacity(nbytes);
+        // SAFETY: `src` holds exactly the `cbytes` bytes its header claims
+        // (checked by `blosc_cbuffer_validate` above), which is the bound
+        // c-blosc checks every block offset and length against; `dest` is
+        // valid for writes of `destsize` = `nbytes` bytes (spare capacity,
+        // not overlapping `src`), and c-blosc never writes past `destsize`.
+        // One internal thread: nothing outlives the call.
+        let produced = unsafe { blosc_decompress_ctx(bytes.as_ptr().cast(), out.as_mut_ptr().cast(), nbytes, 1) };
+        if usize::try_from(produced).ok() != Some(nbytes) {
+            return Err(CodecError::new(NAME, format!("corrupt input (c-blosc returned {produced})")));
+        }
+        // SAFETY: c-blosc returned `nbytes`, the number of bytes it wrote:
+        // every block fills its whole span of `dest` or the call fails.
+        unsafe { out.set_len(nbytes) };
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::{assert_hostile_inputs_fail_cleanly, counting_u32, hex, smooth_f32};
+    use super::*;
+    use proptest::prelude::*;
+
+    // scripts/codec-fixtures.py (numcodecs 0.16.6), each of counting_u32():
+    // Blosc(cname='lz4', clevel=5, shuffle=SHUFFLE), Blosc(cname='zstd',
+    // clevel=5, shuffle=BITSHUFFLE), Blosc(cname='blosclz', clevel=9,
+    // shuffle=NOSHUFFLE), Blosc(cname='zlib', clevel=1, shuffle=AUTOSHUFFLE).
+    const BLOSC_LZ4_SHUFFLE: &str = "0201210400100000001000006d000000140000001f000000ff02000102030405060708090a0b0c0d0e0f101100ffffffda5010000102030e0000001f000100ffffffea5000000000000e0000001f000100ffffffea5000000000000e0000001f000100ffffffea500000000000";
+    const BLOSC_ZSTD_BITSHUFFLE: &str = "0201940400100000001000008e000000140000007600000028b52ffd60000f6503005405aaaa5455a9aa5255a5aa4a5595aa2a5555cccc989931336366c6cc8c991933336666f0f0e0e1c1c38387070f0f1e1e3c3c787800ff00fe01fc03f807f00fe01fc03f807f00000100020004000800100020004000800620b0e3017cf5c196ae2c5d997465a52ba3542e01";
+    const BLOSC_BLOSCLZ_NOSHUFFLE: &str = "0201000400100000001000005701000014000000500000003f00000000010000000200000003000000040000000500000006000000070000001f08000000090000000a0000000b0000000c0000000d0000000e0000000f0000000110008000e0ffffffb0430100004b0000003f01000000020000000300000004000000050000000600000007000000080000001d090000000a0000000b0000000c0000000d0000000e0000000f00000010008000e0ffffffb4430100004c0000003f0200000003000000040000000500000006000000070000000800000009000000190a0000000b0000000c0000000d0000000e0000000f000000100080000301000000e0ffffffb4430100004c0000003f030000000400000005000000060000000700000008000000090000000a000000150b0000000c0000000d0000000e0000000f00000010008000070100000002000000e0ffffffb443010000";
+    const BLOSC_ZLIB_AUTOSHUFFLE: &str = "02016104001000000010000081000000140000002400000078016360646266616563e7e0e4e2e6e1e5e317601815180d8fd1e43052720300b7cb1fe713000000780163601805a321301a02233504000400000113000000780163601805a321301a02233504000400000113000000780163601805a321301a022335040004000001";
+
+    const CNAMES: [BloscCname; 6] = [
+        BloscCname::Blosclz,
+        BloscCname::Lz4,
+        BloscCname::Lz4hc,
+        BloscCname::Snappy,
+        BloscCname::Zlib,
+        BloscCname::Zstd,
+    ];
+    const SHUFFLES: [BloscShuffle; 3] = [BloscShuffle::Noshuffle, BloscShuffle::Shuffle, BloscShuffle::Bitshuffle];
+
+    fn lz4() -> Blosc {
+        Blosc::new(BloscCname::Lz4, 5, BloscShuffle::Shuffle, 4, 0).unwrap()
+    }
+
+    #[test]
+    fn decodes_numcodecs_output() {
+        let data = counting_u32();
+        for fixture in [BLOSC_LZ4_SHUFFLE, BLOSC_ZSTD_BITSHUFFLE, BLOSC_BLOSCLZ_NOSHUFFLE, BLOSC_ZLIB_AUTOSHUFFLE] {
+            assert_eq!(lz4().decode(hex(fixture), data.len()).unwrap(), data);
+        }
+        // Same c-blosc, same settings: the same bytes as numcodecs.
+        assert_eq!(lz4().encode(data.clone()).unwrap(), hex(BLOSC_LZ4_SHUFFLE));
+        let zstd = Blosc::new(BloscCname::Zstd, 5, BloscShuffle::Bitshuffle, 4, 0).unwrap();
+        assert_eq!(zstd.encode(data).unwrap(), hex(BLOSC_ZSTD_BITSHUFFLE));
+    }
+
+    #[test]
+    fn every_cname_and_shuffle_round_trips() {
+        let data = smooth_f32(5000);
+        for cname in CNAMES {
+            for shuffle in SHUFFLES {
+                for (typesize, blocksize) in [(4, 0), (1, 0), (8, 4096), (300, 0)] {
+                    let c = Blosc::new(cname, 5, shuffle, typesize, blocksize).unwrap();
+                    let enc = c.encode(data.clone()).unwrap();
+                    assert_eq!(c.decode(enc, data.len()).unwrap(), data, "{cname:?} {shuffle:?} {typesize}");
+                }
+            }
+        }
+        // clevel 0 stores (memcpy flag) and still round-trips; so does empty input.
+        let c = Blosc::new(BloscCname::Lz4, 0, BloscShuffle::Noshuffle, 1, 0).unwrap();
+        let enc = c.encode(data.clone()).unwrap();
+        assert_eq!(enc.len(), data.len() + 16);
+        assert_eq!(c.decode(enc, data.len()).unwrap(), data);
+        assert_eq!(c.decode(c.encode(vec![]).unwrap(), 0).unwrap(), b"");
+    }
+
+    #[test]
+    fn hostile_inputs() {
+        let data = counting_u32();
+        let c = lz4();
+        for fixture in [BLOSC_LZ4_SHUFFLE, BLOSC_ZSTD_BITSHUFFLE, BLOSC_BLOSCLZ_NOSHUFFLE, BLOSC_ZLIB_AUTOSHUFFLE] {
+            assert_hostile_inputs_fail_cleanly(&c, &data, &hex(fixture));
+        }
+        let enc = hex(BLOSC_LZ4_SHUFFLE);
+        let e = c.decode(enc.clone(), data.len() - 1).unwrap_err();
+        assert!(e.reason.contains("more than the expected"), "{e}");
+        let e = c.decode(enc[..20].to_vec(), data.len()).unwrap_err();
+        assert!(e.reason.contains("header claims"), "{e}");
+        // Length-field lies, with the compressed size kept consistent so
+        // c-blosc gets to see them.
+        for (at, value) in [(4, 1u32 << 30), (4, 100), (8, 0), (8, u32::MAX), (16, u32::MAX), (16, 7)] {
+            let mut lie = enc.clone();
+            lie[at..at + 4].copy_from_slice(&value.to_le_bytes());
+            assert!(c.decode(lie, 1 << 31).map_or(true, |out| out.len() <= 1 << 31));
+        }
+        // Memcpy flag set on a compressed buffer.
+        let mut lie = enc.clone();
+        lie[2] |= FLAG_MEMCPYED;
+        assert!(c.decode(lie, data.len()).is_err());
+        // Unknown format version, typesize 0, future flags.
+        for (at, value) in [(0, 9u8), (3, 0), (2, 0x08)] {
+            let mut lie = enc.clone();
+            lie[at] = value;
+            assert!(c.decode(lie, data.len()).is_err());
+        }
+        // Every header byte flipped, every way: errors or bounded output.
+        for at in 0..HEADER {
+            for v in 0..=255u8 {
+                let mut lie = enc.clone();
+                lie[at] = v;
+                if let Ok(out) = c.decode(lie, 8192) {
+                    assert!(out.len() <= 8192);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bomb_fails_fast() {
+        let c = Blosc::new(BloscCname::Zstd, 9, BloscShuffle::Shuffle, 4, 0).unwrap();
+        let bomb = c.encode(vec![0; 100 << 20]).unwrap();
+        let e = c.decode(bomb, 1 << 20).unwrap_err();
+        assert!(e.reason.contains("claims 104857600"), "{e}");
+    }
+
+    #[test]
+    fn numcodecs_configuration() {
+        let cfg = |v: serde_json::Value| v.as_object().unwrap().clone();
+        let build = |v, size| {
+            let map = cfg(v);
+            Blosc::from_numcodecs(&Config { codec: "blosc", map: &map }, size).unwrap()
+        };
+        let b = build(serde_json::json!({"cname":"zstd","clevel":3,"shuffle":-1,"blocksize":0}), 1);
+        assert_eq!((b.cname, b.clevel, b.shuffle, b.typesize), (BloscCname::Zstd, 3, BloscShuffle::Bitshuffle, 1));
+        let b = build(serde_json::json!({"shuffle":-1}), 8);
+        assert_eq!((b.cname, b.clevel, b.shuffle, b.typesize), (BloscCname::Lz4, 5, BloscShuffle::Shuffle, 8));
+        let b = build(serde_json::json!({"shuffle":0,"typesize":2}), 8);
+        assert_eq!((b.shuffle, b.typesize), (BloscShuffle::Noshuffle, 2));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn round_trips(
+            data in proptest::collection::vec(any::<u8>(), 0..8192),
+            cname in 0usize..6, shuffle in 0usize..3, clevel in 0u8..=9,
+            typesize in 1usize..=16, blocksize in prop_oneof![Just(0usize), 1usize..4096],
+        ) {
+            let c = Blosc::new(CNAMES[cname], clevel, SHUFFLES[shuffle], typesize, blocksize).unwrap();
+            let enc = c.encode(data.clone()).unwrap();
+            prop_assert_eq!(c.decode(enc, data.len()).unwrap(), data);
+        }
+
+        #[test]
+        fn garbage_with_a_consistent_header_never_panics(mut junk in proptest::collection::vec(any::<u8>(), 16..2048), nbytes in 0u32..65536) {
+            // Make the header pass the size checks so c-blosc parses the rest.
+            let len = u32::try_from(junk.len()).unwrap();
+            junk[0] = 2;
+            junk[4..8].copy_from_slice(&nbytes.to_le_bytes());
+            junk[12..16].copy_from_slice(&len.to_le_bytes());
+            if let Ok(out) = lz4().decode(junk, 65536) {
+                prop_assert_eq!(out.len(), nbytes as usize);
+            }
+        }
+    }
+}

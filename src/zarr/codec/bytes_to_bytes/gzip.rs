@@ -1,0 +1,124 @@
+//! The `gzip` codec (spec: `codecs/gzip/index.rst`, "Format and algorithm":
+//! DEFLATE, RFC 1951, in the gzip file format, RFC 1952), which is also
+//! numcodecs' `gzip` (Zarr v2 and `numcodecs.gzip`).
+//!
+//! Decoding accepts multi-member streams, as Python's `gzip` module does.
+
+use std::io::Write;
+
+use flate2::bufread::MultiGzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+
+use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+
+const NAME: &str = "gzip";
+
+/// The `gzip` codec.
+#[derive(Debug, Clone)]
+pub struct Gzip {
+    level: u32,
+}
+
+impl Gzip {
+    /// A codec compressing at `level` (0 = stored, 9 = smallest).
+    ///
+    /// # Errors
+    /// A level above 9.
+    pub fn new(level: u32) -> CodecResult<Self> {
+        if level > 9 {
+            return Err(CodecError::new(NAME, format!("level must be 0..=9, got {level}")));
+        }
+        Ok(Self { level })
+    }
+}
+
+impl BytesToBytesCodec for Gzip {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn encoded_size(&self, _decoded: u64) -> Option<u64> {
+        None
+    }
+
+    fn encode(&self, bytes: Vec<u8>) -> CodecResult<Vec<u8>> {
+        let out = Vec::with_capacity(bytes.len() / 2 + 64);
+        let mut encoder = GzEncoder::new(out, Compression::new(self.level));
+        encoder.write_all(&bytes).and_then(|()| encoder.finish()).map_err(|e| CodecError::new(NAME, e.to_string()))
+    }
+
+    fn decode(&self, bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>> {
+        // The trailer's ISIZE (the last member's size mod 2^32) sizes the
+        // first allocation; `read_capped` never trusts it past the cap.
+        let hint = bytes
+            .len()
+            .checked_sub(4)
+            .and_then(|i| bytes.get(i..))
+            .and_then(|t| <[u8; 4]>::try_from(t).ok())
+            .map_or(0, |t| usize::try_from(u32::from_le_bytes(t)).unwrap_or(0));
+        super::read_capped(NAME, MultiGzDecoder::new(bytes.as_slice()), hint, max_decoded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::{assert_hostile_inputs_fail_cleanly, counting_u32, hex};
+    use super::*;
+    use proptest::prelude::*;
+
+    // scripts/codec-fixtures.py (numcodecs 0.16.6): GZip(level=1), GZip(level=9)
+    // and GZip() on b"", encoding counting_u32().
+    const GZIP_L1: &str = "1f8b0800cc6a026b04ffedd7491280201004c111657143ffff5a0b5fc1a188c82b070298ee888805092b3664145434ec3870e2c28d8e072fc6720fcfc3fbe17bf1fff02f7436382bcd0e662973a139d9de608fb257fe1579ca8efc017ca607a500100000";
+    const GZIP_L9: &str = "1f8b0800cc6a026b02ffedccc90d803000c4c0850412ced07fb558a2091eb6e4ef24c9c43317aebcf0ca8d3b6fbcf3c1275f7cf3e0275f1a1a1a1a1a1a1a1a1a1a1a1a1a1a1aff355e7ca607a500100000";
+    const GZIP_EMPTY: &str = "1f8b0800cc6a026b04ff03000000000000000000";
+
+    #[test]
+    fn decodes_numcodecs_output() {
+        let data = counting_u32();
+        let c = Gzip::new(5).unwrap();
+        assert_eq!(c.decode(hex(GZIP_L1), data.len()).unwrap(), data);
+        assert_eq!(c.decode(hex(GZIP_L9), data.len()).unwrap(), data);
+        assert_eq!(c.decode(hex(GZIP_EMPTY), 0).unwrap(), b"");
+        // Two members concatenated read as their concatenation.
+        let mut two = hex(GZIP_L1);
+        two.extend(hex(GZIP_L9));
+        assert_eq!(c.decode(two, 2 * data.len()).unwrap(), [data.clone(), data].concat());
+    }
+
+    #[test]
+    fn hostile_inputs() {
+        let data = counting_u32();
+        let c = Gzip::new(1).unwrap();
+        let enc = hex(GZIP_L1);
+        assert!(c.decode(enc.clone(), data.len() - 1).unwrap_err().reason.contains("exceeds"));
+        let e = c.decode(enc[..enc.len() - 3].to_vec(), data.len()).unwrap_err();
+        assert_eq!(e.codec, "gzip");
+        // A wrong CRC in the trailer.
+        let mut bad_crc = enc.clone();
+        let n = bad_crc.len();
+        bad_crc[n - 8] ^= 0xff;
+        assert!(c.decode(bad_crc, data.len()).is_err());
+        assert_hostile_inputs_fail_cleanly(&c, &data, &enc);
+    }
+
+    #[test]
+    fn bomb_fails_fast() {
+        let c = Gzip::new(9).unwrap();
+        let bomb = c.encode(vec![0; 100 << 20]).unwrap();
+        let start = std::time::Instant::now();
+        let e = c.decode(bomb, 1 << 20).unwrap_err();
+        assert!(e.reason.contains("exceeds the expected size of 1048576 bytes"), "{e}");
+        // Decoding stops at the cap: far less work than 100 MB.
+        assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?}", start.elapsed());
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(data in proptest::collection::vec(any::<u8>(), 0..4096), level in 0u32..=9) {
+            let c = Gzip::new(level).unwrap();
+            let enc = c.encode(data.clone()).unwrap();
+            prop_assert_eq!(c.decode(enc, data.len()).unwrap(), data);
+        }
+    }
+}

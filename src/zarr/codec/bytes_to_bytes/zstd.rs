@@ -1,0 +1,196 @@
+//! The `zstd` codec (zarr-python's `zstd` and TensorStore's: `level`,
+//! `checksum`; see `tensorstore-zarr3-driver.rst`), which is also numcodecs'
+//! `zstd` (Zarr v2 and `numcodecs.zstd`): one or more zstd frames (RFC 8878).
+//!
+//! Frames written in one shot record their decoded size; frames written by
+//! streaming encoders may not. Both decode: a recorded size is checked
+//! against the cap and then decoded into an exact allocation; otherwise the
+//! frame is streamed into a buffer that stops at the cap.
+
+use zstd::bulk::{Compressor, Decompressor};
+use zstd::stream::read::Decoder;
+use zstd::zstd_safe::{self, CParameter};
+
+use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+
+const NAME: &str = "zstd";
+
+/// The `zstd` codec.
+#[derive(Debug, Clone)]
+pub struct Zstd {
+    level: i32,
+    checksum: bool,
+}
+
+impl Zstd {
+    /// A codec compressing at `level` (0 = zstd's default, 3), writing a
+    /// content checksum into each frame when `checksum`.
+    ///
+    /// # Errors
+    /// A level outside zstd's range.
+    pub fn new(level: i32, checksum: bool) -> CodecResult<Self> {
+        let range = zstd::compression_level_range();
+        if level != 0 && !range.contains(&level) {
+            return Err(CodecError::new(
+                NAME,
+                format!("level must be {}..={}, got {level}", range.start(), range.end()),
+            ));
+        }
+        Ok(Self { level, checksum })
+    }
+}
+
+fn error(e: &std::io::Error) -> CodecError {
+    CodecError::new(NAME, format!("corrupt input: {e}"))
+}
+
+/// The total decoded size of `data` when it is a clean sequence of frames
+/// that all record their size (skippable frames count zero).
+fn recorded_size(mut data: &[u8]) -> Option<u64> {
+    let mut total = 0u64;
+    while !data.is_empty() {
+        let frame_len = zstd_safe::find_frame_compressed_size(data).ok()?;
+        let content = zstd_safe::get_frame_content_size(data).ok()??;
+        total = total.checked_add(content)?;
+        data = data.get(frame_len..)?;
+    }
+    Some(total)
+}
+
+impl BytesToBytesCodec for Zstd {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn encoded_size(&self, _decoded: u64) -> Option<u64> {
+        None
+    }
+
+    fn encode(&self, bytes: Vec<u8>) -> CodecResult<Vec<u8>> {
+        let fail = |e: std::io::Error| CodecError::new(NAME, e.to_string());
+        let mut compressor = Compressor::new(self.level).map_err(fail)?;
+        compressor.set_parameter(CParameter::ChecksumFlag(self.checksum)).map_err(fail)?;
+        let mut out = Vec::with_capacity(zstd_safe::compress_bound(bytes.len()));
+        compressor.compress_to_buffer(&bytes, &mut out).map_err(fail)?;
+        Ok(out)
+    }
+
+    fn decode(&self, bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>> {
+        if bytes.is_empty() {
+            return Err(CodecError::new(NAME, "empty input is not a zstd frame"));
+        }
+        match recorded_size(&bytes) {
+            Some(size) => {
+                // The recorded size is untrusted: checked before allocating.
+                let size = usize::try_from(size).ok().filter(|&s| s <= max_decoded).ok_or_else(|| {
+                    CodecError::new(
+                        NAME,
+                        format!("frame claims {size} decoded bytes, more than the expected {max_decoded}"),
+                    )
+                })?;
+                let mut out = Vec::with_capacity(size);
+                // zstd writes at most the Vec's capacity and fails on a
+                // frame whose content does not match its recorded size.
+                let n = Decompressor::new()
+                    .and_then(|mut d| d.decompress_to_buffer(&bytes, &mut out))
+                    .map_err(|e| error(&e))?;
+                if n != size {
+                    return Err(CodecError::new(
+                        NAME,
+                        format!("frames decode to {n} bytes, their headers claim {size}"),
+                    ));
+                }
+                Ok(out)
+            }
+            None => {
+                let decoder = Decoder::with_buffer(bytes.as_slice()).map_err(|e| error(&e))?;
+                super::read_capped(NAME, decoder, bytes.len().saturating_mul(4), max_decoded)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::super::test_util::{assert_hostile_inputs_fail_cleanly, counting_u32, hex};
+    use super::*;
+    use proptest::prelude::*;
+
+    // scripts/codec-fixtures.py (numcodecs 0.16.6): Zstd(level=1),
+    // Zstd(level=3, checksum=True) of counting_u32(); Zstd() of b"".
+    const ZSTD_L1: &str = "28b52ffd60000f1d010022c4050510f8721e53dfdddbd9d7d5d3d1cfcdcbc9c7c5c3c1070200b53f8207010366";
+    const ZSTD_CHECKSUM: &str =
+        "28b52ffd64000f1d010022c4050510f8721e53dfdddbd9d7d5d3d1cfcdcbc9c7c5c3c1070200b53f82070103665fd33bdb";
+    const ZSTD_EMPTY: &str = "28b52ffd2000010000";
+
+    /// A frame without a recorded size, as streaming encoders write.
+    fn streamed(data: &[u8]) -> Vec<u8> {
+        let mut e = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+        e.write_all(data).unwrap();
+        let out = e.finish().unwrap();
+        assert!(matches!(zstd_safe::get_frame_content_size(&out), Ok(None)));
+        out
+    }
+
+    #[test]
+    fn decodes_numcodecs_output() {
+        let data = counting_u32();
+        let c = Zstd::new(0, false).unwrap();
+        assert_eq!(c.decode(hex(ZSTD_L1), data.len()).unwrap(), data);
+        assert_eq!(c.decode(hex(ZSTD_CHECKSUM), data.len()).unwrap(), data);
+        assert_eq!(c.decode(hex(ZSTD_EMPTY), 0).unwrap(), b"");
+        assert_eq!(c.decode(streamed(&data), data.len()).unwrap(), data);
+        // Concatenated frames, recorded sizes or not.
+        let two = [hex(ZSTD_L1), hex(ZSTD_CHECKSUM)].concat();
+        assert_eq!(c.decode(two, 2 * data.len()).unwrap(), [data.clone(), data.clone()].concat());
+        let mixed = [hex(ZSTD_L1), streamed(&data)].concat();
+        assert_eq!(c.decode(mixed, 2 * data.len()).unwrap(), [data.clone(), data].concat());
+    }
+
+    #[test]
+    fn writes_checksums_when_asked() {
+        let data = counting_u32();
+        let with = Zstd::new(3, true).unwrap().encode(data.clone()).unwrap();
+        let without = Zstd::new(3, false).unwrap().encode(data).unwrap();
+        assert_eq!(with, hex(ZSTD_CHECKSUM));
+        assert_eq!(with.len(), without.len() + 4);
+        assert!(Zstd::new(23, false).is_err());
+    }
+
+    #[test]
+    fn hostile_inputs() {
+        let data = counting_u32();
+        let c = Zstd::new(0, false).unwrap();
+        for enc in [hex(ZSTD_L1), hex(ZSTD_CHECKSUM), streamed(&data)] {
+            assert!(c.decode(enc.clone(), data.len() - 1).unwrap_err().reason.contains("expected"));
+            assert!(c.decode(enc[..enc.len() - 1].to_vec(), data.len()).is_err());
+            assert_hostile_inputs_fail_cleanly(&c, &data, &enc);
+        }
+        // A corrupted checksum is caught.
+        let mut enc = hex(ZSTD_CHECKSUM);
+        let n = enc.len();
+        enc[n - 1] ^= 1;
+        assert!(c.decode(enc, data.len()).is_err());
+        assert!(c.decode(vec![], 10).is_err());
+    }
+
+    #[test]
+    fn bomb_fails_fast() {
+        let c = Zstd::new(1, false).unwrap();
+        let recorded = c.encode(vec![0; 100 << 20]).unwrap();
+        assert!(c.decode(recorded, 1 << 20).unwrap_err().reason.contains("claims 104857600"));
+        let unrecorded = streamed(&vec![0; 100 << 20]);
+        assert!(c.decode(unrecorded, 1 << 20).unwrap_err().reason.contains("exceeds"));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(data in proptest::collection::vec(any::<u8>(), 0..4096), level in -5i32..=19, checksum in any::<bool>()) {
+            let c = Zstd::new(level, checksum).unwrap();
+            let enc = c.encode(data.clone()).unwrap();
+            prop_assert_eq!(c.decode(enc, data.len()).unwrap(), data);
+        }
+    }
+}
