@@ -4,6 +4,7 @@
 //! (`reference/zarr-specs/v2/v2.0.rst`).
 
 pub mod array;
+pub mod byte_range;
 pub mod chunk;
 pub mod chunk_key;
 pub mod codec;
