@@ -10,4 +10,5 @@ pub mod chunk_key;
 pub mod codec;
 pub mod data_type;
 pub mod metadata;
+pub mod region;
 pub mod subset;
