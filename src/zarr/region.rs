@@ -19,9 +19,12 @@
 //!
 //! A write re-encodes every chunk it touches: a chunk the region covers
 //! entirely is built from the data without reading; a partly covered chunk
-//! is read, decoded, updated and re-encoded (read-modify-write). A chunk
-//! equal to the fill value afterwards is deleted, never stored; sharded
-//! chunks omit inner chunks equal to the fill value.
+//! is read, decoded, updated and re-encoded (read-modify-write). A partly
+//! covered shard is read whole and rewritten at inner chunk granularity:
+//! only the inner chunks the region touches are decoded (if partly
+//! covered) and re-encoded, the others are copied as stored. A chunk equal
+//! to the fill value afterwards is deleted, never stored; sharded chunks
+//! omit inner chunks equal to the fill value.
 //!
 //! Concurrency: chunks are fetched concurrently (at most
 //! [`RegionOptions::concurrency`] at a time) on the calling task; decoding
@@ -398,6 +401,9 @@ async fn write_overlap(
     o: ChunkOverlap,
 ) -> Result<(), RegionError> {
     let key = desc.chunk_key(&o.chunk);
+    if let Some(sharding) = desc.sharding.as_deref().filter(|_| !covers_chunk(grid, &o)) {
+        return write_inner_chunks(desc, sharding, source, sink, &key, region, data, &o).await;
+    }
     let repr = desc.chunk_repr();
     let mut chunk = if covers_chunk(grid, &o) {
         ChunkData::filled(&repr)
@@ -419,6 +425,61 @@ async fn write_overlap(
     match encoded {
         Some(bytes) => sink.put(&key, Bytes::from(bytes)).await.map_err(source_err(&key)),
         None => sink.delete(&key).await.map_err(source_err(&key)),
+    }
+}
+
+/// The read-modify-write of part of one shard at inner chunk granularity:
+/// only the inner chunks the region touches are decoded (when partly
+/// covered) and re-encoded; the others are copied as stored.
+#[allow(clippy::too_many_arguments)]
+async fn write_inner_chunks(
+    desc: &ArrayDescription,
+    sharding: &ShardingCodec,
+    source: &dyn ChunkSource,
+    sink: &dyn ChunkSink,
+    key: &str,
+    region: &ArraySubset,
+    data: &ChunkData,
+    o: &ChunkOverlap,
+) -> Result<(), RegionError> {
+    let existing = source.get(key, None).await.map_err(source_err(key))?;
+    let index = match &existing {
+        Some(bytes) => Some(sharding.shard_index(bytes).map_err(codec_err(key))?),
+        None => None,
+    };
+    let inner_repr = sharding.inner_chunk_repr();
+    let inner_shape = sharding.inner_chunk_shape();
+    let inner_grid = RegularChunkGrid::new(desc.chunk_shape.clone(), inner_shape.to_vec())?;
+    let elem = desc.data_type.size().unwrap_or(1);
+    let mut replacements = Vec::new();
+    for inner in inner_grid.overlaps(&o.in_chunk)? {
+        let stored = match (&existing, &index) {
+            (Some(bytes), Some(index)) => index.inner_range(&inner.chunk).map(|r| (bytes, r)),
+            _ => None,
+        };
+        let covered = inner.in_chunk.shape() == inner_shape;
+        let mut chunk = match stored.filter(|_| !covered) {
+            #[allow(clippy::cast_possible_truncation)] // shard_index checked r against the shard's length
+            Some((bytes, r)) => sharding
+                .decode_inner_chunk(Vec::from(bytes.slice(r.start as usize..r.end as usize)), &inner.chunk)
+                .map_err(codec_err(key))?,
+            None => ChunkData::filled(inner_repr),
+        };
+        // The part of the region this inner chunk receives, region-relative.
+        let start: Vec<u64> = o.in_region.start().iter().zip(inner.in_region.start()).map(|(a, b)| a + b).collect();
+        let part = ArraySubset::new(start, inner.in_chunk.shape().to_vec())?;
+        copy_data(data, region.shape(), &part, &mut chunk, inner_shape, inner.in_chunk.start(), elem)?;
+        let encoded = if chunk.is_fill(inner_repr) {
+            None
+        } else {
+            Some(sharding.encode_inner_chunk(chunk, &inner.chunk).map_err(codec_err(key))?)
+        };
+        replacements.push((inner.chunk, encoded));
+    }
+    let existing = existing.as_deref().zip(index.as_ref());
+    match sharding.merge_shard(existing, replacements).map_err(codec_err(key))? {
+        Some(bytes) => sink.put(key, Bytes::from(bytes)).await.map_err(source_err(key)),
+        None => sink.delete(key).await.map_err(source_err(key)),
     }
 }
 

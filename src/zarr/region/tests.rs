@@ -201,6 +201,22 @@ fn missing_shards_and_empty_inner_chunks_read_as_fill() {
 }
 
 #[test]
+fn partial_shard_writes_copy_untouched_inner_chunks_without_decoding() {
+    let (a, store) = one_shard("end");
+    // Break inner chunk 0 so that decoding it would fail (3 bytes, not 4).
+    let mut shard = store.value("c/0").unwrap().to_vec();
+    let at = shard.len() - 128 + 8;
+    shard[at..at + 8].copy_from_slice(&3u64.to_le_bytes());
+    store.insert("c/0", shard);
+    block_on(write_region(&a, &store, &store, &region(&[11], &[1]), &u16s(&[100]))).unwrap();
+    assert_eq!(block_on(read_region(&a, &store, &region(&[10], &[4]))).unwrap(), u16s(&[10, 100, 12, 13]));
+    let e = block_on(read_region(&a, &store, &region(&[0], &[1]))).unwrap_err();
+    assert!(e.to_string().contains("inner chunk [0]"), "{e}");
+    // A whole-shard decode of the broken shard fails, so the write did not decode it.
+    assert!(a.decode_chunk(store.value("c/0").unwrap().to_vec()).is_err());
+}
+
+#[test]
 fn full_chunk_writes_do_not_read() {
     let a = array(&[6, 4], &[3, 2], None, "end");
     let store = MemoryStore::default();

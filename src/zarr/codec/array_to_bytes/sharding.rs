@@ -453,6 +453,81 @@ impl ShardingCodec {
         self.inner.encode(data, &self.layout.inner_repr).map_err(|e| err(format!("inner chunk {inner_coords:?}: {e}")))
     }
 
+    /// Reads and checks the index of a whole stored shard: every stored
+    /// inner chunk must lie inside the shard and outside the index.
+    ///
+    /// # Errors
+    /// As [`ShardingCodec::decode_index`], plus inner chunks past the end or
+    /// overlapping the index; errors name the inner chunk.
+    pub fn shard_index(&self, shard: &[u8]) -> CodecResult<ShardIndex> {
+        self.shard_index_with(&self.layout, shard)
+    }
+
+    fn shard_index_with(&self, layout: &Layout, bytes: &[u8]) -> CodecResult<ShardIndex> {
+        let len = bytes.len() as u64;
+        if len < layout.index_size {
+            return Err(err(format!("the shard is {len} bytes, shorter than its {}-byte index", layout.index_size)));
+        }
+        let split = usize::try_from(layout.index_size).map_err(|_| err("index too large"))?;
+        let (index_bytes, data) = match self.index_location {
+            IndexLocation::Start => (bytes[..split].to_vec(), layout.index_size..len),
+            IndexLocation::End => (bytes[bytes.len() - split..].to_vec(), 0..len - layout.index_size),
+        };
+        let index = self.decode_index_with(layout, index_bytes)?;
+        index.check_within(&data, len)?;
+        Ok(index)
+    }
+
+    /// A new shard from an existing one (`existing`: its bytes and checked
+    /// index, from [`ShardingCodec::shard_index`]) with some inner chunks
+    /// replaced by already encoded bytes (`None`: now fill, omitted). Inner
+    /// chunks not replaced are copied as stored, without decoding. `None`
+    /// when nothing is left to store.
+    ///
+    /// # Errors
+    /// Replacement coordinates outside the shard; an index codec failure.
+    pub fn merge_shard(
+        &self,
+        existing: Option<(&[u8], &ShardIndex)>,
+        replacements: Vec<(Vec<u64>, Option<Vec<u8>>)>,
+    ) -> CodecResult<Option<Vec<u8>>> {
+        let layout = &self.layout;
+        let linear = |coords: &[u64]| -> Option<usize> {
+            if coords.len() != layout.chunks_per_shard.len()
+                || coords.iter().zip(&layout.chunks_per_shard).any(|(c, n)| c >= n)
+            {
+                return None;
+            }
+            usize::try_from(coords.iter().zip(&layout.chunks_per_shard).fold(0u64, |a, (c, n)| a * n + c)).ok()
+        };
+        let mut replaced: Vec<Option<Option<Vec<u8>>>> = vec![None; layout.num_inner];
+        for (coords, bytes) in replacements {
+            let i = linear(&coords).ok_or_else(|| err(format!("inner chunk {coords:?} is outside the shard")))?;
+            replaced[i] = Some(bytes);
+        }
+        let mut entries = vec![EMPTY; layout.num_inner * 2];
+        let mut body = Vec::new();
+        for coords in morton_order(&layout.chunks_per_shard) {
+            let Some(i) = linear(&coords) else { continue };
+            let stored = match &replaced[i] {
+                Some(Some(bytes)) => bytes.as_slice(),
+                Some(None) => continue,
+                None => match existing.and_then(|(shard, index)| Some((shard, index.inner_range(&coords)?))) {
+                    // shard_index checked the range against the shard's length.
+                    Some((shard, r)) => &shard[r.start as usize..r.end as usize],
+                    None => continue,
+                },
+            };
+            entries[2 * i] = body.len() as u64;
+            entries[2 * i + 1] = stored.len() as u64;
+            body.extend_from_slice(stored);
+        }
+        if entries.iter().all(|&e| e == EMPTY) {
+            return Ok(None);
+        }
+        self.assemble(layout, entries, body).map(Some)
+    }
+
     /// Encodes a whole shard; `None` when every inner chunk equals the fill
     /// value (nothing to store: delete the key).
     ///
@@ -548,17 +623,7 @@ impl ArrayToBytesCodec for ShardingCodec {
 
     fn decode(&self, bytes: Vec<u8>, decoded: &ChunkRepr) -> CodecResult<ChunkData> {
         let layout = self.layout_for(decoded)?;
-        let len = bytes.len() as u64;
-        if len < layout.index_size {
-            return Err(err(format!("the shard is {len} bytes, shorter than its {}-byte index", layout.index_size)));
-        }
-        let split = usize::try_from(layout.index_size).map_err(|_| err("index too large"))?;
-        let (index_bytes, data) = match self.index_location {
-            IndexLocation::Start => (bytes[..split].to_vec(), layout.index_size..len),
-            IndexLocation::End => (bytes[bytes.len() - split..].to_vec(), 0..len - layout.index_size),
-        };
-        let index = self.decode_index_with(&layout, index_bytes)?;
-        index.check_within(&data, len)?;
+        let index = self.shard_index_with(&layout, &bytes)?;
         let elem = decoded.data_type.size().unwrap_or(1);
         let mut out = ChunkData::filled(decoded);
         for (coords, r) in index.stored() {
