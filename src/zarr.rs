@@ -4,9 +4,11 @@
 //! (`reference/zarr-specs/v2/v2.0.rst`).
 
 pub mod array;
+pub mod byte_range;
 pub mod chunk;
 pub mod chunk_key;
 pub mod codec;
 pub mod data_type;
 pub mod metadata;
+pub mod region;
 pub mod subset;

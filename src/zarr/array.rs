@@ -15,13 +15,15 @@
 //! error naming it. The description is immutable and `Send + Sync`: share it
 //! behind an `Arc`.
 
+use std::sync::Arc;
+
 use half::{bf16, f16};
 use serde_json::{Map, Value};
 
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
 use crate::zarr::chunk_key::ChunkKeyEncoding;
-use crate::zarr::codec::array_to_bytes::BytesCodec;
-use crate::zarr::codec::build::{chain_from_v2, chain_from_v3};
+use crate::zarr::codec::array_to_bytes::{BytesCodec, ShardingCodec};
+use crate::zarr::codec::build::{chain_from_v2, chain_from_v3, sharding_from_v3};
 use crate::zarr::codec::{ArrayToBytesCodec, CodecChain, CodecError};
 use crate::zarr::data_type::{DataType, Field};
 use crate::zarr::metadata::v2::dtype::{ByteOrder, DataTypeV2, StructuredFieldV2};
@@ -74,6 +76,9 @@ pub struct ArrayDescription {
     pub dimension_names: Option<Vec<Option<String>>>,
     /// User attributes.
     pub attributes: Map<String, Value>,
+    /// The sharding codec when the chain is exactly one `sharding_indexed`
+    /// codec: region reads then fetch only the inner chunks they need.
+    pub sharding: Option<Arc<ShardingCodec>>,
 }
 
 impl ArrayDescription {
@@ -88,6 +93,7 @@ impl ArrayDescription {
         let repr =
             ChunkRepr { shape: chunk_shape.clone(), data_type: data_type.clone(), fill_value: fill_value.clone() };
         let codecs = chain_from_v3(&meta.codecs, &repr)?;
+        let sharding = sharding_from_v3(&meta.codecs, &repr)?.map(Arc::new);
         Ok(Self {
             zarr_format: ZarrFormat::V3,
             shape: meta.shape.clone(),
@@ -98,6 +104,7 @@ impl ArrayDescription {
             chunk_key_encoding: meta.chunk_key_encoding.into(),
             dimension_names: meta.dimension_names.clone(),
             attributes: meta.attributes.clone(),
+            sharding,
         })
     }
 
@@ -126,6 +133,7 @@ impl ArrayDescription {
             chunk_key_encoding: ChunkKeyEncoding::V2 { separator },
             dimension_names: None,
             attributes,
+            sharding: None,
         })
     }
 

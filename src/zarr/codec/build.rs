@@ -20,12 +20,13 @@
 use serde_json::Value;
 
 use super::array_to_array::{DeltaCodec, FixedScaleOffsetCodec, TransposeCodec};
-use super::array_to_bytes::{BytesCodec, VlenCodec, VlenKind};
+use super::array_to_bytes::{BytesCodec, ShardingCodec, VlenCodec, VlenKind};
 use super::bytes_to_bytes::build_bytes_to_bytes_sized;
 use super::{ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, CodecChain, CodecError, CodecResult};
 use crate::zarr::chunk::ChunkRepr;
+use crate::zarr::data_type::DataType;
 use crate::zarr::metadata::codec::numcodecs::v3_kind;
-use crate::zarr::metadata::codec::{CodecKind, Endian};
+use crate::zarr::metadata::codec::{CodecKind, Endian, ShardingCodec as ShardingSpec};
 use crate::zarr::metadata::v2::dtype::{ByteOrder, DataTypeV2};
 use crate::zarr::metadata::v2::{ArrayMetadataV2, CodecV2, Order};
 use crate::zarr::metadata::CodecSpec;
@@ -109,7 +110,7 @@ fn numcodecs_array_to_array(
 /// Builds the chain of a v3 `codecs` list for chunks of representation `decoded`.
 ///
 /// # Errors
-/// Codecs zarrd does not implement (`sharding_indexed` for now, `numcodecs.*`
+/// Codecs zarrd does not implement (`numcodecs.*`
 /// other than `delta`/`fixedscaleoffset` and the bytes→bytes ones the hook
 /// provides), and representation mismatches; the error names the codec.
 pub fn chain_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<CodecChain> {
@@ -120,8 +121,9 @@ pub fn chain_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<C
             CodecSpec::Bytes(c) => b.bytes(c.endian)?,
             CodecSpec::VlenUtf8 => b.vlen(VlenKind::Utf8)?,
             CodecSpec::VlenBytes => b.vlen(VlenKind::Bytes)?,
-            CodecSpec::ShardingIndexed(_) => {
-                return Err(CodecError::new("sharding_indexed", "unsupported codec (not implemented yet)"))
+            CodecSpec::ShardingIndexed(s) => {
+                let codec = build_sharding(s, &b.repr)?;
+                b.array_to_bytes(Box::new(codec))?;
             }
             CodecSpec::Gzip(_) | CodecSpec::Zstd(_) | CodecSpec::Blosc(_) | CodecSpec::Crc32c => {
                 let json = serde_json::to_value(spec).map_err(|e| CodecError::new(spec.name(), e.to_string()))?;
@@ -142,6 +144,40 @@ pub fn chain_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<C
         }
     }
     b.finish()
+}
+
+/// Builds a `sharding_indexed` codec for shards of representation `shard`:
+/// the inner chain for inner chunks of `chunk_shape` (same data type and
+/// fill value), the index chain for a `uint64` array of shape
+/// `chunks_per_shard + [2]`.
+///
+/// # Errors
+/// As [`chain_from_v3`] for either chain; an inner chunk shape that does not
+/// divide the shard; index codecs of variable size.
+pub fn build_sharding(spec: &ShardingSpec, shard: &ChunkRepr) -> CodecResult<ShardingCodec> {
+    let inner_repr = ChunkRepr { shape: spec.chunk_shape.clone(), ..shard.clone() };
+    let inner = chain_from_v3(&spec.codecs, &inner_repr)?;
+    let mut index_shape: Vec<u64> =
+        shard.shape.iter().zip(&spec.chunk_shape).map(|(s, i)| s.checked_div(*i).unwrap_or(0)).collect();
+    index_shape.push(2);
+    let index_repr = ChunkRepr { shape: index_shape, data_type: DataType::UInt64, fill_value: vec![0xff; 8] };
+    let index = chain_from_v3(&spec.index_codecs, &index_repr)?;
+    ShardingCodec::new(spec.chunk_shape.clone(), inner, index, spec.index_location, shard)
+}
+
+/// The sharding codec of a v3 chain that is exactly one `sharding_indexed`
+/// codec (ignorable extensions aside): such arrays can read parts of a
+/// shard by byte ranges. `None` for any other chain (a `transpose` before
+/// the shard or a checksum after it hides the inner chunks' byte ranges).
+///
+/// # Errors
+/// As [`build_sharding`].
+pub fn sharding_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<Option<ShardingCodec>> {
+    let mut real = codecs.iter().filter(|c| !matches!(c, CodecSpec::Extension(_)));
+    match (real.next(), real.next()) {
+        (Some(CodecSpec::ShardingIndexed(s)), None) => build_sharding(s, decoded).map(Some),
+        _ => Ok(None),
+    }
 }
 
 /// Builds the chain of a v2 array (order, dtype byte order, filters,
