@@ -53,6 +53,22 @@ impl ChunkData {
         }
     }
 
+    /// The packed bytes of fixed-size elements, which must be exactly `len`
+    /// bytes (`None`: a length that overflowed while being computed).
+    ///
+    /// # Errors
+    /// Variable-length data, or a length other than `len`; named for `codec`.
+    pub fn into_fixed(self, codec: &str, len: Option<usize>) -> Result<Vec<u8>, super::codec::CodecError> {
+        use super::codec::CodecError;
+        match self {
+            Self::Fixed(b) if Some(b.len()) == len => Ok(b),
+            Self::Fixed(b) => {
+                Err(CodecError::new(codec, format!("expected {} bytes, got {}", len.unwrap_or(0), b.len())))
+            }
+            Self::Variable(_) => Err(CodecError::new(codec, "expected fixed-size elements")),
+        }
+    }
+
     /// True when every element equals the fill value.
     #[must_use]
     pub fn is_fill(&self, repr: &ChunkRepr) -> bool {

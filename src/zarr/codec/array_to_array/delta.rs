@@ -64,16 +64,6 @@ fn elements(bytes: &[u8], t: NumType) -> impl Iterator<Item = Num> + '_ {
     bytes.chunks_exact(t.size()).map(move |c| t.read(c))
 }
 
-fn fixed(data: ChunkData, len: Option<usize>) -> CodecResult<Vec<u8>> {
-    match data {
-        ChunkData::Fixed(b) if Some(b.len()) == len => Ok(b),
-        ChunkData::Fixed(b) => {
-            Err(CodecError::new(NAME, format!("expected {} bytes, got {}", len.unwrap_or(0), b.len())))
-        }
-        ChunkData::Variable(_) => Err(CodecError::new(NAME, "expected fixed-size elements")),
-    }
-}
-
 impl ArrayToArrayCodec for DeltaCodec {
     fn name(&self) -> &str {
         NAME
@@ -91,7 +81,7 @@ impl ArrayToArrayCodec for DeltaCodec {
     fn encode(&self, data: ChunkData, decoded: &ChunkRepr) -> CodecResult<ChunkData> {
         self.check(decoded)?;
         let n = usize::try_from(decoded.num_elements()).map_err(|_| CodecError::new(NAME, "chunk too large"))?;
-        let bytes = fixed(data, n.checked_mul(self.num.size()))?;
+        let bytes = data.into_fixed(NAME, n.checked_mul(self.num.size()))?;
         let mut out = Vec::with_capacity(n * self.astype_num.size());
         let mut prev: Option<Num> = None;
         for x in elements(&bytes, self.num) {
@@ -108,7 +98,7 @@ impl ArrayToArrayCodec for DeltaCodec {
     fn decode(&self, data: ChunkData, decoded: &ChunkRepr) -> CodecResult<ChunkData> {
         self.check(decoded)?;
         let n = usize::try_from(decoded.num_elements()).map_err(|_| CodecError::new(NAME, "chunk too large"))?;
-        let bytes = fixed(data, n.checked_mul(self.astype_num.size()))?;
+        let bytes = data.into_fixed(NAME, n.checked_mul(self.astype_num.size()))?;
         let acc = match self.astype_num {
             NumType::Int { bytes, signed } if bytes < 8 => NumType::Int { bytes: 8, signed },
             t => t,

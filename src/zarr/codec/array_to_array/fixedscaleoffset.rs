@@ -91,14 +91,7 @@ impl FixedScaleOffsetCodec {
     }
 
     fn bytes(data: ChunkData, n: u64, size: usize) -> CodecResult<Vec<u8>> {
-        let len = usize::try_from(n).ok().and_then(|n| n.checked_mul(size));
-        match data {
-            ChunkData::Fixed(b) if Some(b.len()) == len => Ok(b),
-            ChunkData::Fixed(b) => {
-                Err(CodecError::new(NAME, format!("expected {} bytes, got {}", len.unwrap_or(0), b.len())))
-            }
-            ChunkData::Variable(_) => Err(CodecError::new(NAME, "expected fixed-size elements")),
-        }
+        data.into_fixed(NAME, usize::try_from(n).ok().and_then(|n| n.checked_mul(size)))
     }
 }
 
