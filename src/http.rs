@@ -18,33 +18,42 @@ use axum::extract::Request;
 use axum::http::{header, HeaderName, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, MethodRouter};
 use axum::Router;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use utoipa::OpenApi;
 
 use crate::service::App;
 
 /// The request-id header, read from the client when present and echoed back.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-fn store_routes() -> MethodRouter<Arc<App>> {
-    get(store::get_key).put(store::put_key).delete(store::delete_key).fallback(store::other_method)
+/// Every route, registered once for both the server and the OpenAPI
+/// document ([`openapi::document`]).
+///
+/// The store protocol's method router also answers WebDAV methods
+/// (PROPFIND, MKCOL) through its fallback, which OpenAPI cannot describe;
+/// the mount root (`/zarr/{mount}` and `/zarr/{mount}/`) is the same handler
+/// with an empty key.
+pub fn routes() -> OpenApiRouter<Arc<App>> {
+    let (_, store_paths, store) = routes!(store::get_key, store::put_key, store::delete_key);
+    let store = store.fallback(store::other_method);
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes((Vec::new(), store_paths, store.clone()))
+        .route("/zarr/{mount}", store.clone())
+        .route("/zarr/{mount}/", store)
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(openapi::serve))
 }
 
 /// The whole application.
 pub fn router(app: Arc<App>) -> Router {
     let cors = cors_layer(&app.config().cors.allowed_origins);
-    Router::new()
-        .route("/zarr/{mount}", store_routes())
-        .route("/zarr/{mount}/", store_routes())
-        .route("/zarr/{mount}/{*key}", store_routes())
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/openapi.json", get(openapi::serve))
-        .fallback(health::not_found)
-        .layer(middleware::from_fn(log_request))
-        .layer(cors)
-        .with_state(app)
+    let (router, _) = routes().split_for_parts();
+    router.fallback(health::not_found).layer(middleware::from_fn(log_request)).layer(cors).with_state(app)
 }
 
 fn cors_layer(origins: &[String]) -> CorsLayer {

@@ -123,7 +123,7 @@ fn read_response(key: &StoreKey, out: ReadOutcome) -> Response {
 /// Read a key, or list a prefix (path ending in `/`).
 #[utoipa::path(
     get,
-    path = "/zarr/{mount}/{key}",
+    path = "/zarr/{mount}/{*key}",
     tag = "store",
     params(
         ("mount" = String, Path, description = "Mount name", example = "data"),
@@ -214,7 +214,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> ApiResult<Byt
 /// Store a key.
 #[utoipa::path(
     put,
-    path = "/zarr/{mount}/{key}",
+    path = "/zarr/{mount}/{*key}",
     tag = "store",
     params(
         ("mount" = String, Path, description = "Mount name", example = "data"),
@@ -262,7 +262,7 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
 /// Delete a key (idempotent).
 #[utoipa::path(
     delete,
-    path = "/zarr/{mount}/{key}",
+    path = "/zarr/{mount}/{*key}",
     tag = "store",
     params(
         ("mount" = String, Path, description = "Mount name", example = "data"),
