@@ -4,6 +4,7 @@
 //! [`router`] builds the whole application without a socket, so tests drive
 //! it with `tower::ServiceExt::oneshot`; `main.rs` serves it.
 
+pub mod api;
 pub mod dav;
 pub mod error;
 pub mod health;
@@ -44,6 +45,9 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
         .routes((Vec::new(), store_paths, store.clone()))
         .route("/zarr/{mount}", store.clone())
         .route("/zarr/{mount}/", store)
+        .routes(routes!(api::nodes::list_mounts))
+        .routes(routes!(api::nodes::get_root_node))
+        .routes(routes!(api::nodes::get_node))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi::serve))

@@ -3,7 +3,10 @@
 //! Handlers in `http/` call one function here and map the result; no Zarr
 //! or storage logic lives in `http/`.
 
+pub mod chunk_store;
 pub mod error;
+pub mod locks;
+pub mod node;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -14,12 +17,14 @@ pub use error::{ServiceError, ServiceResult};
 use crate::config::Config;
 use crate::storage::mount::MountError;
 use crate::storage::Mount;
+use locks::MountLocks;
 
 /// The shared application state (one `Arc<App>` per server).
 #[derive(Debug)]
 pub struct App {
     config: Config,
     mounts: BTreeMap<String, Arc<Mount>>,
+    locks: BTreeMap<String, Arc<MountLocks>>,
 }
 
 impl App {
@@ -35,14 +40,27 @@ impl App {
                 Mount::build_with(name, spec, config.cache.object_cache()).map(|m| (name.clone(), Arc::new(m)))
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self { config, mounts })
+        Ok(Self::assemble(config, mounts))
     }
 
     /// An app over ready-made mounts (tests, embedding).
     #[must_use]
     pub fn with_mounts(config: Config, mounts: Vec<Mount>) -> Self {
         let mounts = mounts.into_iter().map(|m| (m.name().to_string(), Arc::new(m))).collect();
-        Self { config, mounts }
+        Self::assemble(config, mounts)
+    }
+
+    fn assemble(config: Config, mounts: BTreeMap<String, Arc<Mount>>) -> Self {
+        let locks = mounts.keys().map(|name| (name.clone(), Arc::new(MountLocks::default()))).collect();
+        Self { config, mounts, locks }
+    }
+
+    /// The write locks of a mount.
+    ///
+    /// # Errors
+    /// `UnknownMount`.
+    pub fn locks(&self, mount: &str) -> ServiceResult<&Arc<MountLocks>> {
+        self.locks.get(mount).ok_or_else(|| ServiceError::UnknownMount(mount.to_string()))
     }
 
     /// The configuration the app runs with.

@@ -120,6 +120,11 @@ impl From<ServiceError> for ApiError {
             }
             ServiceError::IsPrefix(_) => Self::new(StatusCode::NOT_FOUND, "is_prefix", message),
             ServiceError::PrefixNotFound(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
+            ServiceError::NodeNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "node_not_found", message),
+            ServiceError::NotAnArray { .. } => Self::bad_request("not_an_array", message),
+            ServiceError::UnsupportedArray { .. } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported_array", message)
+            }
         }
     }
 }

@@ -34,6 +34,7 @@ use super::health::{FailingMount, Health};
     components(schemas(ErrorBody, ErrorDetail, Health, FailingMount, JsonListing, JsonEntry)),
     tags(
         (name = "store", description = "The Zarr store protocol: keys over HTTP, for zarr-python, TensorStore, zarrita.js and neuroglancer"),
+        (name = "nodes", description = "Mounts, arrays and groups: describe, create, resize, attributes, delete"),
         (name = "operations", description = "Health and the API description"),
     )
 )]

@@ -27,4 +27,13 @@ pub enum ServiceError {
     IsPrefix(String),
     #[error("no such prefix: {0}")]
     PrefixNotFound(String),
+    /// No array or group at this path.
+    #[error("no array or group at `{path}` in mount `{mount}`")]
+    NodeNotFound { mount: String, path: String },
+    /// The node is a group where an array is needed.
+    #[error("`{path}` in mount `{mount}` is a group, not an array")]
+    NotAnArray { mount: String, path: String },
+    /// Valid metadata that zarrd cannot serve (an unsupported codec or type).
+    #[error("{key}: unsupported array: {reason}")]
+    UnsupportedArray { key: String, reason: String },
 }

@@ -86,6 +86,9 @@ pub async fn write(
         validate_document(kind, &body)
             .map_err(|source| ServiceError::InvalidMetadata { key: key.to_string(), source })?;
     }
+    // The same key lock a slice write's read-modify-write holds, and shared
+    // on the node lock of any array being resized or deleted right now.
+    let _guard = app.locks(mount)?.raw_key(key.as_str()).await;
     Ok(m.put(key, body, condition).await?)
 }
 
@@ -98,6 +101,7 @@ pub async fn delete(app: &App, mount: &str, key: &StoreKey) -> ServiceResult<()>
     if m.read_only() {
         return Err(ServiceError::ReadOnly(mount.to_string()));
     }
+    let _guard = app.locks(mount)?.raw_key(key.as_str()).await;
     Ok(m.delete(key).await?)
 }
 

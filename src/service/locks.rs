@@ -1,0 +1,182 @@
+//! Write locking, per mount (DESIGN.md, "Behaviour that users rely on").
+//!
+//! Two kinds of lock, always taken in this order:
+//!
+//! 1. **Node locks**, one reader-writer lock per array or group path that
+//!    someone is currently writing. Slice writes and raw key writes take it
+//!    shared, so they run in parallel; resize, attribute updates, overwrite
+//!    and delete take it exclusive. A raw key PUT does not know which array
+//!    its key belongs to, so it takes shared every node lock that exists for
+//!    one of its parent paths ([`MountLocks::raw_key`]); node locks live only
+//!    while someone holds them, so that lookup is a walk over a small map.
+//! 2. **Key locks**, striped by key hash: a read-modify-write of a chunk (or
+//!    shard) holds its key's stripe across the read and the write, and a raw
+//!    key PUT holds the same stripe, so no update is lost in this process.
+//!    Stripes are taken in ascending order, never twice, so a writer holding
+//!    many keys cannot deadlock with another. Two keys sharing a stripe only
+//!    serialise; with [`STRIPES`] stripes that is rare.
+//!
+//! Across processes, conditional puts (ETags) protect read-modify-write
+//! where the store supports them; these locks are per process.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+/// How many key stripes a mount has.
+pub const STRIPES: usize = 1024;
+
+/// The locks of one mount.
+#[derive(Debug)]
+pub struct MountLocks {
+    stripes: Vec<Arc<AsyncMutex<()>>>,
+    nodes: Mutex<HashMap<String, Weak<RwLock<()>>>>,
+}
+
+impl Default for MountLocks {
+    fn default() -> Self {
+        Self { stripes: (0..STRIPES).map(|_| Arc::new(AsyncMutex::new(()))).collect(), nodes: Mutex::default() }
+    }
+}
+
+/// Held while writing keys of a node: the node lock (shared) and the key
+/// stripes. Dropping it releases everything.
+#[derive(Debug)]
+pub struct WriteGuard {
+    _nodes: Vec<OwnedRwLockReadGuard<()>>,
+    _stripes: Vec<OwnedMutexGuard<()>>,
+}
+
+/// Held while changing a node as a whole (resize, attributes, delete).
+#[derive(Debug)]
+pub struct ExclusiveGuard {
+    _node: OwnedRwLockWriteGuard<()>,
+}
+
+fn stripe_of(key: &str) -> usize {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    // Only the low bits pick a stripe.
+    #[allow(clippy::cast_possible_truncation)]
+    let i = (h.finish() as usize) % STRIPES;
+    i
+}
+
+impl MountLocks {
+    fn node(&self, path: &str) -> Arc<RwLock<()>> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(lock) = nodes.get(path).and_then(Weak::upgrade) {
+            return lock;
+        }
+        // Forget locks nobody holds any more, so the map stays small.
+        nodes.retain(|_, w| w.strong_count() > 0);
+        let lock = Arc::new(RwLock::new(()));
+        nodes.insert(path.to_string(), Arc::downgrade(&lock));
+        lock
+    }
+
+    /// The node locks that exist for `key`'s parent paths (`a/b/c` →
+    /// `a/b`, `a`, `""`).
+    fn existing_parents(&self, key: &str) -> Vec<Arc<RwLock<()>>> {
+        let nodes = self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = Vec::new();
+        let mut path = key;
+        loop {
+            path = path.rsplit_once('/').map_or("", |(p, _)| p);
+            if let Some(lock) = nodes.get(path).and_then(Weak::upgrade) {
+                out.push(lock);
+            }
+            if path.is_empty() {
+                break;
+            }
+        }
+        out
+    }
+
+    async fn stripes(&self, keys: &[&str]) -> Vec<OwnedMutexGuard<()>> {
+        let mut idx: Vec<usize> = keys.iter().map(|k| stripe_of(k)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let mut guards = Vec::with_capacity(idx.len());
+        for i in idx {
+            guards.push(self.stripes[i].clone().lock_owned().await);
+        }
+        guards
+    }
+
+    /// Locks `keys` (full store keys) of the node at `node_path` for a
+    /// read-modify-write.
+    pub async fn write_keys(&self, node_path: &str, keys: &[&str]) -> WriteGuard {
+        let node = self.node(node_path).read_owned().await;
+        WriteGuard { _nodes: vec![node], _stripes: self.stripes(keys).await }
+    }
+
+    /// Locks one key for a raw store write: shared on every node lock held
+    /// for a parent path, then the key's stripe.
+    pub async fn raw_key(&self, key: &str) -> WriteGuard {
+        let mut nodes = Vec::new();
+        for lock in self.existing_parents(key) {
+            nodes.push(lock.read_owned().await);
+        }
+        WriteGuard { _nodes: nodes, _stripes: self.stripes(&[key]).await }
+    }
+
+    /// Locks the node at `node_path` exclusively: waits for every writer of
+    /// its keys to finish and keeps new ones out.
+    pub async fn exclusive(&self, node_path: &str) -> ExclusiveGuard {
+        ExclusiveGuard { _node: self.node(node_path).write_owned().await }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn same_key_serialises_and_disjoint_keys_do_not() {
+        let locks = Arc::new(MountLocks::default());
+        let g = locks.write_keys("a", &["a/c/0"]).await;
+        // The same key: must wait.
+        let l2 = locks.clone();
+        let waiting = tokio::spawn(async move { l2.write_keys("a", &["a/c/0", "a/c/1"]).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a second writer of a/c/0 must wait");
+        // A raw write of another key (almost surely another stripe) goes through.
+        let other = (0..100).map(|i| format!("a/c/x{i}")).find(|k| stripe_of(k) != stripe_of("a/c/0")).unwrap();
+        tokio::time::timeout(Duration::from_secs(1), locks.raw_key(&other)).await.expect("disjoint key is free");
+        drop(g);
+        tokio::time::timeout(Duration::from_secs(1), waiting).await.expect("released").unwrap();
+    }
+
+    #[tokio::test]
+    async fn exclusive_waits_for_writers_including_raw_key_writes() {
+        let locks = Arc::new(MountLocks::default());
+        let held = locks.write_keys("arr", &["arr/c/0"]).await;
+        let raw = locks.raw_key("arr/c/5").await; // takes arr's node lock shared
+        let l2 = locks.clone();
+        let excl = tokio::spawn(async move {
+            let _g = l2.exclusive("arr").await;
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!excl.is_finished());
+        drop(held);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!excl.is_finished(), "the raw key writer still holds arr shared");
+        drop(raw);
+        tokio::time::timeout(Duration::from_secs(1), excl).await.expect("exclusive acquired").unwrap();
+    }
+
+    #[tokio::test]
+    async fn node_map_forgets_unheld_locks() {
+        let locks = MountLocks::default();
+        for i in 0..100 {
+            let _g = locks.exclusive(&format!("n{i}")).await;
+        }
+        let _g = locks.exclusive("last").await;
+        assert!(locks.nodes.lock().unwrap().len() <= 2);
+    }
+}

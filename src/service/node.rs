@@ -1,0 +1,278 @@
+//! Opening nodes (arrays and groups) by mount and path.
+//!
+//! A node's path inside a mount is a [`NodePath`]: `""` for the mount root,
+//! else `a/b/c` (no leading or trailing `/`; segments validated like store
+//! keys). [`open`] reads the node's metadata documents and normalises them:
+//!
+//! - v3: `<path>/zarr.json` (`node_type` array or group);
+//! - v2: `<path>/.zarray` or `<path>/.zgroup`, plus `<path>/.zattrs` when
+//!   present.
+//!
+//! v3 wins when both exist (zarr-python reads v3 first too). A path with
+//! none of these documents is [`ServiceError::NodeNotFound`]; a document that
+//! does not parse is [`ServiceError::InvalidMetadata`] naming its key and
+//! field.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use super::{App, ServiceError, ServiceResult};
+use crate::storage::{Mount, ReadRequest, StorageError, StoreKey};
+use crate::zarr::array::{ArrayDescription, ZarrFormat};
+use crate::zarr::metadata::v2::attributes_from_json;
+use crate::zarr::metadata::{ArrayMetadataV2, GroupMetadataV2, MetadataError, NodeMetadataV3};
+
+/// A validated node path inside a mount (`""` is the root).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodePath(String);
+
+impl NodePath {
+    /// Validates `raw`; leading and trailing `/` are ignored.
+    ///
+    /// # Errors
+    /// `BadRequest` naming the path when a segment is not a valid key
+    /// segment (empty, `.`, `..`, control characters).
+    pub fn new(raw: &str) -> ServiceResult<Self> {
+        let trimmed = raw.trim_matches('/');
+        if trimmed.is_empty() {
+            return Ok(Self(String::new()));
+        }
+        StoreKey::new(trimmed).map_err(|e| ServiceError::BadRequest(format!("invalid node path `{raw}`: {e}")))?;
+        Ok(Self(trimmed.to_string()))
+    }
+
+    /// The mount root.
+    #[must_use]
+    pub fn root() -> Self {
+        Self(String::new())
+    }
+
+    /// The path (`""` for the root).
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether this is the mount root.
+    #[must_use]
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The store key of `name` inside this node (`<path>/<name>`).
+    ///
+    /// # Errors
+    /// `BadRequest` when `name` is not a valid relative key.
+    pub fn key(&self, name: &str) -> ServiceResult<StoreKey> {
+        let raw = if self.0.is_empty() { name.to_string() } else { format!("{}/{name}", self.0) };
+        StoreKey::new(&raw).map_err(|e| ServiceError::BadRequest(format!("invalid key `{raw}`: {e}")))
+    }
+
+    /// The parent node's path; `None` for the root.
+    #[must_use]
+    pub fn parent(&self) -> Option<Self> {
+        if self.0.is_empty() {
+            return None;
+        }
+        Some(Self(self.0.rsplit_once('/').map_or(String::new(), |(p, _)| p.to_string())))
+    }
+
+    /// The last segment (`""` for the root).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.0.rsplit_once('/').map_or(&self.0, |(_, n)| n)
+    }
+}
+
+impl std::fmt::Display for NodePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("/")
+        } else {
+            f.write_str(&self.0)
+        }
+    }
+}
+
+/// An opened array: its normalised description plus the documents it came
+/// from.
+#[derive(Debug)]
+pub struct ArrayNode {
+    /// The mount it lives in.
+    pub mount: Arc<Mount>,
+    /// Its path in the mount.
+    pub path: NodePath,
+    /// The normalised description the engine works from.
+    pub desc: ArrayDescription,
+    /// The stored metadata document (`zarr.json` or `.zarray`), as stored.
+    pub metadata: Value,
+    /// v2 only: the stored `.zattrs` (v3 keeps attributes inside `metadata`).
+    pub zattrs: Option<Value>,
+}
+
+impl ArrayNode {
+    /// The metadata format.
+    #[must_use]
+    pub fn format(&self) -> ZarrFormat {
+        self.desc.zarr_format
+    }
+
+    /// The store key of a chunk (grid coordinates).
+    ///
+    /// # Errors
+    /// `BadRequest` when the key is invalid (cannot happen for valid
+    /// coordinates).
+    pub fn chunk_key(&self, coords: &[u64]) -> ServiceResult<StoreKey> {
+        self.path.key(&self.desc.chunk_key(coords))
+    }
+}
+
+/// An opened group.
+#[derive(Debug)]
+pub struct GroupNode {
+    /// The mount it lives in.
+    pub mount: Arc<Mount>,
+    /// Its path in the mount.
+    pub path: NodePath,
+    /// The metadata format.
+    pub format: ZarrFormat,
+    /// User attributes.
+    pub attributes: Map<String, Value>,
+    /// The stored group document (`zarr.json` or `.zgroup`), as stored.
+    pub metadata: Value,
+    /// v2 only: the stored `.zattrs`.
+    pub zattrs: Option<Value>,
+}
+
+/// An array or a group.
+#[derive(Debug, Clone)]
+pub enum Node {
+    /// An array.
+    Array(Arc<ArrayNode>),
+    /// A group.
+    Group(Arc<GroupNode>),
+}
+
+impl Node {
+    /// The node's path.
+    #[must_use]
+    pub fn path(&self) -> &NodePath {
+        match self {
+            Self::Array(a) => &a.path,
+            Self::Group(g) => &g.path,
+        }
+    }
+}
+
+/// Reads one key whole; `None` when it does not exist (or is a prefix).
+///
+/// # Errors
+/// Storage failures.
+pub async fn read_optional(mount: &Mount, key: &StoreKey) -> ServiceResult<Option<Bytes>> {
+    match mount.storage().read(key, &ReadRequest::default()).await {
+        Ok(outcome) => Ok(Some(outcome.body)),
+        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn invalid(key: &StoreKey) -> impl FnOnce(MetadataError) -> ServiceError + '_ {
+    move |source| ServiceError::InvalidMetadata { key: key.to_string(), source }
+}
+
+fn parse_json(key: &StoreKey, bytes: &[u8]) -> ServiceResult<Value> {
+    serde_json::from_slice(bytes).map_err(|e| ServiceError::InvalidMetadata {
+        key: key.to_string(),
+        source: MetadataError::new("", format!("not valid JSON: {e}")),
+    })
+}
+
+fn unsupported(key: &StoreKey, e: &crate::zarr::array::ArrayError) -> ServiceError {
+    ServiceError::UnsupportedArray { key: key.to_string(), reason: e.to_string() }
+}
+
+/// Opens the node at `path` in `mount`.
+///
+/// # Errors
+/// `UnknownMount`, `NodeNotFound`, `InvalidMetadata`, `UnsupportedArray`,
+/// storage failures.
+pub async fn open(app: &App, mount: &str, path: &NodePath) -> ServiceResult<Node> {
+    let mount = app.mount(mount)?.clone();
+    open_in(mount, path).await
+}
+
+/// [`open`] on a mount already looked up.
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_in(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<Node> {
+    let v3_key = path.key("zarr.json")?;
+    if let Some(bytes) = read_optional(&mount, &v3_key).await? {
+        let value = parse_json(&v3_key, &bytes)?;
+        return match NodeMetadataV3::from_json(&value, "").map_err(invalid(&v3_key))? {
+            NodeMetadataV3::Array(meta) => {
+                let desc = ArrayDescription::from_v3(&meta).map_err(|e| unsupported(&v3_key, &e))?;
+                Ok(Node::Array(Arc::new(ArrayNode { mount, path: path.clone(), desc, metadata: value, zattrs: None })))
+            }
+            NodeMetadataV3::Group(group) => Ok(Node::Group(Arc::new(GroupNode {
+                mount,
+                path: path.clone(),
+                format: ZarrFormat::V3,
+                attributes: group.attributes,
+                metadata: value,
+                zattrs: None,
+            }))),
+        };
+    }
+    let (zarray_key, zgroup_key, zattrs_key) = (path.key(".zarray")?, path.key(".zgroup")?, path.key(".zattrs")?);
+    let (zarray, zgroup, zattrs) = futures::try_join!(
+        read_optional(&mount, &zarray_key),
+        read_optional(&mount, &zgroup_key),
+        read_optional(&mount, &zattrs_key)
+    )?;
+    let (attributes, zattrs_value) = match zattrs {
+        Some(bytes) => {
+            let value = parse_json(&zattrs_key, &bytes)?;
+            (attributes_from_json(&value, "").map_err(invalid(&zattrs_key))?, Some(value))
+        }
+        None => (Map::new(), None),
+    };
+    if let Some(bytes) = zarray {
+        let value = parse_json(&zarray_key, &bytes)?;
+        let meta = ArrayMetadataV2::from_json(&value, "").map_err(invalid(&zarray_key))?;
+        let desc = ArrayDescription::from_v2(&meta, attributes).map_err(|e| unsupported(&zarray_key, &e))?;
+        return Ok(Node::Array(Arc::new(ArrayNode {
+            mount,
+            path: path.clone(),
+            desc,
+            metadata: value,
+            zattrs: zattrs_value,
+        })));
+    }
+    if let Some(bytes) = zgroup {
+        let value = parse_json(&zgroup_key, &bytes)?;
+        GroupMetadataV2::from_json(&value, "").map_err(invalid(&zgroup_key))?;
+        return Ok(Node::Group(Arc::new(GroupNode {
+            mount,
+            path: path.clone(),
+            format: ZarrFormat::V2,
+            attributes,
+            metadata: value,
+            zattrs: zattrs_value,
+        })));
+    }
+    Err(ServiceError::NodeNotFound { mount: mount.name().to_string(), path: path.to_string() })
+}
+
+/// Opens the node at `path` and requires it to be an array.
+///
+/// # Errors
+/// As [`open`], plus `NotAnArray` for a group.
+pub async fn open_array(app: &App, mount: &str, path: &NodePath) -> ServiceResult<Arc<ArrayNode>> {
+    match open(app, mount, path).await? {
+        Node::Array(a) => Ok(a),
+        Node::Group(g) => Err(ServiceError::NotAnArray { mount: g.mount.name().to_string(), path: path.to_string() }),
+    }
+}
