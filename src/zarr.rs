@@ -12,3 +12,4 @@ pub mod data_type;
 pub mod metadata;
 pub mod region;
 pub mod subset;
+pub mod tensorstore;

@@ -1,0 +1,413 @@
+//! Choosing chunk shapes for a new array from TensorStore-style
+//! `chunk_layout` constraints.
+//!
+//! Reference: TensorStore's `ChunkLayout` and `ChunkLayout/Grid` JSON
+//! (`shape`, `aspect_ratio`, `elements`) and the "Selection of chunk layout
+//! when creating a new array" sections of the `zarr` and `zarr3` driver
+//! documents (`reference/tensorstore-zarr-driver.rst`,
+//! `reference/tensorstore-zarr3-driver.txt`), whose worked examples are the
+//! unit tests below.
+//!
+//! The rules, as TensorStore applies them:
+//!
+//! - A `shape` entry of `0` leaves the dimension unconstrained, `-1` means
+//!   the full extent of the domain.
+//! - An `aspect_ratio` entry of `0` is unconstrained (`1`).
+//! - Unconstrained dimensions get `max(1, floor(factor × aspect))` elements,
+//!   capped at the domain's extent, with the largest `factor` whose chunk
+//!   has at most `elements` elements (default [`DEFAULT_ELEMENTS`],
+//!   2^20 — the "one million" of the documents).
+//! - With separate read and write grids (zarr3), the read chunk is chosen
+//!   first, bounded by any explicit write shape; the write chunk is then a
+//!   multiple of it in every dimension, grown towards the write `elements`
+//!   (if none is given, the write chunk equals the read chunk). Different
+//!   read and write chunks mean a `sharding_indexed` codec.
+//! - zarr v2 has one grid: read and write constraints are combined.
+
+use serde_json::Value;
+
+/// Target elements per chunk when no `elements` constraint is given.
+pub const DEFAULT_ELEMENTS: u64 = 1 << 20;
+
+/// A constraint set that cannot be satisfied or does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct LayoutError {
+    /// The offending member (`chunk_layout.read_chunk.shape[1]`).
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> LayoutError {
+    LayoutError { field: field.into(), message: message.into() }
+}
+
+/// Constraints on one chunk grid (`ChunkLayout/Grid`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GridConstraints {
+    /// Per dimension: `0` unconstrained, `-1` full extent, else the size.
+    pub shape: Option<Vec<i64>>,
+    /// Per dimension: `0` unconstrained, else the relative size.
+    pub aspect_ratio: Option<Vec<f64>>,
+    /// Target number of elements per chunk.
+    pub elements: Option<u64>,
+}
+
+impl GridConstraints {
+    /// Whether nothing is constrained.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.shape.as_ref().is_none_or(|s| s.iter().all(|&v| v == 0))
+            && self.aspect_ratio.as_ref().is_none_or(|a| a.iter().all(|&v| v == 0.0))
+            && self.elements.is_none()
+    }
+
+    /// Parses a `ChunkLayout/Grid` object (`shape`, `aspect_ratio`,
+    /// `elements` and their `*_soft_constraint` forms, which are taken as
+    /// the same preference).
+    ///
+    /// # Errors
+    /// A member of the wrong type or rank, naming it.
+    pub fn from_json(value: &Value, path: &str, rank: usize) -> Result<Self, LayoutError> {
+        let Value::Object(map) = value else { return Err(err(path, "expected an object")) };
+        let mut out = Self::default();
+        for (k, v) in map {
+            let field = format!("{path}.{k}");
+            match k.as_str() {
+                "shape" | "shape_soft_constraint" => {
+                    let items = rank_array(v, &field, rank)?;
+                    let shape = items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| match x {
+                            Value::Null => Ok(0),
+                            _ => x
+                                .as_i64()
+                                .filter(|&n| n >= -1)
+                                .ok_or_else(|| err(format!("{field}[{i}]"), "expected an integer >= -1 or null")),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    merge_shape(&mut out.shape, shape, &field)?;
+                }
+                "aspect_ratio" | "aspect_ratio_soft_constraint" => {
+                    let items = rank_array(v, &field, rank)?;
+                    let ratio = items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| match x {
+                            Value::Null => Ok(0.0),
+                            _ => x
+                                .as_f64()
+                                .filter(|f| f.is_finite() && *f >= 0.0)
+                                .ok_or_else(|| err(format!("{field}[{i}]"), "expected a number >= 0 or null")),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if out.aspect_ratio.as_ref().is_some_and(|a| a != &ratio) {
+                        return Err(err(field, "conflicts with another aspect_ratio constraint"));
+                    }
+                    out.aspect_ratio = Some(ratio);
+                }
+                "elements" | "elements_soft_constraint" => match v {
+                    Value::Null => {}
+                    _ => {
+                        let n = v
+                            .as_u64()
+                            .filter(|&n| n >= 1)
+                            .ok_or_else(|| err(&field, "expected a positive integer or null"))?;
+                        if out.elements.is_some_and(|e| e != n) {
+                            return Err(err(field, "conflicts with another elements constraint"));
+                        }
+                        out.elements = Some(n);
+                    }
+                },
+                _ => return Err(err(field, "unknown member; expected shape, aspect_ratio or elements")),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Combines two constraint sets on the same grid (`chunk` with
+    /// `read_chunk`, say).
+    ///
+    /// # Errors
+    /// Two different non-zero values for one entry.
+    pub fn merge(&mut self, other: &Self, field: &str) -> Result<(), LayoutError> {
+        if let Some(s) = &other.shape {
+            merge_shape(&mut self.shape, s.clone(), &format!("{field}.shape"))?;
+        }
+        if let Some(a) = &other.aspect_ratio {
+            let merged = match &self.aspect_ratio {
+                None => a.clone(),
+                Some(mine) => mine
+                    .iter()
+                    .zip(a)
+                    .enumerate()
+                    .map(|(i, (&x, &y))| match (x, y) {
+                        (x, y) if x == 0.0 || x == y => Ok(y.max(x)),
+                        (x, 0.0) => Ok(x),
+                        _ => Err(err(format!("{field}.aspect_ratio[{i}]"), format!("conflicting values {x} and {y}"))),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            };
+            self.aspect_ratio = Some(merged);
+        }
+        if let Some(e) = other.elements {
+            if self.elements.is_some_and(|mine| mine != e) {
+                return Err(err(format!("{field}.elements"), "conflicting values"));
+            }
+            self.elements = Some(e);
+        }
+        Ok(())
+    }
+}
+
+fn rank_array<'a>(v: &'a Value, field: &str, rank: usize) -> Result<&'a Vec<Value>, LayoutError> {
+    let Value::Array(items) = v else { return Err(err(field, "expected an array")) };
+    if items.len() != rank {
+        return Err(err(field, format!("expected {rank} entries (the array's rank), got {}", items.len())));
+    }
+    Ok(items)
+}
+
+fn merge_shape(into: &mut Option<Vec<i64>>, shape: Vec<i64>, field: &str) -> Result<(), LayoutError> {
+    let merged = match into.as_ref() {
+        None => shape,
+        Some(mine) => mine
+            .iter()
+            .zip(&shape)
+            .enumerate()
+            .map(|(i, (&x, &y))| match (x, y) {
+                (0, y) => Ok(y),
+                (x, 0) => Ok(x),
+                (x, y) if x == y => Ok(x),
+                _ => Err(err(format!("{field}[{i}]"), format!("conflicting chunk sizes {x} and {y}"))),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    *into = Some(merged);
+    Ok(())
+}
+
+/// The hard sizes of a grid: `0` where unconstrained.
+fn initial_shape(c: &GridConstraints, domain: &[u64]) -> Vec<u64> {
+    match &c.shape {
+        None => vec![0; domain.len()],
+        Some(s) => s
+            .iter()
+            .zip(domain)
+            .map(|(&v, &d)| match v {
+                -1 => d.max(1),
+                v => u64::try_from(v).unwrap_or(0),
+            })
+            .collect(),
+    }
+}
+
+fn aspect(c: &GridConstraints, rank: usize) -> Vec<f64> {
+    match &c.aspect_ratio {
+        Some(a) => a.iter().map(|&x| if x == 0.0 { 1.0 } else { x }).collect(),
+        None => vec![1.0; rank],
+    }
+}
+
+/// Fills the zero entries of `chunk` from the aspect ratio so the chunk
+/// has at most `target` elements (as close as the floors allow), each entry
+/// capped at `max_size` and passed through `map` (rounding to a multiple).
+fn from_aspect_ratio(
+    aspect: &[f64],
+    chunk: &mut [u64],
+    target: u64,
+    max_size: &[u64],
+    map: &dyn Fn(usize, u64) -> u64,
+) {
+    let rank = chunk.len();
+    let fixed: Vec<bool> = chunk.iter().map(|&c| c != 0).collect();
+    if fixed.iter().all(|&f| f) {
+        return;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let max: Vec<f64> = max_size.iter().map(|&m| (m.max(1) as f64).min(target as f64)).collect();
+    let size = |i: usize, factor: f64| -> u64 {
+        if fixed[i] {
+            return chunk[i];
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let s = (aspect[i] * factor).min(max[i]) as u64;
+        map(i, s.max(1))
+    };
+    let total = |factor: f64| -> u64 { (0..rank).try_fold(1u64, |acc, i| acc.checked_mul(size(i, factor))).unwrap_or(u64::MAX) };
+    let mut min_increment = f64::INFINITY;
+    let mut max_factor: f64 = 0.0;
+    for i in (0..rank).filter(|&i| !fixed[i]) {
+        min_increment = min_increment.min(1.0 / aspect[i]);
+        max_factor = max_factor.max(max[i] / aspect[i]);
+    }
+    min_increment /= 2.0;
+    max_factor *= 2.0;
+    let mut min_factor = min_increment;
+    let mut max_elements = total(max_factor);
+    while min_factor + min_increment < max_factor {
+        let mid = min_factor + (max_factor - min_factor) / 2.0;
+        let mid_elements = total(mid);
+        if mid_elements >= target {
+            max_factor = mid;
+            max_elements = mid_elements;
+        }
+        if mid_elements <= target {
+            min_factor = mid;
+        }
+    }
+    let factor = if max_elements == target { max_factor } else { min_factor };
+    let chosen: Vec<u64> = (0..rank).map(|i| size(i, factor)).collect();
+    chunk.copy_from_slice(&chosen);
+}
+
+/// Chooses one chunk shape (zarr v2, or zarr3 without sharding).
+#[must_use]
+pub fn choose_chunk_shape(c: &GridConstraints, domain: &[u64]) -> Vec<u64> {
+    let mut chunk = initial_shape(c, domain);
+    let target = c.elements.unwrap_or(DEFAULT_ELEMENTS);
+    from_aspect_ratio(&aspect(c, domain.len()), &mut chunk, target, domain, &|_, s| s);
+    chunk
+}
+
+/// Chooses the read (inner) and write (stored) chunk shapes of a zarr3
+/// array; they differ when sharding is needed.
+///
+/// # Errors
+/// Explicit read and write sizes where the write size is not a multiple of
+/// the read size.
+pub fn choose_read_write(
+    read: &GridConstraints,
+    write: &GridConstraints,
+    domain: &[u64],
+) -> Result<(Vec<u64>, Vec<u64>), LayoutError> {
+    let rank = domain.len();
+    let write_hard = initial_shape(write, domain);
+    let mut read_chunk = initial_shape(read, domain);
+    for i in 0..rank {
+        let (r, w) = (read_chunk[i], write_hard[i]);
+        if r != 0 && w != 0 && w % r != 0 {
+            return Err(err(
+                format!("chunk_layout.write_chunk.shape[{i}]"),
+                format!("incompatible chunk size constraints for dimension {i}: read size {r}, write size {w} (the write size must be a multiple of the read size)"),
+            ));
+        }
+    }
+    // The read chunk, bounded by an explicit write size (and the domain).
+    let read_max: Vec<u64> =
+        domain.iter().zip(&write_hard).map(|(&d, &w)| if w == 0 { d.max(1) } else { w.min(d.max(1)) }).collect();
+    let read_aspect = if read.aspect_ratio.is_some() { aspect(read, rank) } else { aspect(write, rank) };
+    let read_target = read.elements.unwrap_or(DEFAULT_ELEMENTS);
+    from_aspect_ratio(&read_aspect, &mut read_chunk, read_target, &read_max, &|_, s| s);
+    // Explicit write sizes the read chunk does not divide: the largest divisor below it.
+    for i in 0..rank {
+        let w = write_hard[i];
+        if w != 0 && w % read_chunk[i] != 0 && read.shape.as_ref().is_none_or(|s| s[i] == 0) {
+            read_chunk[i] = (1..=read_chunk[i]).rev().find(|d| w % d == 0).unwrap_or(1);
+        }
+    }
+    // The write chunk: a multiple of the read chunk in every dimension.
+    let mut write_chunk = write_hard;
+    match write.elements {
+        None => {
+            for (w, &r) in write_chunk.iter_mut().zip(&read_chunk) {
+                if *w == 0 {
+                    *w = r;
+                }
+            }
+        }
+        Some(target) => {
+            let write_max: Vec<u64> =
+                domain.iter().zip(&read_chunk).map(|(&d, &r)| d.max(1).div_ceil(r) * r).collect();
+            let rc = read_chunk.clone();
+            from_aspect_ratio(&aspect(write, rank), &mut write_chunk, target, &write_max, &move |i, s| {
+                (s / rc[i]).max(1) * rc[i]
+            });
+        }
+    }
+    Ok((read_chunk, write_chunk))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn grid(v: Value, rank: usize) -> GridConstraints {
+        GridConstraints::from_json(&v, "g", rank).unwrap()
+    }
+
+    const DOMAIN: [u64; 3] = [1000, 2000, 3000];
+
+    // The worked examples of reference/tensorstore-zarr-driver.rst.
+    #[test]
+    fn zarr_driver_examples() {
+        assert_eq!(choose_chunk_shape(&GridConstraints::default(), &DOMAIN), [101, 101, 101]);
+        assert_eq!(choose_chunk_shape(&grid(json!({"shape": [100, 200, 300]}), 3), &DOMAIN), [100, 200, 300]);
+        assert_eq!(choose_chunk_shape(&grid(json!({"aspect_ratio": [1, 2, 2]}), 3), &DOMAIN), [64, 128, 128]);
+        assert_eq!(
+            choose_chunk_shape(&grid(json!({"aspect_ratio": [1, 2, 2], "elements": 2_000_000}), 3), &DOMAIN),
+            [79, 159, 159]
+        );
+    }
+
+    // The worked examples of reference/tensorstore-zarr3-driver.txt.
+    #[test]
+    fn zarr3_driver_examples() {
+        let none = GridConstraints::default();
+        assert_eq!(choose_read_write(&none, &none, &DOMAIN).unwrap(), (vec![101; 3], vec![101; 3]));
+        let read = grid(json!({"aspect_ratio": [2, 1, 1], "elements": 2_000_000}), 3);
+        let write = grid(json!({"aspect_ratio": [2, 1, 1], "elements": 1_000_000_000}), 3);
+        assert_eq!(choose_read_write(&read, &write, &DOMAIN).unwrap(), (vec![200, 100, 100], vec![1000, 1000, 1000]));
+        let read = grid(json!({"shape": [64, 64, 64]}), 3);
+        let write = grid(json!({"shape": [512, 512, 512]}), 3);
+        assert_eq!(choose_read_write(&read, &write, &DOMAIN).unwrap(), (vec![64; 3], vec![512; 3]));
+    }
+
+    // Cases checked against TensorStore 0.1.86 (tests/python/test_api_nodes.py
+    // compares many more through the server).
+    #[test]
+    fn tensorstore_cases() {
+        let none = GridConstraints::default();
+        assert_eq!(choose_chunk_shape(&none, &[100, 100, 3000]), [100, 100, 104]);
+        assert_eq!(choose_chunk_shape(&none, &[100_000, 5]), [100_000, 5]);
+        assert_eq!(
+            choose_chunk_shape(&grid(json!({"aspect_ratio": [1, 2, 1, 0]}), 4), &[100_000, 100, 1, 10]),
+            [1048, 100, 1, 10]
+        );
+        assert_eq!(choose_chunk_shape(&grid(json!({"elements": 1000}), 3), &[3000, 1, 3000]), [31, 1, 31]);
+        let write = grid(json!({"shape": [16, 7, 100, 0]}), 4);
+        assert_eq!(
+            choose_read_write(&none, &write, &[1, 10, 3000, 5]).unwrap(),
+            (vec![1, 7, 100, 5], vec![16, 7, 100, 5])
+        );
+        let read = grid(json!({"aspect_ratio": [1.5, 2, 0, 0]}), 4);
+        let write = grid(json!({"elements": 2_000_000}), 4);
+        assert_eq!(
+            choose_read_write(&read, &write, &[100, 100_000, 100, 1]).unwrap(),
+            (vec![100, 145, 72, 1], vec![100, 145, 72, 1])
+        );
+    }
+
+    #[test]
+    fn bad_constraints_are_named() {
+        let e = GridConstraints::from_json(&json!({"shape": [1, 2]}), "chunk_layout.chunk", 3).unwrap_err();
+        assert_eq!(e.field, "chunk_layout.chunk.shape");
+        let e = GridConstraints::from_json(&json!({"shape": [1, -2]}), "c", 2).unwrap_err();
+        assert_eq!(e.field, "c.shape[1]");
+        let e = GridConstraints::from_json(&json!({"elements": 0}), "c", 2).unwrap_err();
+        assert_eq!(e.field, "c.elements");
+        let e = GridConstraints::from_json(&json!({"size": 3}), "c", 2).unwrap_err();
+        assert_eq!(e.field, "c.size");
+        let read = grid(json!({"shape": [7]}), 1);
+        let write = grid(json!({"shape": [64]}), 1);
+        let e = choose_read_write(&read, &write, &[100]).unwrap_err();
+        assert!(e.message.contains("read size 7, write size 64"), "{e}");
+        let mut a = grid(json!({"shape": [4, 0]}), 2);
+        assert!(a.merge(&grid(json!({"shape": [5, 3]}), 2), "chunk_layout.chunk").is_err());
+        a.merge(&grid(json!({"shape": [0, 3]}), 2), "chunk_layout.chunk").unwrap();
+        assert_eq!(a.shape, Some(vec![4, 3]));
+    }
+}
