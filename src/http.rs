@@ -46,8 +46,12 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
         .route("/zarr/{mount}", store.clone())
         .route("/zarr/{mount}/", store)
         .routes(routes!(api::nodes::list_mounts))
-        .routes(routes!(api::nodes::get_root_node))
-        .routes(routes!(api::nodes::get_node))
+        .routes(routes!(api::nodes::get_root_node, api::nodes::put_root_node, api::nodes::delete_root_node))
+        .routes(routes!(api::nodes::get_node, api::nodes::put_node, api::nodes::delete_node))
+        .routes(routes!(api::attributes::get_attributes, api::attributes::put_attributes, api::attributes::patch_attributes))
+        .routes(routes!(api::resize::resize))
+        .routes(routes!(api::consolidate::consolidate_root))
+        .routes(routes!(api::consolidate::consolidate))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi::serve))
@@ -69,7 +73,16 @@ fn cors_layer(origins: &[String]) -> CorsLayer {
     let method = |m: &str| Method::from_bytes(m.as_bytes()).expect("static method name");
     CorsLayer::new()
         .allow_origin(allow_origin)
-        .allow_methods([Method::GET, Method::HEAD, Method::PUT, Method::DELETE, Method::OPTIONS, method("PROPFIND")])
+        .allow_methods([
+            Method::GET,
+            Method::HEAD,
+            Method::PUT,
+            Method::POST,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+            method("PROPFIND"),
+        ])
         .allow_headers([
             header::RANGE,
             header::IF_NONE_MATCH,

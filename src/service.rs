@@ -6,7 +6,9 @@
 pub mod chunk_store;
 pub mod error;
 pub mod locks;
+pub mod metadata_cache;
 pub mod node;
+pub mod nodes;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -18,6 +20,7 @@ use crate::config::Config;
 use crate::storage::mount::MountError;
 use crate::storage::Mount;
 use locks::MountLocks;
+use metadata_cache::MetadataCache;
 
 /// The shared application state (one `Arc<App>` per server).
 #[derive(Debug)]
@@ -25,6 +28,7 @@ pub struct App {
     config: Config,
     mounts: BTreeMap<String, Arc<Mount>>,
     locks: BTreeMap<String, Arc<MountLocks>>,
+    metadata: MetadataCache,
 }
 
 impl App {
@@ -52,7 +56,7 @@ impl App {
 
     fn assemble(config: Config, mounts: BTreeMap<String, Arc<Mount>>) -> Self {
         let locks = mounts.keys().map(|name| (name.clone(), Arc::new(MountLocks::default()))).collect();
-        Self { config, mounts, locks }
+        Self { config, mounts, locks, metadata: MetadataCache::default() }
     }
 
     /// The write locks of a mount.
@@ -61,6 +65,12 @@ impl App {
     /// `UnknownMount`.
     pub fn locks(&self, mount: &str) -> ServiceResult<&Arc<MountLocks>> {
         self.locks.get(mount).ok_or_else(|| ServiceError::UnknownMount(mount.to_string()))
+    }
+
+    /// The parsed-metadata cache.
+    #[must_use]
+    pub fn metadata_cache(&self) -> &MetadataCache {
+        &self.metadata
     }
 
     /// The configuration the app runs with.

@@ -21,15 +21,21 @@
 //! Handlers parse the request, call one service function and map its
 //! result; errors use the JSON envelope of [`super::error`].
 
+pub mod attributes;
+pub mod consolidate;
 pub mod nodes;
+pub mod resize;
 
 use std::collections::HashMap;
 
-use axum::extract::{FromRequestParts, Path};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
 
 use super::error::ApiError;
 use crate::service::node::NodePath;
+use crate::service::{App, ServiceError};
 
 /// The mount and node path of a `/api/v1/<resource>/{mount}[/{*path}]`
 /// route (the path is the root when the route has none).
@@ -51,5 +57,40 @@ impl<S: Send + Sync> FromRequestParts<S> for NodeTarget {
         let mount = params.remove("mount").unwrap_or_default();
         let path = NodePath::new(params.get("path").map_or("", String::as_str))?;
         Ok(Self { mount, path })
+    }
+}
+
+/// A query string parsed into `T`; a bad one is a 400 in the JSON envelope
+/// naming the parameter.
+#[derive(Debug, Clone, Default)]
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| Self(q))
+            .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {}", e.body_text())))
+    }
+}
+
+/// A JSON request body, at most `limits.max_put_bytes`; not JSON is a 400
+/// naming the line and column, too large a 413.
+#[derive(Debug, Clone)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<App>> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
+        let limit = app.config().limits.max_put_bytes;
+        let bytes = axum::body::to_bytes(req.into_body(), usize::try_from(limit).unwrap_or(usize::MAX))
+            .await
+            .map_err(|_| ApiError::from(ServiceError::PayloadTooLarge { limit }))?;
+        serde_json::from_slice(&bytes)
+            .map(Self)
+            .map_err(|e| ApiError::bad_request("invalid_body", format!("request body: {e}")))
     }
 }

@@ -125,6 +125,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::UnsupportedArray { .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported_array", message)
             }
+            ServiceError::AlreadyExists { .. } => Self::new(StatusCode::CONFLICT, "already_exists", message),
+            ServiceError::NotEmpty { .. } => Self::new(StatusCode::CONFLICT, "not_empty", message),
+            ServiceError::Conflict(_) => Self::new(StatusCode::CONFLICT, "conflict", message),
         }
     }
 }

@@ -36,4 +36,13 @@ pub enum ServiceError {
     /// Valid metadata that zarrd cannot serve (an unsupported codec or type).
     #[error("{key}: unsupported array: {reason}")]
     UnsupportedArray { key: String, reason: String },
+    /// A node already exists where one is being created.
+    #[error("`{path}` in mount `{mount}` already exists (ask with open=true to open it, or delete_existing=true to replace it)")]
+    AlreadyExists { mount: String, path: String },
+    /// A group with children, deleted without `recursive`.
+    #[error("group `{path}` in mount `{mount}` is not empty; delete it with recursive=true")]
+    NotEmpty { mount: String, path: String },
+    /// The request conflicts with what is stored (named in the message).
+    #[error("{0}")]
+    Conflict(String),
 }

@@ -193,45 +193,74 @@ fn unsupported(key: &StoreKey, e: &crate::zarr::array::ArrayError) -> ServiceErr
     ServiceError::UnsupportedArray { key: key.to_string(), reason: e.to_string() }
 }
 
-/// Opens the node at `path` in `mount`.
+/// Reads one key whole with its ETag; `None` when it does not exist.
+async fn read_validated(mount: &Mount, key: &StoreKey) -> ServiceResult<(Option<Bytes>, Validator)> {
+    match mount.storage().read(key, &ReadRequest::default()).await {
+        Ok(outcome) => Ok((Some(outcome.body), (key.clone(), Some(outcome.meta.etag)))),
+        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok((None, (key.clone(), None))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A metadata key and the ETag it had when read (`None`: absent).
+pub type Validator = (StoreKey, Option<String>);
+
+/// Opens the node at `path` in `mount`, through the metadata cache.
 ///
 /// # Errors
 /// `UnknownMount`, `NodeNotFound`, `InvalidMetadata`, `UnsupportedArray`,
 /// storage failures.
 pub async fn open(app: &App, mount: &str, path: &NodePath) -> ServiceResult<Node> {
     let mount = app.mount(mount)?.clone();
-    open_in(mount, path).await
+    app.metadata_cache().open(mount, path).await
 }
 
-/// [`open`] on a mount already looked up.
+/// [`open`] on a mount already looked up, bypassing the cache (reads the
+/// documents now).
 ///
 /// # Errors
 /// As [`open`].
 pub async fn open_in(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<Node> {
+    Ok(load(mount, path).await?.0)
+}
+
+/// Reads and parses a node's documents; also returns what to revalidate
+/// them by (each document key read and its ETag).
+///
+/// # Errors
+/// As [`open`].
+pub async fn load(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<(Node, Vec<Validator>)> {
     let v3_key = path.key("zarr.json")?;
-    if let Some(bytes) = read_optional(&mount, &v3_key).await? {
+    let (v3, v3_validator) = read_validated(&mount, &v3_key).await?;
+    let mut validators = vec![v3_validator];
+    if let Some(bytes) = v3 {
         let value = parse_json(&v3_key, &bytes)?;
         return match NodeMetadataV3::from_json(&value, "").map_err(invalid(&v3_key))? {
             NodeMetadataV3::Array(meta) => {
                 let desc = ArrayDescription::from_v3(&meta).map_err(|e| unsupported(&v3_key, &e))?;
-                Ok(Node::Array(Arc::new(ArrayNode { mount, path: path.clone(), desc, metadata: value, zattrs: None })))
+                let node = ArrayNode { mount, path: path.clone(), desc, metadata: value, zattrs: None };
+                Ok((Node::Array(Arc::new(node)), validators))
             }
-            NodeMetadataV3::Group(group) => Ok(Node::Group(Arc::new(GroupNode {
-                mount,
-                path: path.clone(),
-                format: ZarrFormat::V3,
-                attributes: group.attributes,
-                metadata: value,
-                zattrs: None,
-            }))),
+            NodeMetadataV3::Group(group) => Ok((
+                Node::Group(Arc::new(GroupNode {
+                    mount,
+                    path: path.clone(),
+                    format: ZarrFormat::V3,
+                    attributes: group.attributes,
+                    metadata: value,
+                    zattrs: None,
+                })),
+                validators,
+            )),
         };
     }
     let (zarray_key, zgroup_key, zattrs_key) = (path.key(".zarray")?, path.key(".zgroup")?, path.key(".zattrs")?);
-    let (zarray, zgroup, zattrs) = futures::try_join!(
-        read_optional(&mount, &zarray_key),
-        read_optional(&mount, &zgroup_key),
-        read_optional(&mount, &zattrs_key)
+    let ((zarray, v1), (zgroup, v2), (zattrs, v3)) = futures::try_join!(
+        read_validated(&mount, &zarray_key),
+        read_validated(&mount, &zgroup_key),
+        read_validated(&mount, &zattrs_key)
     )?;
+    validators.extend([v1, v2, v3]);
     let (attributes, zattrs_value) = match zattrs {
         Some(bytes) => {
             let value = parse_json(&zattrs_key, &bytes)?;
@@ -243,25 +272,15 @@ pub async fn open_in(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<Node> 
         let value = parse_json(&zarray_key, &bytes)?;
         let meta = ArrayMetadataV2::from_json(&value, "").map_err(invalid(&zarray_key))?;
         let desc = ArrayDescription::from_v2(&meta, attributes).map_err(|e| unsupported(&zarray_key, &e))?;
-        return Ok(Node::Array(Arc::new(ArrayNode {
-            mount,
-            path: path.clone(),
-            desc,
-            metadata: value,
-            zattrs: zattrs_value,
-        })));
+        let node = ArrayNode { mount, path: path.clone(), desc, metadata: value, zattrs: zattrs_value };
+        return Ok((Node::Array(Arc::new(node)), validators));
     }
     if let Some(bytes) = zgroup {
         let value = parse_json(&zgroup_key, &bytes)?;
         GroupMetadataV2::from_json(&value, "").map_err(invalid(&zgroup_key))?;
-        return Ok(Node::Group(Arc::new(GroupNode {
-            mount,
-            path: path.clone(),
-            format: ZarrFormat::V2,
-            attributes,
-            metadata: value,
-            zattrs: zattrs_value,
-        })));
+        let node =
+            GroupNode { mount, path: path.clone(), format: ZarrFormat::V2, attributes, metadata: value, zattrs: zattrs_value };
+        return Ok((Node::Group(Arc::new(node)), validators));
     }
     Err(ServiceError::NodeNotFound { mount: mount.name().to_string(), path: path.to_string() })
 }

@@ -89,7 +89,16 @@ pub async fn write(
     // The same key lock a slice write's read-modify-write holds, and shared
     // on the node lock of any array being resized or deleted right now.
     let _guard = app.locks(mount)?.raw_key(key.as_str()).await;
-    Ok(m.put(key, body, condition).await?)
+    let outcome = m.put(key, body, condition).await?;
+    forget_metadata(app, mount, key);
+    Ok(outcome)
+}
+
+/// Drops the cached node whose metadata document `key` is.
+fn forget_metadata(app: &App, mount: &str, key: &StoreKey) {
+    if let Some(path) = super::nodes::node_of_document_key(key) {
+        app.metadata_cache().invalidate(mount, &path);
+    }
 }
 
 /// Deletes a key; deleting a missing key succeeds.
@@ -102,7 +111,9 @@ pub async fn delete(app: &App, mount: &str, key: &StoreKey) -> ServiceResult<()>
         return Err(ServiceError::ReadOnly(mount.to_string()));
     }
     let _guard = app.locks(mount)?.raw_key(key.as_str()).await;
-    Ok(m.delete(key).await?)
+    m.delete(key).await?;
+    forget_metadata(app, mount, key);
+    Ok(())
 }
 
 /// Checks a mount exists and may be written (for MKCOL).

@@ -50,13 +50,79 @@ pub struct MountSpec {
     /// Backend options (`object_store` configuration keys).
     #[serde(default)]
     pub options: BTreeMap<String, String>,
+    /// When cached metadata is checked against storage (TensorStore's
+    /// `recheck_cached_metadata`): `"open"` or `true` (every request,
+    /// revalidating by ETag; the default), `false` (never: only writes
+    /// through zarrd refresh it), or a number of seconds.
+    #[serde(default)]
+    pub recheck_cached_metadata: RecheckMetadata,
+}
+
+/// When cached metadata is revalidated against storage.
+///
+/// ```
+/// # use zarrd::storage::mount::{MountSpec, RecheckMetadata};
+/// let spec: MountSpec = toml::from_str("url = \"memory://\"\nrecheck_cached_metadata = 30").unwrap();
+/// assert_eq!(spec.recheck_cached_metadata, RecheckMetadata::After(std::time::Duration::from_secs(30)));
+/// let spec: MountSpec = toml::from_str("url = \"memory://\"\nrecheck_cached_metadata = false").unwrap();
+/// assert_eq!(spec.recheck_cached_metadata, RecheckMetadata::Never);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(try_from = "RecheckRepr", into = "RecheckRepr")]
+pub enum RecheckMetadata {
+    /// Never: data changed behind zarrd's back is not seen until evicted.
+    Never,
+    /// On every use, by ETag (cheap HEAD requests).
+    #[default]
+    Always,
+    /// When the cached entry is older than this.
+    After(std::time::Duration),
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum RecheckRepr {
+    Bool(bool),
+    Word(String),
+    Seconds(f64),
+}
+
+impl TryFrom<RecheckRepr> for RecheckMetadata {
+    type Error = String;
+
+    fn try_from(r: RecheckRepr) -> Result<Self, String> {
+        match r {
+            RecheckRepr::Bool(true) => Ok(Self::Always),
+            RecheckRepr::Bool(false) => Ok(Self::Never),
+            RecheckRepr::Word(w) if w == "open" => Ok(Self::Always),
+            RecheckRepr::Word(w) => Err(format!("recheck_cached_metadata: expected \"open\", true, false or seconds, got \"{w}\"")),
+            RecheckRepr::Seconds(s) if s.is_finite() && s >= 0.0 => Ok(Self::After(std::time::Duration::from_secs_f64(s))),
+            RecheckRepr::Seconds(s) => Err(format!("recheck_cached_metadata: expected a non-negative number of seconds, got {s}")),
+        }
+    }
+}
+
+impl From<RecheckMetadata> for RecheckRepr {
+    fn from(r: RecheckMetadata) -> Self {
+        match r {
+            RecheckMetadata::Never => Self::Bool(false),
+            RecheckMetadata::Always => Self::Word("open".into()),
+            RecheckMetadata::After(d) => Self::Seconds(d.as_secs_f64()),
+        }
+    }
 }
 
 impl MountSpec {
     /// A writable mount of `url` with no options.
     #[must_use]
     pub fn from_url(url: &str) -> Self {
-        Self { url: url.to_string(), read_only: false, create: false, options: BTreeMap::new() }
+        Self {
+            url: url.to_string(),
+            read_only: false,
+            create: false,
+            options: BTreeMap::new(),
+            recheck_cached_metadata: RecheckMetadata::default(),
+        }
     }
 }
 
@@ -79,6 +145,7 @@ pub struct Mount {
     name: String,
     url: String,
     read_only: bool,
+    recheck_metadata: RecheckMetadata,
     storage: Arc<dyn Storage>,
     write_locks: Vec<Mutex<()>>,
 }
@@ -177,7 +244,8 @@ impl Mount {
                 )))
             }
         };
-        Ok(Self::from_storage(name, &redact(&spec.url), spec.read_only, storage))
+        Ok(Self::from_storage(name, &redact(&spec.url), spec.read_only, storage)
+            .with_recheck_metadata(spec.recheck_cached_metadata))
     }
 
     /// Wraps an existing backend (tests, embedding).
@@ -187,6 +255,7 @@ impl Mount {
             name: name.to_string(),
             url: url.to_string(),
             read_only,
+            recheck_metadata: RecheckMetadata::default(),
             storage,
             write_locks: (0..WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
         }
@@ -221,6 +290,19 @@ impl Mount {
             )));
         }
         LocalBackend::with_cache(path, cache).map_err(|e| unreachable(e.to_string()))
+    }
+
+    /// Sets when cached metadata of this mount is revalidated.
+    #[must_use]
+    pub fn with_recheck_metadata(mut self, recheck: RecheckMetadata) -> Self {
+        self.recheck_metadata = recheck;
+        self
+    }
+
+    /// When cached metadata of this mount is revalidated.
+    #[must_use]
+    pub fn recheck_metadata(&self) -> RecheckMetadata {
+        self.recheck_metadata
     }
 
     /// The mount's name.

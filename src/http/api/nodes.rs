@@ -1,16 +1,20 @@
-//! Mounts and nodes: `GET /api/v1/mounts`, `GET /api/v1/nodes/{mount}[/{*path}]`.
+//! Mounts and nodes: `GET /api/v1/mounts`; `GET` (describe), `PUT`
+//! (create) and `DELETE` on `/api/v1/nodes/{mount}[/{*path}]`.
 
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
-use super::NodeTarget;
-use crate::http::error::{ApiResult, ErrorBody};
-use crate::service::node::{self, Node};
+use super::{ApiQuery, JsonBody, NodeTarget};
+use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::service::node::{self, ArrayNode, Node};
+use crate::service::nodes::{self as ops, OpenMode};
 use crate::service::App;
 use crate::zarr::array::ZarrFormat;
 
@@ -40,6 +44,15 @@ pub async fn list_mounts(State(app): State<Arc<App>>) -> Json<MountList> {
 
 /// A node (array or group), as stored and normalised.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "mount": "data", "path": "climate/t", "node_type": "array", "zarr_format": 3,
+    "shape": [1000, 2000], "data_type": "float32", "chunk_shape": [512, 512],
+    "shard_shape": [512, 512], "inner_chunk_shape": [64, 64],
+    "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [64, 64], "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}], "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}], "index_location": "end"}}],
+    "fill_value": "NaN", "order": "C", "dimension_names": ["y", "x"], "attributes": {"units": "K"},
+    "metadata": {"zarr_format": 3, "node_type": "array"},
+    "tensorstore_schema": {"rank": 2, "dtype": "float32"}
+}))]
 pub struct NodeInfo {
     /// The mount.
     #[schema(example = "data")]
@@ -56,15 +69,89 @@ pub struct NodeInfo {
     /// Arrays: the shape.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shape: Option<Vec<u64>>,
+    /// Arrays: the data type as in the metadata (v3 name, or v2 `dtype`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub data_type: Option<Value>,
     /// Arrays: the (outer) chunk shape: the shape of what is stored under one key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunk_shape: Option<Vec<u64>>,
+    /// Sharded arrays: the shard shape (equal to `chunk_shape`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard_shape: Option<Vec<u64>>,
+    /// Sharded arrays: the inner chunk shape (the unit of reading).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inner_chunk_shape: Option<Vec<u64>>,
+    /// Arrays: v3 `codecs`, or for v2 the `filters` followed by the `compressor`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub codecs: Option<Value>,
+    /// Arrays: the fill value as in the metadata.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub fill_value: Option<Value>,
+    /// Arrays: `C` or `F` element order within a chunk (v2 `order`; v3 from a
+    /// `transpose` codec; absent for other permutations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<&'static str>,
+    /// Arrays (v3): dimension names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dimension_names: Option<Vec<Option<String>>>,
     /// User attributes.
     #[schema(value_type = Object)]
     pub attributes: Map<String, Value>,
     /// The stored metadata document (`zarr.json`, `.zarray` or `.zgroup`), as stored.
     #[schema(value_type = Object)]
     pub metadata: Value,
+    /// Arrays: the schema TensorStore reports for this array (`domain`,
+    /// `chunk_layout`, `codec`, `dtype`, `fill_value`, `rank`,
+    /// `dimension_units`); `null` for data types TensorStore lacks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub tensorstore_schema: Option<Value>,
+    /// With `?stats=true`: what is stored under the node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats: Option<NodeStats>,
+    /// Groups: descendants down to `?depth=` levels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub children: Option<Vec<ChildInfo>>,
+    /// Groups: whether `children` came from consolidated metadata.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consolidated: Option<bool>,
+}
+
+/// What is stored under a node.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeStats {
+    /// Arrays: stored chunk (shard) keys; chunks equal to the fill value are not stored.
+    #[schema(example = 12)]
+    pub stored_chunks: u64,
+    /// Bytes of every object under the node, metadata included.
+    #[schema(example = 48_213)]
+    pub stored_bytes: u64,
+    /// Objects under the node, metadata included.
+    #[schema(example = 13)]
+    pub stored_objects: u64,
+}
+
+/// A descendant of a group.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChildInfo {
+    /// Its last path segment.
+    #[schema(example = "temperature")]
+    pub name: String,
+    /// Its path in the mount.
+    #[schema(example = "climate/temperature")]
+    pub path: String,
+    /// `array` or `group`.
+    pub node_type: &'static str,
+    /// 2 or 3.
+    pub zarr_format: u8,
+    /// Levels below the described group (1: a direct child).
+    pub depth: usize,
+    /// Arrays: the shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<u64>>,
 }
 
 fn format_number(f: ZarrFormat) -> u8 {
@@ -74,34 +161,153 @@ fn format_number(f: ZarrFormat) -> u8 {
     }
 }
 
-impl NodeInfo {
-    fn of(node: &Node) -> Self {
-        match node {
-            Node::Array(a) => Self {
-                mount: a.mount.name().to_string(),
-                path: a.path.as_str().to_string(),
-                node_type: "array",
-                zarr_format: format_number(a.format()),
-                shape: Some(a.desc.shape.clone()),
-                chunk_shape: Some(a.desc.chunk_shape.clone()),
-                attributes: a.desc.attributes.clone(),
-                metadata: a.metadata.clone(),
-            },
-            Node::Group(g) => Self {
-                mount: g.mount.name().to_string(),
-                path: g.path.as_str().to_string(),
-                node_type: "group",
-                zarr_format: format_number(g.format),
-                shape: None,
-                chunk_shape: None,
-                attributes: g.attributes.clone(),
-                metadata: g.metadata.clone(),
-            },
+fn array_fields(a: &ArrayNode, info: &mut NodeInfo) {
+    let m = &a.metadata;
+    info.shape = Some(a.desc.shape.clone());
+    info.chunk_shape = Some(a.desc.chunk_shape.clone());
+    info.fill_value = m.get("fill_value").cloned();
+    info.dimension_names.clone_from(&a.desc.dimension_names);
+    info.tensorstore_schema = ops::tensorstore_schema(a);
+    let rank = a.desc.shape.len();
+    match a.format() {
+        ZarrFormat::V3 => {
+            info.data_type = m.get("data_type").cloned();
+            info.codecs = m.get("codecs").cloned();
+            let inner = info
+                .tensorstore_schema
+                .as_ref()
+                .and_then(|s| s.pointer("/chunk_layout/read_chunk/shape"))
+                .and_then(|v| serde_json::from_value::<Vec<u64>>(v.clone()).ok())
+                .or_else(|| {
+                    a.desc.sharding.is_some().then(|| {
+                        m.pointer("/codecs/0/configuration/chunk_shape")
+                            .and_then(|v| serde_json::from_value(v.clone()).ok())
+                            .unwrap_or_default()
+                    })
+                });
+            let sharded = m
+                .get("codecs")
+                .and_then(Value::as_array)
+                .is_some_and(|c| c.iter().any(|c| c.get("name").and_then(Value::as_str) == Some("sharding_indexed")));
+            if sharded {
+                info.shard_shape = Some(a.desc.chunk_shape.clone());
+                info.inner_chunk_shape = inner;
+            }
+            let order: Option<Vec<usize>> = info
+                .tensorstore_schema
+                .as_ref()
+                .and_then(|s| s.pointer("/chunk_layout/inner_order"))
+                .and_then(|v| serde_json::from_value(v.clone()).ok());
+            info.order = match order {
+                None => None,
+                Some(o) if o.iter().enumerate().all(|(i, &d)| i == d) => Some("C"),
+                Some(o) if o.iter().enumerate().all(|(i, &d)| d + i + 1 == rank) => Some("F"),
+                Some(_) => None,
+            };
+        }
+        ZarrFormat::V2 => {
+            info.data_type = m.get("dtype").cloned();
+            let mut codecs: Vec<Value> = m.get("filters").and_then(Value::as_array).cloned().unwrap_or_default();
+            if let Some(c) = m.get("compressor").filter(|c| !c.is_null()) {
+                codecs.push(c.clone());
+            }
+            info.codecs = Some(Value::Array(codecs));
+            info.order = match m.get("order").and_then(Value::as_str) {
+                Some("F") => Some("F"),
+                _ => Some("C"),
+            };
         }
     }
 }
 
+impl NodeInfo {
+    fn of(node: &Node) -> Self {
+        let (mount, path, node_type, format, attributes, metadata) = match node {
+            Node::Array(a) => (&a.mount, &a.path, "array", a.format(), a.desc.attributes.clone(), a.metadata.clone()),
+            Node::Group(g) => (&g.mount, &g.path, "group", g.format, g.attributes.clone(), g.metadata.clone()),
+        };
+        let mut info = Self {
+            mount: mount.name().to_string(),
+            path: path.as_str().to_string(),
+            node_type,
+            zarr_format: format_number(format),
+            shape: None,
+            data_type: None,
+            chunk_shape: None,
+            shard_shape: None,
+            inner_chunk_shape: None,
+            codecs: None,
+            fill_value: None,
+            order: None,
+            dimension_names: None,
+            attributes,
+            metadata,
+            tensorstore_schema: None,
+            stats: None,
+            children: None,
+            consolidated: None,
+        };
+        if let Node::Array(a) = node {
+            array_fields(a, &mut info);
+        }
+        info
+    }
+}
+
+/// Options of a node description.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DescribeQuery {
+    /// Count what is stored under the node (lists every key below it).
+    #[serde(default)]
+    pub stats: bool,
+    /// Groups: how many levels of descendants to list (default 1; 0 for none).
+    #[param(example = 1, maximum = 64)]
+    pub depth: Option<usize>,
+}
+
+/// The deepest `depth` a description lists.
+pub const MAX_DEPTH: usize = 64;
+
+async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResult<NodeInfo> {
+    let node = node::open(app, &target.mount, &target.path).await?;
+    let mut info = NodeInfo::of(&node);
+    if q.stats {
+        let s = ops::stats(&node).await?;
+        info.stats =
+            Some(NodeStats { stored_chunks: s.stored_chunks, stored_bytes: s.stored_bytes, stored_objects: s.stored_objects });
+    }
+    if let Node::Group(g) = &node {
+        let depth = q.depth.unwrap_or(1);
+        if depth > MAX_DEPTH {
+            return Err(ApiError::bad_request("invalid_query", format!("depth: at most {MAX_DEPTH}, got {depth}")));
+        }
+        let (children, consolidated) = ops::children(g, depth).await?;
+        let base = g.path.as_str();
+        info.children = Some(
+            children
+                .into_iter()
+                .map(|c| ChildInfo {
+                    name: c.relative.rsplit('/').next().unwrap_or_default().to_string(),
+                    path: if base.is_empty() { c.relative.clone() } else { format!("{base}/{}", c.relative) },
+                    node_type: c.node_type,
+                    zarr_format: format_number(c.format),
+                    depth: c.depth,
+                    shape: c.shape,
+                })
+                .collect(),
+        );
+        info.consolidated = Some(consolidated);
+    }
+    Ok(info)
+}
+
 /// Describe the node at a path.
+///
+/// Arrays: shape, data type, chunk (shard, inner chunk) shapes, codecs,
+/// fill value, order, dimension names, attributes, the stored metadata and
+/// the TensorStore schema. Groups: attributes, the stored metadata and the
+/// descendants (from consolidated metadata when present, else by listing).
 #[utoipa::path(
     get,
     path = "/api/v1/nodes/{mount}/{*path}",
@@ -109,18 +315,22 @@ impl NodeInfo {
     params(
         ("mount" = String, Path, description = "Mount name", example = "data"),
         ("path" = String, Path, description = "Node path inside the mount", example = "climate/temperature"),
+        DescribeQuery,
     ),
     responses(
         (status = 200, description = "The node", body = NodeInfo),
-        (status = 400, description = "Invalid path", body = ErrorBody),
+        (status = 400, description = "Invalid path or query", body = ErrorBody),
         (status = 404, description = "No such mount or node", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
-pub async fn get_node(State(app): State<Arc<App>>, target: NodeTarget) -> ApiResult<Json<NodeInfo>> {
-    let node = node::open(&app, &target.mount, &target.path).await?;
-    Ok(Json(NodeInfo::of(&node)))
+pub async fn get_node(
+    State(app): State<Arc<App>>,
+    target: NodeTarget,
+    ApiQuery(q): ApiQuery<DescribeQuery>,
+) -> ApiResult<Json<NodeInfo>> {
+    Ok(Json(describe(&app, &target, &q).await?))
 }
 
 /// Describe the mount's root node.
@@ -128,14 +338,198 @@ pub async fn get_node(State(app): State<Arc<App>>, target: NodeTarget) -> ApiRes
     get,
     path = "/api/v1/nodes/{mount}",
     tag = "nodes",
-    params(("mount" = String, Path, description = "Mount name", example = "data")),
+    params(("mount" = String, Path, description = "Mount name", example = "data"), DescribeQuery),
     responses(
         (status = 200, description = "The root node", body = NodeInfo),
+        (status = 400, description = "Invalid query", body = ErrorBody),
         (status = 404, description = "No such mount, or no node at its root", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
-pub async fn get_root_node(State(app): State<Arc<App>>, target: NodeTarget) -> ApiResult<Json<NodeInfo>> {
-    get_node(State(app), target).await
+pub async fn get_root_node(
+    State(app): State<Arc<App>>,
+    target: NodeTarget,
+    q: ApiQuery<DescribeQuery>,
+) -> ApiResult<Json<NodeInfo>> {
+    get_node(State(app), target, q).await
+}
+
+/// How a create treats an existing node; each may also be given in a
+/// TensorStore spec body (the body wins).
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CreateQuery {
+    /// Create the node when missing (default true).
+    pub create: Option<bool>,
+    /// Return an existing node (200) instead of failing with 409 (default false).
+    pub open: Option<bool>,
+    /// Replace an existing node, deleting it and everything under it first (default false).
+    pub delete_existing: Option<bool>,
+}
+
+/// A create request body: a Zarr v3 `zarr.json` (array or group), a Zarr v2
+/// `.zarray` (or `{"zarr_format": 2}` for a group) with an optional
+/// `attributes` member, or a TensorStore spec (`driver` `zarr3` or `zarr`,
+/// partial `metadata`, `schema` constraints).
+#[derive(Debug, ToSchema)]
+#[schema(value_type = Object, example = json!({
+    "driver": "zarr3",
+    "schema": {"dtype": "uint16", "domain": {"shape": [1000, 2000, 3000], "labels": ["z", "y", "x"]},
+               "chunk_layout": {"read_chunk": {"shape": [64, 64, 64]}, "write_chunk": {"shape": [512, 512, 512]}},
+               "codec": {"driver": "zarr3", "codecs": [{"name": "zstd"}]},
+               "dimension_units": ["4 nm", "4 nm", "40 nm"]}
+}))]
+pub struct CreateBody(pub Value);
+
+fn created_response(created: &ops::Created) -> Response {
+    let info = NodeInfo::of(&created.node);
+    let status = if created.created { StatusCode::CREATED } else { StatusCode::OK };
+    let location = format!("/api/v1/nodes/{}/{}", info.mount, info.path);
+    let mut resp = (status, Json(info)).into_response();
+    if let Ok(v) = HeaderValue::from_str(location.trim_end_matches('/')) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+async fn create(app: &App, target: &NodeTarget, q: &CreateQuery, body: &Value) -> ApiResult<Response> {
+    let (new, flags) = ops::parse_create_body(body)?;
+    let flag = |name: &str, query: Option<bool>, default: bool| {
+        flags.get(name).and_then(Value::as_bool).or(query).unwrap_or(default)
+    };
+    let mode = OpenMode {
+        create: flag("create", q.create, true),
+        open: flag("open", q.open, false),
+        delete_existing: flag("delete_existing", q.delete_existing, false),
+    };
+    let created = ops::create(app, &target.mount, &target.path, &new, mode).await?;
+    Ok(created_response(&created))
+}
+
+/// Create an array or a group (missing parent groups are created, as
+/// zarr-python does).
+///
+/// With a TensorStore spec, unspecified chunk shapes are chosen by
+/// TensorStore's rules (about 2^20 elements per chunk, aspect ratio and
+/// element constraints), and different read and write chunks insert a
+/// `sharding_indexed` codec.
+#[utoipa::path(
+    put,
+    path = "/api/v1/nodes/{mount}/{*path}",
+    tag = "nodes",
+    params(
+        ("mount" = String, Path, description = "Mount name", example = "data"),
+        ("path" = String, Path, description = "Node path inside the mount", example = "climate/temperature"),
+        CreateQuery,
+    ),
+    request_body(content = CreateBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created", body = NodeInfo),
+        (status = 200, description = "Existing node opened (`open=true`)", body = NodeInfo),
+        (status = 400, description = "Body not JSON, or a spec that cannot be satisfied (the message names the member)", body = ErrorBody),
+        (status = 404, description = "No such mount; or missing node with `create=false`", body = ErrorBody),
+        (status = 405, description = "Read-only mount", body = ErrorBody),
+        (status = 409, description = "The node exists (and `open` is false), or an ancestor is an array", body = ErrorBody),
+        (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
+        (status = 422, description = "Invalid metadata document", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn put_node(
+    State(app): State<Arc<App>>,
+    target: NodeTarget,
+    ApiQuery(q): ApiQuery<CreateQuery>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
+    create(&app, &target, &q, &body).await
+}
+
+/// Create the mount's root node (an array or a group).
+#[utoipa::path(
+    put,
+    path = "/api/v1/nodes/{mount}",
+    tag = "nodes",
+    params(("mount" = String, Path, description = "Mount name", example = "data"), CreateQuery),
+    request_body(content = CreateBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created", body = NodeInfo),
+        (status = 200, description = "Existing node opened (`open=true`)", body = NodeInfo),
+        (status = 400, description = "Body not JSON, or a spec that cannot be satisfied", body = ErrorBody),
+        (status = 404, description = "No such mount; or missing node with `create=false`", body = ErrorBody),
+        (status = 405, description = "Read-only mount", body = ErrorBody),
+        (status = 409, description = "The node exists (and `open` is false)", body = ErrorBody),
+        (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
+        (status = 422, description = "Invalid metadata document", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn put_root_node(
+    State(app): State<Arc<App>>,
+    target: NodeTarget,
+    ApiQuery(q): ApiQuery<CreateQuery>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
+    create(&app, &target, &q, &body).await
+}
+
+/// Options of a delete.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteQuery {
+    /// Delete a group with children, and everything under it.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// Delete an array (with all its chunks) or a group (one with children
+/// only with `recursive=true`).
+#[utoipa::path(
+    delete,
+    path = "/api/v1/nodes/{mount}/{*path}",
+    tag = "nodes",
+    params(
+        ("mount" = String, Path, description = "Mount name", example = "data"),
+        ("path" = String, Path, description = "Node path inside the mount", example = "climate/temperature"),
+        DeleteQuery,
+    ),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "Invalid path or query", body = ErrorBody),
+        (status = 404, description = "No such mount or node", body = ErrorBody),
+        (status = 405, description = "Read-only mount", body = ErrorBody),
+        (status = 409, description = "A group with children, without `recursive=true`", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn delete_node(
+    State(app): State<Arc<App>>,
+    target: NodeTarget,
+    ApiQuery(q): ApiQuery<DeleteQuery>,
+) -> ApiResult<StatusCode> {
+    ops::delete(&app, &target.mount, &target.path, q.recursive).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Delete the mount's root node (with `recursive=true`: everything in the mount).
+#[utoipa::path(
+    delete,
+    path = "/api/v1/nodes/{mount}",
+    tag = "nodes",
+    params(("mount" = String, Path, description = "Mount name", example = "data"), DeleteQuery),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 404, description = "No such mount or node", body = ErrorBody),
+        (status = 405, description = "Read-only mount", body = ErrorBody),
+        (status = 409, description = "A group with children, without `recursive=true`", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn delete_root_node(
+    State(app): State<Arc<App>>,
+    target: NodeTarget,
+    q: ApiQuery<DeleteQuery>,
+) -> ApiResult<StatusCode> {
+    delete_node(State(app), target, q).await
 }

@@ -1,0 +1,124 @@
+//! The parsed-metadata cache: opened nodes by (mount, path).
+//!
+//! A hit saves reading and parsing a node's documents (and building its
+//! codec chain). Entries are invalidated by every write through zarrd —
+//! REST node operations ([`super::nodes`]) and raw key PUT/DELETE of a
+//! metadata document ([`super::store`]) — and revalidated against storage
+//! according to the mount's `recheck_cached_metadata`
+//! ([`RecheckMetadata`], TensorStore's option of that name):
+//!
+//! - `Always` (`"open"`, the default): on every use, HEAD each document key
+//!   the entry was read from and compare ETags (a document that appeared
+//!   or disappeared counts as a change);
+//! - `After(d)`: like `Always` once the entry is older than `d`;
+//! - `Never`: trust the entry until a write through zarrd or eviction.
+//!
+//! Concurrency: lock-free reads (moka); a miss loads without holding any
+//! lock, so two concurrent misses may both load (harmless: same result).
+//! Missing nodes are not cached.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use moka::sync::Cache;
+
+use super::node::{self, Node, NodePath, Validator};
+use super::ServiceResult;
+use crate::storage::mount::RecheckMetadata;
+use crate::storage::{Mount, StorageError};
+
+/// Entries kept (nodes, not bytes: one entry is a few kilobytes).
+pub const DEFAULT_ENTRIES: u64 = 10_000;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    node: Node,
+    validators: Arc<Vec<Validator>>,
+    checked: Instant,
+}
+
+/// Opened nodes by (mount, path).
+#[derive(Debug)]
+pub struct MetadataCache {
+    entries: Cache<(String, String), Entry>,
+}
+
+impl Default for MetadataCache {
+    fn default() -> Self {
+        Self::new(DEFAULT_ENTRIES)
+    }
+}
+
+impl MetadataCache {
+    /// A cache of at most `entries` nodes.
+    #[must_use]
+    pub fn new(entries: u64) -> Self {
+        Self { entries: Cache::builder().max_capacity(entries).support_invalidation_closures().build() }
+    }
+
+    /// Opens a node, from the cache when its entry is still valid.
+    ///
+    /// # Errors
+    /// As [`node::open`].
+    pub async fn open(&self, mount: Arc<Mount>, path: &NodePath) -> ServiceResult<Node> {
+        let key = (mount.name().to_string(), path.as_str().to_string());
+        if let Some(entry) = self.entries.get(&key) {
+            let fresh = match mount.recheck_metadata() {
+                RecheckMetadata::Never => true,
+                RecheckMetadata::After(d) if entry.checked.elapsed() < d => true,
+                RecheckMetadata::After(_) | RecheckMetadata::Always => unchanged(&mount, &entry.validators).await?,
+            };
+            if fresh {
+                if matches!(mount.recheck_metadata(), RecheckMetadata::After(_)) {
+                    // Revalidated now: the next check is a full interval away.
+                    self.entries.insert(key, Entry { checked: Instant::now(), ..entry.clone() });
+                }
+                return Ok(entry.node);
+            }
+        }
+        let (node, validators) = node::load(mount, path).await?;
+        self.entries.insert(key, Entry { node: node.clone(), validators: Arc::new(validators), checked: Instant::now() });
+        Ok(node)
+    }
+
+    /// Forgets one node.
+    pub fn invalidate(&self, mount: &str, path: &NodePath) {
+        self.entries.invalidate(&(mount.to_string(), path.as_str().to_string()));
+    }
+
+    /// Forgets a node and everything below it.
+    pub fn invalidate_tree(&self, mount: &str, path: &NodePath) {
+        let (mount, base) = (mount.to_string(), path.as_str().to_string());
+        // Only fails when closures are not supported, which the builder enables.
+        let _ = self.entries.invalidate_entries_if(move |(m, p), _| {
+            *m == mount && (base.is_empty() || *p == base || p.starts_with(&format!("{base}/")))
+        });
+    }
+
+    /// Entries currently held (approximate; for tests and metrics).
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.entries.run_pending_tasks();
+        self.entries.entry_count()
+    }
+
+    /// Whether nothing is cached.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whether every document still has the ETag it was read with.
+async fn unchanged(mount: &Mount, validators: &[Validator]) -> ServiceResult<bool> {
+    let heads = validators.iter().map(|(key, etag)| async move {
+        let now = match mount.storage().head(key).await {
+            Ok(meta) => Some(meta.etag),
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(now == *etag)
+    });
+    let results = futures::future::try_join_all(heads).await?;
+    Ok(results.into_iter().all(|same| same))
+}
