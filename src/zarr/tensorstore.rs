@@ -165,7 +165,7 @@ fn dimension_units(attributes: &Map<String, Value>) -> Option<Value> {
 }
 
 /// A v3 codec as TensorStore reports it (its defaults made explicit).
-fn codec_json(c: &CodecSpec, item_size: Option<usize>) -> Value {
+pub(crate) fn codec_json(c: &CodecSpec, item_size: Option<usize>) -> Value {
     let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
     let Some(cfg) = v.as_object_mut().and_then(|o| {
         o.entry("configuration").or_insert_with(|| json!({}));

@@ -295,12 +295,12 @@ pub fn choose_read_write(
             ));
         }
     }
-    // The read chunk, bounded by an explicit write size (and the domain).
+    // The read chunk, from the read constraints alone, bounded by an
+    // explicit write size (and the domain).
     let read_max: Vec<u64> =
         domain.iter().zip(&write_hard).map(|(&d, &w)| if w == 0 { d.max(1) } else { w.min(d.max(1)) }).collect();
-    let read_aspect = if read.aspect_ratio.is_some() { aspect(read, rank) } else { aspect(write, rank) };
     let read_target = read.elements.unwrap_or(DEFAULT_ELEMENTS);
-    from_aspect_ratio(&read_aspect, &mut read_chunk, read_target, &read_max, &|_, s| s);
+    from_aspect_ratio(&aspect(read, rank), &mut read_chunk, read_target, &read_max, &|_, s| s);
     // Explicit write sizes the read chunk does not divide: the largest divisor below it.
     for i in 0..rank {
         let w = write_hard[i];
@@ -308,25 +308,19 @@ pub fn choose_read_write(
             read_chunk[i] = (1..=read_chunk[i]).rev().find(|d| w % d == 0).unwrap_or(1);
         }
     }
-    // The write chunk: a multiple of the read chunk in every dimension.
+    // The write chunk: a multiple of the read chunk in every free
+    // dimension (the nearest multiple of the aspect-ratio size, ties to
+    // even, at least one), grown towards the write elements (default 2^20,
+    // so a small read chunk gets a sharded write chunk of the usual size).
     let mut write_chunk = write_hard;
-    match write.elements {
-        None => {
-            for (w, &r) in write_chunk.iter_mut().zip(&read_chunk) {
-                if *w == 0 {
-                    *w = r;
-                }
-            }
-        }
-        Some(target) => {
-            let write_max: Vec<u64> =
-                domain.iter().zip(&read_chunk).map(|(&d, &r)| d.max(1).div_ceil(r) * r).collect();
-            let rc = read_chunk.clone();
-            from_aspect_ratio(&aspect(write, rank), &mut write_chunk, target, &write_max, &move |i, s| {
-                (s / rc[i]).max(1) * rc[i]
-            });
-        }
-    }
+    let target = write.elements.unwrap_or(DEFAULT_ELEMENTS);
+    let rc = read_chunk.clone();
+    let nearest_multiple = move |i: usize, s: u64| {
+        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let k = ((s as f64) / (rc[i] as f64)).round_ties_even() as u64;
+        k.max(1) * rc[i]
+    };
+    from_aspect_ratio(&aspect(write, rank), &mut write_chunk, target, domain, &nearest_multiple);
     Ok((read_chunk, write_chunk))
 }
 

@@ -25,7 +25,7 @@
 use serde_json::{json, Map, Value};
 
 use super::chunk_layout::{choose_chunk_shape, choose_read_write, GridConstraints, LayoutError};
-use super::format_unit;
+use super::{codec_json, format_unit};
 use crate::zarr::metadata::{ArrayMetadataV2, DataType, MetadataError, NodeMetadataV3};
 
 /// A spec that cannot become metadata.
@@ -332,6 +332,14 @@ fn spec_v3(spec: &Map<String, Value>, s: &Schema<'_>) -> Result<NewArray, SpecEr
     doc.insert("shape".into(), json!(shape));
     doc.insert("data_type".into(), dtype_json);
     if !doc.contains_key("fill_value") {
+        if s.get("fill_value").is_some() && matches!(dt, DataType::Complex64 | DataType::Complex128) {
+            // As TensorStore: a schema fill value is a JSON scalar, which cannot be complex.
+            return Err(err(
+                "schema.fill_value",
+                "a complex fill value cannot be given as a schema constraint (as in TensorStore); \
+                 give it as metadata.fill_value [re, im]",
+            ));
+        }
         let fill = s.get("fill_value").cloned().unwrap_or_else(|| default_fill(&dt));
         doc.insert("fill_value".into(), fill);
     }
@@ -347,7 +355,12 @@ fn spec_v3(spec: &Map<String, Value>, s: &Schema<'_>) -> Result<NewArray, SpecEr
         attrs.insert("dimension_units".into(), units);
     }
     let _ = spec;
-    let doc = Value::Object(doc);
+    let mut doc = Value::Object(doc);
+    // TensorStore writes its codec defaults out (zstd level 3, gzip level 6, blosc typesize...).
+    if let NodeMetadataV3::Array(meta) = NodeMetadataV3::from_json(&doc, "")? {
+        let item_size = meta.data_type.item_size();
+        doc["codecs"] = meta.codecs.iter().map(|c| codec_json(c, item_size)).collect();
+    }
     NodeMetadataV3::from_json(&doc, "")?;
     Ok(NewArray::V3(doc))
 }
