@@ -178,8 +178,9 @@ fn merge_shape(into: &mut Option<Vec<i64>>, shape: Vec<i64>, field: &str) -> Res
             .zip(&shape)
             .enumerate()
             .map(|(i, (&x, &y))| match (x, y) {
-                (0, y) => Ok(y),
-                (x, 0) => Ok(x),
+                // An explicit size wins over "unconstrained" and over "the full extent".
+                (0 | -1, y) if y != 0 => Ok(y),
+                (x, 0 | -1) => Ok(x),
                 (x, y) if x == y => Ok(x),
                 _ => Err(err(format!("{field}[{i}]"), format!("conflicting chunk sizes {x} and {y}"))),
             })
@@ -263,6 +264,23 @@ fn from_aspect_ratio(
     chunk.copy_from_slice(&chosen);
 }
 
+/// The divisor of `n` nearest to `s` (the smaller one on a tie).
+fn nearest_divisor(n: u64, s: u64) -> u64 {
+    let mut best: u64 = 1;
+    let mut d: u64 = 1;
+    while d * d <= n {
+        if n % d == 0 {
+            for c in [d, n / d] {
+                if c.abs_diff(s) < best.abs_diff(s) || (c.abs_diff(s) == best.abs_diff(s) && c < best) {
+                    best = c;
+                }
+            }
+        }
+        d += 1;
+    }
+    best
+}
+
 /// Chooses one chunk shape (zarr v2, or zarr3 without sharding).
 #[must_use]
 pub fn choose_chunk_shape(c: &GridConstraints, domain: &[u64]) -> Vec<u64> {
@@ -285,7 +303,9 @@ pub fn choose_read_write(
 ) -> Result<(Vec<u64>, Vec<u64>), LayoutError> {
     let rank = domain.len();
     let write_hard = initial_shape(write, domain);
-    let mut read_chunk = initial_shape(read, domain);
+    // A read size of -1 is the full extent of the write chunk where that is explicit.
+    let read_extent: Vec<u64> = domain.iter().zip(&write_hard).map(|(&d, &w)| if w == 0 { d } else { w }).collect();
+    let mut read_chunk = initial_shape(read, &read_extent);
     for i in 0..rank {
         let (r, w) = (read_chunk[i], write_hard[i]);
         if r != 0 && w != 0 && w % r != 0 {
@@ -295,19 +315,13 @@ pub fn choose_read_write(
             ));
         }
     }
-    // The read chunk, from the read constraints alone, bounded by an
-    // explicit write size (and the domain).
-    let read_max: Vec<u64> =
-        domain.iter().zip(&write_hard).map(|(&d, &w)| if w == 0 { d.max(1) } else { w.min(d.max(1)) }).collect();
+    // The read chunk, from the read constraints alone; in a dimension with
+    // an explicit write size, each candidate size is snapped to the nearest
+    // divisor of it (so the write chunk stays a multiple).
     let read_target = read.elements.unwrap_or(DEFAULT_ELEMENTS);
-    from_aspect_ratio(&aspect(read, rank), &mut read_chunk, read_target, &read_max, &|_, s| s);
-    // Explicit write sizes the read chunk does not divide: the largest divisor below it.
-    for i in 0..rank {
-        let w = write_hard[i];
-        if w != 0 && w % read_chunk[i] != 0 && read.shape.as_ref().is_none_or(|s| s[i] == 0) {
-            read_chunk[i] = (1..=read_chunk[i]).rev().find(|d| w % d == 0).unwrap_or(1);
-        }
-    }
+    let hard = write_hard.clone();
+    let nearest_divisor = move |i: usize, s: u64| if hard[i] == 0 { s } else { nearest_divisor(hard[i], s) };
+    from_aspect_ratio(&aspect(read, rank), &mut read_chunk, read_target, domain, &nearest_divisor);
     // The write chunk: a multiple of the read chunk in every free
     // dimension (the nearest multiple of the aspect-ratio size, ties to
     // even, at least one), grown towards the write elements (default 2^20,
