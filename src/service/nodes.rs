@@ -31,7 +31,7 @@ use serde_json::{json, Map, Value};
 use super::node::{self, ArrayNode, GroupNode, Node, NodePath};
 use super::{App, ServiceError, ServiceResult};
 use crate::storage::{KeyPrefix, Mount, PutCondition, StoreKey};
-use crate::zarr::array::ZarrFormat;
+use crate::zarr::array::{ArrayDescription, ArrayError, ZarrFormat};
 use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
 use crate::zarr::tensorstore::{self, spec::NewArray};
 
@@ -292,6 +292,11 @@ fn bad(msg: impl Into<String>) -> ServiceError {
     ServiceError::BadRequest(msg.into())
 }
 
+/// Refuses, before anything is written, an array zarrd could not serve.
+fn check_supported(desc: Result<ArrayDescription, ArrayError>) -> ServiceResult<()> {
+    desc.map(|_| ()).map_err(|e| ServiceError::UnsupportedArray { key: "request body".into(), reason: e.to_string() })
+}
+
 fn invalid_body(source: crate::zarr::metadata::MetadataError) -> ServiceError {
     ServiceError::InvalidMetadata { key: "request body".into(), source }
 }
@@ -320,11 +325,25 @@ pub fn parse_create_body(body: &Value) -> ServiceResult<(NewNode, Map<String, Va
             }
         }
         let array = tensorstore::spec::new_array(body).map_err(|e| bad(format!("TensorStore spec: {e}")))?;
+        match &array {
+            NewArray::V3(doc) => {
+                if let NodeMetadataV3::Array(meta) = NodeMetadataV3::from_json(doc, "").map_err(invalid_body)? {
+                    check_supported(ArrayDescription::from_v3(&meta))?;
+                }
+            }
+            NewArray::V2 { zarray, zattrs } => {
+                let meta = ArrayMetadataV2::from_json(zarray, "").map_err(invalid_body)?;
+                check_supported(ArrayDescription::from_v2(&meta, zattrs.clone().unwrap_or_default()))?;
+            }
+        }
         return Ok((NewNode::Array(array), flags));
     }
     match obj.get("zarr_format").and_then(Value::as_u64) {
         Some(3) => match NodeMetadataV3::from_json(body, "").map_err(invalid_body)? {
-            NodeMetadataV3::Array(_) => Ok((NewNode::Array(NewArray::V3(body.clone())), flags)),
+            NodeMetadataV3::Array(meta) => {
+                check_supported(ArrayDescription::from_v3(&meta))?;
+                Ok((NewNode::Array(NewArray::V3(body.clone())), flags))
+            }
             NodeMetadataV3::Group(_) => {
                 Ok((NewNode::Group { format: ZarrFormat::V3, document: body.clone() }, flags))
             }
@@ -338,7 +357,8 @@ pub fn parse_create_body(body: &Value) -> ServiceResult<(NewNode, Map<String, Va
             };
             if doc.contains_key("shape") {
                 let zarray = Value::Object(doc);
-                ArrayMetadataV2::from_json(&zarray, "").map_err(invalid_body)?;
+                let meta = ArrayMetadataV2::from_json(&zarray, "").map_err(invalid_body)?;
+                check_supported(ArrayDescription::from_v2(&meta, attributes.clone()))?;
                 Ok((NewNode::Array(NewArray::V2 { zarray, zattrs: Some(attributes) }), flags))
             } else {
                 if let Some((k, _)) = doc.iter().find(|(k, _)| k.as_str() != "zarr_format") {

@@ -303,12 +303,16 @@ pub fn choose_read_write(
 ) -> Result<(Vec<u64>, Vec<u64>), LayoutError> {
     let rank = domain.len();
     let write_hard = initial_shape(write, domain);
-    // A read size of -1 is the full extent of the write chunk where that is explicit.
-    let read_extent: Vec<u64> = domain.iter().zip(&write_hard).map(|(&d, &w)| if w == 0 { d } else { w }).collect();
+    // A write size of -1 (the full extent) is a target, not a hard size: it
+    // becomes the nearest multiple of the read chunk.
+    let write_full: Vec<bool> = (0..rank).map(|i| write.shape.as_ref().is_some_and(|s| s[i] == -1)).collect();
+    // A read size of -1 is the full extent, but no more than an explicit write size.
+    let read_extent: Vec<u64> =
+        domain.iter().zip(&write_hard).map(|(&d, &w)| if w == 0 { d.max(1) } else { w.min(d.max(1)) }).collect();
     let mut read_chunk = initial_shape(read, &read_extent);
     for i in 0..rank {
         let (r, w) = (read_chunk[i], write_hard[i]);
-        if r != 0 && w != 0 && w % r != 0 {
+        if r != 0 && w != 0 && w % r != 0 && !write_full[i] {
             return Err(err(
                 format!("chunk_layout.write_chunk.shape[{i}]"),
                 format!("incompatible chunk size constraints for dimension {i}: read size {r}, write size {w} (the write size must be a multiple of the read size)"),
@@ -323,17 +327,20 @@ pub fn choose_read_write(
     let nearest_divisor = move |i: usize, s: u64| if hard[i] == 0 { s } else { nearest_divisor(hard[i], s) };
     from_aspect_ratio(&aspect(read, rank), &mut read_chunk, read_target, domain, &nearest_divisor);
     // The write chunk: a multiple of the read chunk in every free
-    // dimension (the nearest multiple of the aspect-ratio size, ties to
-    // even, at least one), grown towards the write elements (default 2^20,
+    // dimension (the nearest multiple of the aspect-ratio size, ties down,
+    // at least one), grown towards the write elements (default 2^20,
     // so a small read chunk gets a sharded write chunk of the usual size).
     let mut write_chunk = write_hard;
     let target = write.elements.unwrap_or(DEFAULT_ELEMENTS);
     let rc = read_chunk.clone();
     let nearest_multiple = move |i: usize, s: u64| {
         #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let k = ((s as f64) / (rc[i] as f64)).round_ties_even() as u64;
+        let k = ((s as f64) / (rc[i] as f64) - 0.5).ceil() as u64;
         k.max(1) * rc[i]
     };
+    for i in (0..rank).filter(|&i| write_full[i]) {
+        write_chunk[i] = nearest_multiple(i, write_chunk[i]);
+    }
     from_aspect_ratio(&aspect(write, rank), &mut write_chunk, target, domain, &nearest_multiple);
     Ok((read_chunk, write_chunk))
 }
