@@ -238,18 +238,21 @@ fn from_aspect_ratio(
         map(i, s.max(1))
     };
     let total = |factor: f64| -> u64 { (0..rank).try_fold(1u64, |acc, i| acc.checked_mul(size(i, factor))).unwrap_or(u64::MAX) };
-    let mut min_increment = f64::INFINITY;
+    let mut min_factor = f64::INFINITY;
     let mut max_factor: f64 = 0.0;
     for i in (0..rank).filter(|&i| !fixed[i]) {
-        min_increment = min_increment.min(1.0 / aspect[i]);
+        min_factor = min_factor.min(0.5 / aspect[i]);
         max_factor = max_factor.max(max[i] / aspect[i]);
     }
-    min_increment /= 2.0;
     max_factor *= 2.0;
-    let mut min_factor = min_increment;
     let mut max_elements = total(max_factor);
-    while min_factor + min_increment < max_factor {
+    // Bisect to float precision: a chunk size changes at any factor, and
+    // windows between two sizes can be narrower than 1/aspect.
+    for _ in 0..200 {
         let mid = min_factor + (max_factor - min_factor) / 2.0;
+        if mid <= min_factor || mid >= max_factor {
+            break;
+        }
         let mid_elements = total(mid);
         if mid_elements >= target {
             max_factor = mid;
@@ -310,6 +313,12 @@ pub fn choose_read_write(
     let read_extent: Vec<u64> =
         domain.iter().zip(&write_hard).map(|(&d, &w)| if w == 0 { d.max(1) } else { w.min(d.max(1)) }).collect();
     let mut read_chunk = initial_shape(read, &read_extent);
+    for i in 0..rank {
+        // ... and, like every unconstrained read size, a divisor of an explicit write size.
+        if read.shape.as_ref().is_some_and(|s| s[i] == -1) && write_hard[i] != 0 && !write_full[i] {
+            read_chunk[i] = nearest_divisor(write_hard[i], read_chunk[i]);
+        }
+    }
     for i in 0..rank {
         let (r, w) = (read_chunk[i], write_hard[i]);
         if r != 0 && w != 0 && w % r != 0 && !write_full[i] {
