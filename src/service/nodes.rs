@@ -509,7 +509,48 @@ pub async fn delete(app: &App, mount: &str, path: &NodePath, recursive: bool) ->
             }
         }
     }
-    delete_all(app, &m, path).await
+    delete_all(app, &m, path).await?;
+    forget_in_consolidated(app, &m, path).await
+}
+
+/// Drops a deleted node (and its descendants) from the consolidated
+/// metadata of every ancestor that has some, so clients opening the
+/// hierarchy from it do not see a node that is gone. (zarr-python does this
+/// only for a direct child of the group it deletes from.)
+async fn forget_in_consolidated(app: &App, mount: &Arc<Mount>, path: &NodePath) -> ServiceResult<()> {
+    let mut ancestor = path.parent();
+    while let Some(a) = ancestor {
+        ancestor = a.parent();
+        let Some(Node::Group(g)) = existing(mount, &a).await? else { continue };
+        let rel = relative_to(&a, path);
+        let gone = |k: &str| k == rel || k.starts_with(&format!("{rel}/"));
+        match g.format {
+            ZarrFormat::V3 => {
+                let mut doc = g.metadata.clone();
+                let Some(docs) = doc.pointer_mut("/consolidated_metadata/metadata").and_then(Value::as_object_mut)
+                else {
+                    continue;
+                };
+                let before = docs.len();
+                docs.retain(|k, _| !gone(k));
+                if docs.len() != before {
+                    put_doc(app, mount, &a, "zarr.json", &doc).await?;
+                }
+            }
+            ZarrFormat::V2 => {
+                let key = a.key(".zmetadata")?;
+                let Some(bytes) = node::read_optional(mount, &key).await? else { continue };
+                let Ok(mut doc) = serde_json::from_slice::<Value>(&bytes) else { continue };
+                let Some(docs) = doc.get_mut("metadata").and_then(Value::as_object_mut) else { continue };
+                let before = docs.len();
+                docs.retain(|k, _| !k.starts_with(&format!("{rel}/")));
+                if docs.len() != before {
+                    put_doc(app, mount, &a, ".zmetadata", &doc).await?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How attributes are updated.
