@@ -1,9 +1,16 @@
 //! The REST API's node endpoints on memory and file mounts: mounts,
-//! describing arrays and groups (v2 and v3), and their errors.
+//! describing arrays and groups (v2 and v3), creating them (Zarr documents
+//! and TensorStore specs), attributes, resize, delete, consolidate, the
+//! metadata cache, and every error status.
 
 mod common;
 
-use common::{Backend, TestServer};
+use common::{Backend, Reply, TestServer};
+use serde_json::{json, Value};
+
+async fn send_json(s: &TestServer, method: &str, path: &str, body: &Value) -> Reply {
+    s.send(s.request(method, path).header("content-type", "application/json").body(body.to_string())).await
+}
 
 const V3_ARRAY: &str = r#"{"zarr_format":3,"node_type":"array","shape":[10,20],"data_type":"float32",
  "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[5,5]}},
@@ -72,6 +79,306 @@ async fn node_errors(s: TestServer) {
     }
 }
 
+
+async fn creates_from_documents_and_specs(s: TestServer) {
+    // A v3 zarr.json: parents are created as groups, as zarr-python does.
+    let doc: Value = serde_json::from_str(V3_ARRAY).unwrap();
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr", &doc).await;
+    r.expect_status(201);
+    assert_eq!(r.must_header("location"), "/api/v1/nodes/data/a/b/arr");
+    let j = r.json();
+    assert_eq!((j["node_type"].as_str(), j["data_type"].as_str()), (Some("array"), Some("float32")));
+    assert_eq!(j["dimension_names"], json!(["y", "x"]));
+    assert_eq!(j["tensorstore_schema"]["domain"]["labels"], json!(["y", "x"]));
+    assert_eq!(j["tensorstore_schema"]["fill_value"], "NaN");
+    for parent in ["/api/v1/nodes/data", "/api/v1/nodes/data/a", "/api/v1/nodes/data/a/b"] {
+        let g = s.get(parent).await;
+        g.expect_status(200);
+        assert_eq!(g.json()["metadata"], json!({"attributes": {}, "zarr_format": 3, "node_type": "group"}));
+    }
+    // Exists: 409, unless open (200, unchanged) or delete_existing (201, replaced).
+    send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr", &doc).await.expect_error(409, "already_exists");
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr?open=true", &doc).await;
+    r.expect_status(200);
+    assert_eq!(r.json()["shape"], json!([10, 20]));
+    let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [7], "delete_existing": true});
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr", &spec).await;
+    r.expect_status(201);
+    assert_eq!(r.json()["shape"], json!([7]));
+    // create=false on a missing node: 404; a group where an array is opened: 409.
+    let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [7]});
+    send_json(&s, "PUT", "/api/v1/nodes/data/nope?create=false&open=true", &spec).await.expect_error(404, "node_not_found");
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data/a?open=true", &spec).await;
+    r.expect_error(409, "conflict");
+    // Below an array: 409 naming it.
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr/inner", &spec).await;
+    r.expect_error(409, "conflict");
+    assert!(r.error_message().contains("a/b/arr"), "{}", r.error_message());
+
+    // A v2 .zarray with attributes: .zarray + .zattrs, parents as .zgroup + .zattrs.
+    let zarray = json!({"zarr_format": 2, "shape": [4, 6], "chunks": [2, 3], "dtype": "<i2", "compressor": null,
+        "fill_value": 0, "order": "F", "filters": null, "attributes": {"a": 1}});
+    send_json(&s, "PUT", "/api/v1/nodes/data/v2g/x", &zarray).await.expect_status(201);
+    assert_eq!(s.get("/zarr/data/v2g/x/.zattrs").await.json(), json!({"a": 1}));
+    assert_eq!(s.get("/zarr/data/v2g/.zgroup").await.json(), json!({"zarr_format": 2}));
+    assert_eq!(s.get("/zarr/data/v2g/.zattrs").await.json(), json!({}));
+    let j = s.get("/api/v1/nodes/data/v2g/x").await.json();
+    assert_eq!((j["order"].as_str(), j["zarr_format"].as_u64()), (Some("F"), Some(2)));
+    assert_eq!(j["tensorstore_schema"]["chunk_layout"]["inner_order"], json!([1, 0]));
+    // A v2 group.
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data/v2g/sub", &json!({"zarr_format": 2, "attributes": {"t": "x"}})).await;
+    r.expect_status(201);
+    assert_eq!(r.json()["attributes"], json!({"t": "x"}));
+
+    // A TensorStore spec with separate read and write chunks: sharded.
+    let spec = json!({"driver": "zarr3", "schema": {"dtype": "uint16", "domain": {"shape": [1000, 2000, 3000]},
+        "chunk_layout": {"read_chunk": {"shape": [64, 64, 64]}, "write_chunk": {"shape": [512, 512, 512]}}}});
+    let j = send_json(&s, "PUT", "/api/v1/nodes/data/ts/sharded", &spec).await.json();
+    assert_eq!(j["shard_shape"], json!([512, 512, 512]));
+    assert_eq!(j["inner_chunk_shape"], json!([64, 64, 64]));
+    assert_eq!(j["codecs"][0]["name"], "sharding_indexed");
+    assert_eq!(j["tensorstore_schema"]["chunk_layout"]["read_chunk"]["shape"], json!([64, 64, 64]));
+    // Unconstrained: TensorStore's default chunk (about 2^20 elements).
+    let j = send_json(&s, "PUT", "/api/v1/nodes/data/ts/plain", &json!({"driver": "zarr", "dtype": "uint16", "shape": [1000, 2000, 3000]}))
+        .await
+        .json();
+    assert_eq!(j["chunk_shape"], json!([101, 101, 101]));
+    assert_eq!(j["codecs"][0]["id"], "blosc");
+}
+
+async fn create_errors(s: TestServer) {
+    let put = |path: &'static str, body: Value| {
+        let s = &s;
+        async move { send_json(s, "PUT", path, &body).await }
+    };
+    // Not JSON, not an object, no recognisable form.
+    let r = s.send(s.request("PUT", "/api/v1/nodes/data/x").body("{nope")).await;
+    r.expect_error(400, "invalid_body");
+    put("/api/v1/nodes/data/x", json!([1])).await.expect_error(400, "bad_request");
+    put("/api/v1/nodes/data/x", json!({"shape": [1]})).await.expect_error(400, "bad_request");
+    // Spec errors name the member.
+    let r = put("/api/v1/nodes/data/x", json!({"driver": "zarr3", "dtype": "uint8"})).await;
+    r.expect_error(400, "bad_request");
+    assert!(r.error_message().contains("schema.domain"), "{}", r.error_message());
+    let r = put(
+        "/api/v1/nodes/data/x",
+        json!({"driver": "zarr3", "dtype": "uint8", "shape": [100],
+               "chunk_layout": {"read_chunk": {"shape": [7]}, "write_chunk": {"shape": [64]}}}),
+    )
+    .await;
+    r.expect_error(400, "bad_request");
+    assert!(r.error_message().contains("write_chunk.shape[0]"), "{}", r.error_message());
+    let r = put("/api/v1/nodes/data/x", json!({"driver": "zarr3", "dtype": "int8", "shape": [3], "fill_value": 1000})).await;
+    assert!(r.error_message().contains("fill_value"), "{}", r.error_message());
+    // Invalid documents: 422 naming the field.
+    let r = put("/api/v1/nodes/data/x", json!({"zarr_format": 3, "node_type": "array", "shape": [2]})).await;
+    r.expect_error(422, "invalid_metadata");
+    assert!(r.error_message().contains("data_type"), "{}", r.error_message());
+    // Bad flags, bad query, read-only mount, unknown mount, too large.
+    let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [3]});
+    put("/api/v1/nodes/data/x?create=false", spec.clone()).await.expect_error(400, "bad_request");
+    put("/api/v1/nodes/data/x?open=maybe", spec.clone()).await.expect_error(400, "invalid_query");
+    let r = put("/api/v1/nodes/ro/x", spec.clone()).await;
+    r.expect_error(405, "read_only");
+    put("/api/v1/nodes/nosuch/x", spec.clone()).await.expect_error(404, "unknown_mount");
+    let big = json!({"zarr_format": 3, "node_type": "group", "attributes": {"pad": "x".repeat(100_000)}});
+    put("/api/v1/nodes/data/x", big).await.expect_error(413, "payload_too_large");
+    // Nothing was written by any of these.
+    s.get("/api/v1/nodes/data/x").await.expect_error(404, "node_not_found");
+    s.get("/api/v1/nodes/data").await.expect_error(404, "node_not_found");
+}
+
+async fn describes_stats_and_children(s: TestServer) {
+    let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [4, 4],
+        "metadata": {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}}}});
+    send_json(&s, "PUT", "/api/v1/nodes/data/g/a", &spec).await.expect_status(201);
+    send_json(&s, "PUT", "/api/v1/nodes/data/g/sub/b", &spec).await.expect_status(201);
+    // Two chunks of 4 bytes each, written as a client would.
+    s.put("/zarr/data/g/a/c/0/0", vec![1u8; 4]).await.expect_status(201);
+    s.put("/zarr/data/g/a/c/1/1", vec![2u8; 4]).await.expect_status(201);
+    let j = s.get("/api/v1/nodes/data/g/a?stats=true").await.json();
+    assert_eq!(j["stats"]["stored_chunks"], 2);
+    assert_eq!(j["stats"]["stored_objects"], 3);
+    let meta_len = s.get("/zarr/data/g/a/zarr.json").await.body.len() as u64;
+    assert_eq!(j["stats"]["stored_bytes"], 8 + meta_len);
+    assert!(s.get("/api/v1/nodes/data/g/a").await.json().get("stats").is_none());
+
+    let j = s.get("/api/v1/nodes/data/g").await.json();
+    let paths: Vec<&str> = j["children"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["g/a", "g/sub"]);
+    assert_eq!(j["children"][0]["shape"], json!([4, 4]));
+    assert_eq!(j["consolidated"], false);
+    let j = s.get("/api/v1/nodes/data?depth=3").await.json();
+    let got: Vec<(String, u64)> = j["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap().to_string(), c["depth"].as_u64().unwrap()))
+        .collect();
+    let want = [("g", 1), ("g/a", 2), ("g/sub", 2), ("g/sub/b", 3)].map(|(p, d)| (p.to_string(), d));
+    assert_eq!(got, want);
+    assert_eq!(s.get("/api/v1/nodes/data?depth=0").await.json()["children"], json!([]));
+    s.get("/api/v1/nodes/data?depth=65").await.expect_error(400, "invalid_query");
+    s.get("/api/v1/nodes/data?stats=perhaps").await.expect_error(400, "invalid_query");
+}
+
+async fn attributes_replace_and_merge(s: TestServer) {
+    send_json(&s, "PUT", "/api/v1/nodes/data/arr", &serde_json::from_str(V3_ARRAY).unwrap()).await.expect_status(201);
+    assert_eq!(s.get("/api/v1/attributes/data/arr").await.json(), json!({"units": "K"}));
+    let r = send_json(&s, "PATCH", "/api/v1/attributes/data/arr", &json!({"a": [1, 2], "units": null})).await;
+    r.expect_status(200);
+    assert_eq!(r.json(), json!({"a": [1, 2]}));
+    // Stored: only `attributes` changed; the rest of zarr.json as it was.
+    let stored = s.get("/zarr/data/arr/zarr.json").await.json();
+    assert_eq!(stored["attributes"], json!({"a": [1, 2]}));
+    assert_eq!(stored["dimension_names"], json!(["y", "x"]));
+    let r = send_json(&s, "PUT", "/api/v1/attributes/data/arr", &json!({"b": true})).await;
+    assert_eq!(r.json(), json!({"b": true}));
+    assert_eq!(s.get("/api/v1/nodes/data/arr").await.json()["attributes"], json!({"b": true}));
+    // v2: .zattrs.
+    send_json(&s, "PUT", "/api/v1/nodes/data/v2", &json!({"zarr_format": 2})).await.expect_status(201);
+    send_json(&s, "PATCH", "/api/v1/attributes/data/v2", &json!({"c": 3})).await.expect_status(200);
+    assert_eq!(s.get("/zarr/data/v2/.zattrs").await.json(), json!({"c": 3}));
+    // Errors.
+    send_json(&s, "PUT", "/api/v1/attributes/data/arr", &json!([1])).await.expect_error(400, "invalid_body");
+    send_json(&s, "PATCH", "/api/v1/attributes/data/none", &json!({})).await.expect_error(404, "node_not_found");
+    s.get("/api/v1/attributes/data/none").await.expect_error(404, "node_not_found");
+    send_json(&s, "PUT", "/api/v1/attributes/ro/arr", &json!({})).await.expect_error(405, "read_only");
+}
+
+async fn resize_grows_and_shrinks(s: TestServer) {
+    let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [4, 4],
+        "metadata": {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}}}});
+    send_json(&s, "PUT", "/api/v1/nodes/data/r", &spec).await.expect_status(201);
+    for key in ["c/0/0", "c/0/1", "c/1/0", "c/1/1"] {
+        s.put(&format!("/zarr/data/r/{key}"), vec![7u8; 4]).await.expect_status(201);
+    }
+    // Shrink to 3 x 2: chunk column 1 is wholly outside; row 1 straddles and stays.
+    let r = send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [3, 2]})).await;
+    r.expect_status(200);
+    assert_eq!(r.json(), json!({"shape": [3, 2], "deleted_chunks": 2}));
+    s.get("/zarr/data/r/c/0/1").await.expect_status(404);
+    s.get("/zarr/data/r/c/1/1").await.expect_status(404);
+    s.get("/zarr/data/r/c/1/0").await.expect_status(200);
+    assert_eq!(s.get("/api/v1/nodes/data/r").await.json()["shape"], json!([3, 2]));
+    // Grow.
+    let r = send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [10, 10], "expand_only": true})).await;
+    assert_eq!(r.json(), json!({"shape": [10, 10], "deleted_chunks": 0}));
+    assert_eq!(s.get("/zarr/data/r/zarr.json").await.json()["shape"], json!([10, 10]));
+    // Guards, rank, unknown members, groups, missing, read-only.
+    let r = send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [9, 10], "expand_only": true})).await;
+    r.expect_error(400, "bad_request");
+    assert!(r.error_message().contains("shape[0]"), "{}", r.error_message());
+    let r = send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [10, 11], "shrink_only": true})).await;
+    assert!(r.error_message().contains("shape[1]"), "{}", r.error_message());
+    let r = send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [10]})).await;
+    r.expect_error(400, "bad_request");
+    assert!(r.error_message().contains("2 dimensions"), "{}", r.error_message());
+    send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [1, 1], "force": true})).await.expect_error(400, "invalid_body");
+    send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [-1, 1]})).await.expect_error(400, "invalid_body");
+    send_json(&s, "PUT", "/api/v1/nodes/data/grp", &json!({"zarr_format": 3, "node_type": "group"})).await.expect_status(201);
+    send_json(&s, "POST", "/api/v1/resize/data/grp", &json!({"shape": [1]})).await.expect_error(400, "not_an_array");
+    send_json(&s, "POST", "/api/v1/resize/data/none", &json!({"shape": [1]})).await.expect_error(404, "node_not_found");
+    send_json(&s, "POST", "/api/v1/resize/ro/r", &json!({"shape": [1, 1]})).await.expect_error(405, "read_only");
+}
+
+async fn deletes_nodes(s: TestServer) {
+    let spec = json!({"driver": "zarr", "dtype": "uint8", "shape": [4], "metadata": {"chunks": [2], "compressor": null}});
+    send_json(&s, "PUT", "/api/v1/nodes/data/g/a", &spec).await.expect_status(201);
+    s.put("/zarr/data/g/a/0", vec![1u8; 2]).await.expect_status(201);
+    send_json(&s, "PUT", "/api/v1/nodes/data/g/empty", &json!({"zarr_format": 2})).await.expect_status(201);
+    // A non-empty group needs recursive=true.
+    s.delete("/api/v1/nodes/data/g").await.expect_error(409, "not_empty");
+    // An empty group and an array (with its chunks) go directly.
+    s.delete("/api/v1/nodes/data/g/empty").await.expect_status(204);
+    s.get("/zarr/data/g/empty/.zgroup").await.expect_status(404);
+    s.delete("/api/v1/nodes/data/g/a").await.expect_status(204);
+    s.get("/zarr/data/g/a/0").await.expect_status(404);
+    s.get("/api/v1/nodes/data/g/a").await.expect_error(404, "node_not_found");
+    send_json(&s, "PUT", "/api/v1/nodes/data/g/b", &spec).await.expect_status(201);
+    s.delete("/api/v1/nodes/data/g?recursive=true").await.expect_status(204);
+    s.get("/api/v1/nodes/data/g").await.expect_error(404, "node_not_found");
+    s.get("/zarr/data/g/b/.zarray").await.expect_status(404);
+    s.delete("/api/v1/nodes/data/g").await.expect_error(404, "node_not_found");
+    s.delete("/api/v1/nodes/ro/g").await.expect_error(405, "read_only");
+    s.delete("/api/v1/nodes/data/g?recursive=2").await.expect_error(400, "invalid_query");
+}
+
+async fn consolidates_v3_and_v2(s: TestServer) {
+    let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [4]});
+    send_json(&s, "PUT", "/api/v1/nodes/data/v3/a", &spec).await.expect_status(201);
+    send_json(&s, "PUT", "/api/v1/nodes/data/v3/g/b", &spec).await.expect_status(201);
+    let r = s.send(s.request("POST", "/api/v1/consolidate/data/v3")).await;
+    r.expect_status(200);
+    assert_eq!(r.json(), json!({"key": "v3/zarr.json", "nodes": 3}));
+    let doc = s.get("/zarr/data/v3/zarr.json").await.json();
+    let cm = &doc["consolidated_metadata"];
+    assert_eq!((cm["kind"].as_str(), cm["must_understand"].as_bool()), (Some("inline"), Some(false)));
+    let keys: Vec<&String> = cm["metadata"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["a", "g", "g/b"]);
+    assert_eq!(cm["metadata"]["g"]["consolidated_metadata"]["metadata"], json!({}));
+    // Children now come from it.
+    let j = s.get("/api/v1/nodes/data/v3?depth=2").await.json();
+    assert_eq!(j["consolidated"], true);
+    assert_eq!(j["children"].as_array().unwrap().len(), 3);
+    // Deleting a node drops it from the consolidated metadata.
+    s.delete("/api/v1/nodes/data/v3/g?recursive=true").await.expect_status(204);
+    let doc = s.get("/zarr/data/v3/zarr.json").await.json();
+    assert_eq!(doc["consolidated_metadata"]["metadata"].as_object().unwrap().keys().collect::<Vec<_>>(), ["a"]);
+
+    let spec2 = json!({"driver": "zarr", "dtype": "uint8", "shape": [4], "metadata": {"attributes": {"q": 1}}});
+    send_json(&s, "PUT", "/api/v1/nodes/data/v2/x", &spec2).await.expect_status(201);
+    let r = s.send(s.request("POST", "/api/v1/consolidate/data/v2")).await;
+    assert_eq!(r.json(), json!({"key": "v2/.zmetadata", "nodes": 1}));
+    let z = s.get("/zarr/data/v2/.zmetadata").await.json();
+    assert_eq!(z["zarr_consolidated_format"], 1);
+    assert_eq!(z["metadata"]["x/.zattrs"], json!({"q": 1}));
+    assert_eq!(z["metadata"][".zgroup"], json!({"zarr_format": 2}));
+    assert_eq!(z["metadata"]["x/.zarray"]["shape"], json!([4]));
+    // The root (root variant of the route), and errors.
+    let r = s.send(s.request("POST", "/api/v1/consolidate/data")).await;
+    r.expect_status(200);
+    // The root is a v3 group: its v3 descendants (v3, v3/a) are recorded; v2 nodes are not
+    // (a v3 reader would not open them either).
+    assert_eq!(r.json()["nodes"], 2);
+    let keys: Vec<String> = s.get("/zarr/data/zarr.json").await.json()["consolidated_metadata"]["metadata"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(keys, ["v3", "v3/a"]);
+    s.send(s.request("POST", "/api/v1/consolidate/data/v2/x")).await.expect_error(400, "bad_request");
+    s.send(s.request("POST", "/api/v1/consolidate/data/none")).await.expect_error(404, "node_not_found");
+    s.send(s.request("POST", "/api/v1/consolidate/ro")).await.expect_error(405, "read_only");
+}
+
+async fn metadata_cache_follows_raw_writes(s: TestServer) {
+    send_json(&s, "PUT", "/api/v1/nodes/data/m", &json!({"driver": "zarr3", "dtype": "uint8", "shape": [4]}))
+        .await
+        .expect_status(201);
+    assert_eq!(s.get("/api/v1/nodes/data/m").await.json()["shape"], json!([4]));
+    // Overwritten through the store protocol: the next description sees it.
+    let mut doc = s.get("/zarr/data/m/zarr.json").await.json();
+    doc["shape"] = json!([9]);
+    s.put("/zarr/data/m/zarr.json", doc.to_string()).await.expect_status(204);
+    assert_eq!(s.get("/api/v1/nodes/data/m").await.json()["shape"], json!([9]));
+    s.delete("/zarr/data/m/zarr.json").await.expect_status(204);
+    s.get("/api/v1/nodes/data/m").await.expect_error(404, "node_not_found");
+    // Changed behind zarrd's back (file mounts): revalidated by ETag on the next request.
+    if let Some(root) = &s.root {
+        send_json(&s, "PUT", "/api/v1/nodes/data/m", &json!({"driver": "zarr3", "dtype": "uint8", "shape": [4]}))
+            .await
+            .expect_status(201);
+        assert_eq!(s.get("/api/v1/nodes/data/m").await.json()["shape"], json!([4]));
+        let path = root.join("m/zarr.json");
+        let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        doc["shape"] = json!([5]);
+        std::fs::write(&path, doc.to_string()).unwrap();
+        assert_eq!(s.get("/api/v1/nodes/data/m").await.json()["shape"], json!([5]));
+    }
+}
+
 async fn lists_mounts(s: TestServer) {
     let j = s.get("/api/v1/mounts").await.json();
     let names: Vec<_> = j["mounts"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
@@ -86,4 +393,54 @@ macro_rules! on_backends {
     };
 }
 
-on_backends!(describes_v3_and_v2_nodes, node_errors, lists_mounts);
+on_backends!(
+    describes_v3_and_v2_nodes,
+    node_errors,
+    lists_mounts,
+    creates_from_documents_and_specs,
+    create_errors,
+    describes_stats_and_children,
+    attributes_replace_and_merge,
+    resize_grows_and_shrinks,
+    deletes_nodes,
+    consolidates_v3_and_v2,
+    metadata_cache_follows_raw_writes
+);
+
+/// `recheck_cached_metadata = false`: a change behind zarrd's back is not
+/// seen (the cached node is served) until zarrd itself writes the node.
+#[tokio::test]
+async fn recheck_never_serves_the_cached_node() {
+    use zarrd::storage::mount::RecheckMetadata;
+    use zarrd::storage::{Mount, MountSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = MountSpec::from_url(&format!("file://{}", dir.path().display()));
+    spec.recheck_cached_metadata = RecheckMetadata::Never;
+    let app = zarrd::service::App::with_mounts(common::test_config(), vec![Mount::build("data", &spec).unwrap()]);
+    let (addr, _task) = common::serve_app(app).await;
+    let client = common::client();
+    let url = |p: &str| format!("http://{addr}{p}");
+    let put = client
+        .put(url("/api/v1/nodes/data/m"))
+        .body(json!({"driver": "zarr3", "dtype": "uint8", "shape": [4]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    let shape = |v: Value| v["shape"].clone();
+    let get = || async {
+        let body = client.get(url("/api/v1/nodes/data/m")).send().await.unwrap().bytes().await.unwrap();
+        serde_json::from_slice::<Value>(&body).unwrap()
+    };
+    assert_eq!(shape(get().await), json!([4]));
+    let path = dir.path().join("m/zarr.json");
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    doc["shape"] = json!([5]);
+    std::fs::write(&path, doc.to_string()).unwrap();
+    assert_eq!(shape(get().await), json!([4]), "never rechecked: the cached node");
+    // A write through zarrd refreshes it.
+    let patch = client.patch(url("/api/v1/attributes/data/m")).body("{\"k\": 1}").send().await.unwrap();
+    assert_eq!(patch.status(), 200);
+    let j = get().await;
+    assert_eq!((shape(j.clone()), j["attributes"].clone()), (json!([5]), json!({"k": 1})));
+}
