@@ -48,7 +48,11 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(api::nodes::list_mounts))
         .routes(routes!(api::nodes::get_root_node, api::nodes::put_root_node, api::nodes::delete_root_node))
         .routes(routes!(api::nodes::get_node, api::nodes::put_node, api::nodes::delete_node))
-        .routes(routes!(api::attributes::get_attributes, api::attributes::put_attributes, api::attributes::patch_attributes))
+        .routes(routes!(
+            api::attributes::get_attributes,
+            api::attributes::put_attributes,
+            api::attributes::patch_attributes
+        ))
         .routes(routes!(api::resize::resize))
         .routes(routes!(api::consolidate::consolidate_root))
         .routes(routes!(api::consolidate::consolidate))

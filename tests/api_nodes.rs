@@ -79,7 +79,6 @@ async fn node_errors(s: TestServer) {
     }
 }
 
-
 async fn creates_from_documents_and_specs(s: TestServer) {
     // A v3 zarr.json: parents are created as groups, as zarr-python does.
     let doc: Value = serde_json::from_str(V3_ARRAY).unwrap();
@@ -107,7 +106,9 @@ async fn creates_from_documents_and_specs(s: TestServer) {
     assert_eq!(r.json()["shape"], json!([7]));
     // create=false on a missing node: 404; a group where an array is opened: 409.
     let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [7]});
-    send_json(&s, "PUT", "/api/v1/nodes/data/nope?create=false&open=true", &spec).await.expect_error(404, "node_not_found");
+    send_json(&s, "PUT", "/api/v1/nodes/data/nope?create=false&open=true", &spec)
+        .await
+        .expect_error(404, "node_not_found");
     let r = send_json(&s, "PUT", "/api/v1/nodes/data/a?open=true", &spec).await;
     r.expect_error(409, "conflict");
     // Below an array: 409 naming it.
@@ -126,7 +127,8 @@ async fn creates_from_documents_and_specs(s: TestServer) {
     assert_eq!((j["order"].as_str(), j["zarr_format"].as_u64()), (Some("F"), Some(2)));
     assert_eq!(j["tensorstore_schema"]["chunk_layout"]["inner_order"], json!([1, 0]));
     // A v2 group.
-    let r = send_json(&s, "PUT", "/api/v1/nodes/data/v2g/sub", &json!({"zarr_format": 2, "attributes": {"t": "x"}})).await;
+    let r =
+        send_json(&s, "PUT", "/api/v1/nodes/data/v2g/sub", &json!({"zarr_format": 2, "attributes": {"t": "x"}})).await;
     r.expect_status(201);
     assert_eq!(r.json()["attributes"], json!({"t": "x"}));
 
@@ -139,9 +141,14 @@ async fn creates_from_documents_and_specs(s: TestServer) {
     assert_eq!(j["codecs"][0]["name"], "sharding_indexed");
     assert_eq!(j["tensorstore_schema"]["chunk_layout"]["read_chunk"]["shape"], json!([64, 64, 64]));
     // Unconstrained: TensorStore's default chunk (about 2^20 elements).
-    let j = send_json(&s, "PUT", "/api/v1/nodes/data/ts/plain", &json!({"driver": "zarr", "dtype": "uint16", "shape": [1000, 2000, 3000]}))
-        .await
-        .json();
+    let j = send_json(
+        &s,
+        "PUT",
+        "/api/v1/nodes/data/ts/plain",
+        &json!({"driver": "zarr", "dtype": "uint16", "shape": [1000, 2000, 3000]}),
+    )
+    .await
+    .json();
     assert_eq!(j["chunk_shape"], json!([101, 101, 101]));
     assert_eq!(j["codecs"][0]["id"], "blosc");
 }
@@ -168,7 +175,8 @@ async fn create_errors(s: TestServer) {
     .await;
     r.expect_error(400, "bad_request");
     assert!(r.error_message().contains("write_chunk.shape[0]"), "{}", r.error_message());
-    let r = put("/api/v1/nodes/data/x", json!({"driver": "zarr3", "dtype": "int8", "shape": [3], "fill_value": 1000})).await;
+    let r = put("/api/v1/nodes/data/x", json!({"driver": "zarr3", "dtype": "int8", "shape": [3], "fill_value": 1000}))
+        .await;
     assert!(r.error_message().contains("fill_value"), "{}", r.error_message());
     // Invalid documents: 422 naming the field.
     let r = put("/api/v1/nodes/data/x", json!({"zarr_format": 3, "node_type": "array", "shape": [2]})).await;
@@ -274,16 +282,21 @@ async fn resize_grows_and_shrinks(s: TestServer) {
     let r = send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [10]})).await;
     r.expect_error(400, "bad_request");
     assert!(r.error_message().contains("2 dimensions"), "{}", r.error_message());
-    send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [1, 1], "force": true})).await.expect_error(400, "invalid_body");
+    send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [1, 1], "force": true}))
+        .await
+        .expect_error(400, "invalid_body");
     send_json(&s, "POST", "/api/v1/resize/data/r", &json!({"shape": [-1, 1]})).await.expect_error(400, "invalid_body");
-    send_json(&s, "PUT", "/api/v1/nodes/data/grp", &json!({"zarr_format": 3, "node_type": "group"})).await.expect_status(201);
+    send_json(&s, "PUT", "/api/v1/nodes/data/grp", &json!({"zarr_format": 3, "node_type": "group"}))
+        .await
+        .expect_status(201);
     send_json(&s, "POST", "/api/v1/resize/data/grp", &json!({"shape": [1]})).await.expect_error(400, "not_an_array");
     send_json(&s, "POST", "/api/v1/resize/data/none", &json!({"shape": [1]})).await.expect_error(404, "node_not_found");
     send_json(&s, "POST", "/api/v1/resize/ro/r", &json!({"shape": [1, 1]})).await.expect_error(405, "read_only");
 }
 
 async fn deletes_nodes(s: TestServer) {
-    let spec = json!({"driver": "zarr", "dtype": "uint8", "shape": [4], "metadata": {"chunks": [2], "compressor": null}});
+    let spec =
+        json!({"driver": "zarr", "dtype": "uint8", "shape": [4], "metadata": {"chunks": [2], "compressor": null}});
     send_json(&s, "PUT", "/api/v1/nodes/data/g/a", &spec).await.expect_status(201);
     s.put("/zarr/data/g/a/0", vec![1u8; 2]).await.expect_status(201);
     send_json(&s, "PUT", "/api/v1/nodes/data/g/empty", &json!({"zarr_format": 2})).await.expect_status(201);

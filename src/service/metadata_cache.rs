@@ -77,7 +77,8 @@ impl MetadataCache {
             }
         }
         let (node, validators) = node::load(mount, path).await?;
-        self.entries.insert(key, Entry { node: node.clone(), validators: Arc::new(validators), checked: Instant::now() });
+        self.entries
+            .insert(key, Entry { node: node.clone(), validators: Arc::new(validators), checked: Instant::now() });
         Ok(node)
     }
 

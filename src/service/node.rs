@@ -278,8 +278,14 @@ pub async fn load(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<(Node, Ve
     if let Some(bytes) = zgroup {
         let value = parse_json(&zgroup_key, &bytes)?;
         GroupMetadataV2::from_json(&value, "").map_err(invalid(&zgroup_key))?;
-        let node =
-            GroupNode { mount, path: path.clone(), format: ZarrFormat::V2, attributes, metadata: value, zattrs: zattrs_value };
+        let node = GroupNode {
+            mount,
+            path: path.clone(),
+            format: ZarrFormat::V2,
+            attributes,
+            metadata: value,
+            zattrs: zattrs_value,
+        };
         return Ok((Node::Group(Arc::new(node)), validators));
     }
     Err(ServiceError::NodeNotFound { mount: mount.name().to_string(), path: path.to_string() })

@@ -344,9 +344,7 @@ pub fn parse_create_body(body: &Value) -> ServiceResult<(NewNode, Map<String, Va
                 check_supported(ArrayDescription::from_v3(&meta))?;
                 Ok((NewNode::Array(NewArray::V3(body.clone())), flags))
             }
-            NodeMetadataV3::Group(_) => {
-                Ok((NewNode::Group { format: ZarrFormat::V3, document: body.clone() }, flags))
-            }
+            NodeMetadataV3::Group(_) => Ok((NewNode::Group { format: ZarrFormat::V3, document: body.clone() }, flags)),
         },
         Some(2) => {
             let mut doc = obj.clone();
@@ -401,9 +399,7 @@ async fn create_parents(app: &App, mount: &Arc<Mount>, path: &NodePath, format: 
         match existing(mount, &a).await? {
             Some(Node::Group(_)) => {}
             Some(Node::Array(_)) => {
-                return Err(ServiceError::Conflict(format!(
-                    "cannot create `{path}`: its ancestor `{a}` is an array"
-                )))
+                return Err(ServiceError::Conflict(format!("cannot create `{path}`: its ancestor `{a}` is an array")))
             }
             None => write_group(app, mount, &a, format, &Value::Object(Map::new())).await?,
         }
@@ -440,9 +436,12 @@ pub async fn create(app: &App, mount: &str, path: &NodePath, new: &NewNode, mode
         if mode.delete_existing && mode.create {
             delete_all(app, &m, path).await?;
         } else if mode.open {
-            let same_kind = matches!((&old, new), (Node::Array(_), NewNode::Array(_)) | (Node::Group(_), NewNode::Group { .. }));
+            let same_kind =
+                matches!((&old, new), (Node::Array(_), NewNode::Array(_)) | (Node::Group(_), NewNode::Group { .. }));
             if !same_kind {
-                return Err(ServiceError::Conflict(format!("`{path}` in mount `{mount}` exists and is of another node type")));
+                return Err(ServiceError::Conflict(format!(
+                    "`{path}` in mount `{mount}` exists and is of another node type"
+                )));
             }
             return Ok(Created { node: old, created: false });
         } else {
@@ -476,8 +475,10 @@ async fn delete_all(app: &App, mount: &Arc<Mount>, path: &NodePath) -> ServiceRe
     let objects = mount.storage().list_recursive(&prefix, usize::MAX).await?;
     // Chunks first, documents last: an interrupted delete leaves a node
     // that still opens (with missing chunks), never orphaned chunks.
-    let (docs, data): (Vec<_>, Vec<_>) =
-        objects.into_iter().map(|(name, _)| name).partition(|n| DOCUMENT_NAMES.contains(&n.rsplit('/').next().unwrap_or("")));
+    let (docs, data): (Vec<_>, Vec<_>) = objects
+        .into_iter()
+        .map(|(name, _)| name)
+        .partition(|n| DOCUMENT_NAMES.contains(&n.rsplit('/').next().unwrap_or("")));
     for name in data.iter().chain(docs.iter().filter(|d| d.contains('/'))) {
         mount.delete(&prefix.child(name)?).await?;
     }
@@ -495,7 +496,8 @@ async fn delete_all(app: &App, mount: &Arc<Mount>, path: &NodePath) -> ServiceRe
 pub async fn delete(app: &App, mount: &str, path: &NodePath, recursive: bool) -> ServiceResult<()> {
     let m = writable(app, mount)?;
     let _guard = app.locks(mount)?.exclusive(path.as_str()).await;
-    let node = existing(&m, path).await?
+    let node = existing(&m, path)
+        .await?
         .ok_or_else(|| ServiceError::NodeNotFound { mount: mount.to_string(), path: path.to_string() })?;
     if let Node::Group(_) = node {
         if !recursive {
@@ -576,7 +578,8 @@ pub async fn update_attributes(
 ) -> ServiceResult<Map<String, Value>> {
     let m = writable(app, mount)?;
     let _guard = app.locks(mount)?.exclusive(path.as_str()).await;
-    let node = existing(&m, path).await?
+    let node = existing(&m, path)
+        .await?
         .ok_or_else(|| ServiceError::NodeNotFound { mount: mount.to_string(), path: path.to_string() })?;
     let (format, current, metadata) = match &node {
         Node::Array(a) => (a.format(), a.desc.attributes.clone(), a.metadata.clone()),

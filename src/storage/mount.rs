@@ -95,9 +95,15 @@ impl TryFrom<RecheckRepr> for RecheckMetadata {
             RecheckRepr::Bool(true) => Ok(Self::Always),
             RecheckRepr::Bool(false) => Ok(Self::Never),
             RecheckRepr::Word(w) if w == "open" => Ok(Self::Always),
-            RecheckRepr::Word(w) => Err(format!("recheck_cached_metadata: expected \"open\", true, false or seconds, got \"{w}\"")),
-            RecheckRepr::Seconds(s) if s.is_finite() && s >= 0.0 => Ok(Self::After(std::time::Duration::from_secs_f64(s))),
-            RecheckRepr::Seconds(s) => Err(format!("recheck_cached_metadata: expected a non-negative number of seconds, got {s}")),
+            RecheckRepr::Word(w) => {
+                Err(format!("recheck_cached_metadata: expected \"open\", true, false or seconds, got \"{w}\""))
+            }
+            RecheckRepr::Seconds(s) if s.is_finite() && s >= 0.0 => {
+                Ok(Self::After(std::time::Duration::from_secs_f64(s)))
+            }
+            RecheckRepr::Seconds(s) => {
+                Err(format!("recheck_cached_metadata: expected a non-negative number of seconds, got {s}"))
+            }
         }
     }
 }

@@ -274,8 +274,11 @@ async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResul
     let mut info = NodeInfo::of(&node);
     if q.stats {
         let s = ops::stats(&node).await?;
-        info.stats =
-            Some(NodeStats { stored_chunks: s.stored_chunks, stored_bytes: s.stored_bytes, stored_objects: s.stored_objects });
+        info.stats = Some(NodeStats {
+            stored_chunks: s.stored_chunks,
+            stored_bytes: s.stored_bytes,
+            stored_objects: s.stored_objects,
+        });
     }
     if let Node::Group(g) = &node {
         let depth = q.depth.unwrap_or(1);

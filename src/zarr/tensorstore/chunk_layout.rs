@@ -237,7 +237,9 @@ fn from_aspect_ratio(
         let s = (aspect[i] * factor).min(max[i]) as u64;
         map(i, s.max(1))
     };
-    let total = |factor: f64| -> u64 { (0..rank).try_fold(1u64, |acc, i| acc.checked_mul(size(i, factor))).unwrap_or(u64::MAX) };
+    let total = |factor: f64| -> u64 {
+        (0..rank).try_fold(1u64, |acc, i| acc.checked_mul(size(i, factor))).unwrap_or(u64::MAX)
+    };
     let mut min_factor = f64::INFINITY;
     let mut max_factor: f64 = 0.0;
     for i in (0..rank).filter(|&i| !fixed[i]) {

@@ -150,9 +150,10 @@ fn resolve_shape(s: &Schema<'_>) -> Result<Vec<u64>, SpecError> {
 fn labels(s: &Schema<'_>, rank: usize) -> Result<Option<Vec<String>>, SpecError> {
     let Some(d) = s.get("domain") else { return Ok(None) };
     let Some(v) = object(d, "schema.domain")?.get("labels") else { return Ok(None) };
-    let items = v.as_array().filter(|a| a.len() == rank).ok_or_else(|| {
-        err("schema.domain.labels", format!("expected {rank} strings (one per dimension)"))
-    })?;
+    let items = v
+        .as_array()
+        .filter(|a| a.len() == rank)
+        .ok_or_else(|| err("schema.domain.labels", format!("expected {rank} strings (one per dimension)")))?;
     let labels = items
         .iter()
         .enumerate()
@@ -186,7 +187,9 @@ fn layout(s: &Schema<'_>, rank: usize) -> Result<(GridConstraints, GridConstrain
                 let order = u64_list(v, &format!("schema.{field}"))?;
                 let mut seen = vec![false; rank];
                 let valid = order.len() == rank
-                    && order.iter().all(|&i| usize::try_from(i).is_ok_and(|i| i < rank && !std::mem::replace(&mut seen[i], true)));
+                    && order
+                        .iter()
+                        .all(|&i| usize::try_from(i).is_ok_and(|i| i < rank && !std::mem::replace(&mut seen[i], true)));
                 if !valid {
                     return Err(err(format!("schema.{field}"), format!("expected a permutation of 0..{rank}")));
                 }
@@ -215,7 +218,9 @@ fn dtype_v3(s: &Schema<'_>) -> Result<Value, SpecError> {
     if let Some(v) = s.metadata.get("data_type") {
         return Ok(v.clone());
     }
-    s.get("dtype").cloned().ok_or_else(|| err("schema.dtype", "the data type is required (metadata.data_type or schema.dtype)"))
+    s.get("dtype")
+        .cloned()
+        .ok_or_else(|| err("schema.dtype", "the data type is required (metadata.data_type or schema.dtype)"))
 }
 
 fn default_fill(dt: &DataType) -> Value {
@@ -291,18 +296,26 @@ fn spec_v3(spec: &Map<String, Value>, s: &Schema<'_>) -> Result<NewArray, SpecEr
     let mut doc = s.metadata.clone();
     let meta_codecs = doc.remove("codecs");
     let explicit_grid = doc.get("chunk_grid").map(|g| {
-        g.pointer("/configuration/chunk_shape").map_or_else(|| Err(err("metadata.chunk_grid", "expected a regular grid with configuration.chunk_shape")), |c| u64_list(c, "metadata.chunk_grid.configuration.chunk_shape"))
+        g.pointer("/configuration/chunk_shape").map_or_else(
+            || Err(err("metadata.chunk_grid", "expected a regular grid with configuration.chunk_shape")),
+            |c| u64_list(c, "metadata.chunk_grid.configuration.chunk_shape"),
+        )
     });
     if let Some(grid) = explicit_grid {
         let grid = grid?;
         write.merge(
-            &GridConstraints { shape: Some(grid.iter().map(|&n| i64::try_from(n).unwrap_or(i64::MAX)).collect()), ..Default::default() },
+            &GridConstraints {
+                shape: Some(grid.iter().map(|&n| i64::try_from(n).unwrap_or(i64::MAX)).collect()),
+                ..Default::default()
+            },
             "metadata.chunk_grid",
         )?;
     }
     let codecs: Vec<Value> = match (meta_codecs, codec.as_ref().and_then(|c| c.get("codecs"))) {
         (Some(v), _) => v.as_array().cloned().ok_or_else(|| err("metadata.codecs", "expected an array of codecs"))?,
-        (None, Some(v)) => v.as_array().cloned().ok_or_else(|| err("schema.codec.codecs", "expected an array of codecs"))?,
+        (None, Some(v)) => {
+            v.as_array().cloned().ok_or_else(|| err("schema.codec.codecs", "expected an array of codecs"))?
+        }
         (None, None) => Vec::new(),
     };
     let sharded = codecs.iter().any(|c| c.get("name").and_then(Value::as_str) == Some("sharding_indexed"));
@@ -421,7 +434,10 @@ fn spec_v2(s: &Schema<'_>) -> Result<NewArray, SpecError> {
         (None, Some(o)) if o.iter().enumerate().all(|(i, &d)| i == d) => json!("C"),
         (None, Some(o)) if o.iter().enumerate().all(|(i, &d)| d == rank - 1 - i) => json!("F"),
         (None, Some(_)) => {
-            return Err(err("schema.chunk_layout.inner_order", "zarr v2 supports only C order [0, 1, ...] or F order [..., 1, 0]"))
+            return Err(err(
+                "schema.chunk_layout.inner_order",
+                "zarr v2 supports only C order [0, 1, ...] or F order [..., 1, 0]",
+            ))
         }
     };
     let compressor = match (doc.get("compressor"), codec.as_ref().and_then(|c| c.get("compressor"))) {
@@ -456,7 +472,8 @@ fn spec_v2(s: &Schema<'_>) -> Result<NewArray, SpecError> {
 /// does not validate.
 pub fn new_array(spec: &Value) -> Result<NewArray, SpecError> {
     let spec = object(spec, "spec")?;
-    let driver = spec.get("driver").and_then(Value::as_str).ok_or_else(|| err("driver", "expected \"zarr3\" or \"zarr\""))?;
+    let driver =
+        spec.get("driver").and_then(Value::as_str).ok_or_else(|| err("driver", "expected \"zarr3\" or \"zarr\""))?;
     let empty = Map::new();
     let metadata = match spec.get("metadata") {
         None | Some(Value::Null) => &empty,
@@ -548,7 +565,8 @@ mod tests {
             "chunk_layout": {"read_chunk": {"shape": [3]}, "write_chunk": {"shape": [4]}}}))
         .unwrap_err();
         assert_eq!(e.field, "schema.chunk_layout.write_chunk.shape[0]");
-        let e = new_array(&json!({"driver": "zarr", "dtype": "uint8", "shape": [4], "dimension_units": ["m"]})).unwrap_err();
+        let e = new_array(&json!({"driver": "zarr", "dtype": "uint8", "shape": [4], "dimension_units": ["m"]}))
+            .unwrap_err();
         assert_eq!(e.field, "schema.dimension_units");
         let e = new_array(&json!({"driver": "zarr3", "dtype": "uint8", "shape": [4, 4],
             "chunk_layout": {"inner_order": [0, 0]}}))
