@@ -11,4 +11,5 @@ pub mod codec;
 pub mod data_type;
 pub mod metadata;
 pub mod region;
+pub mod selection;
 pub mod subset;
