@@ -125,6 +125,14 @@ fn parse(value: &Value, dt: &DataType, path: &str, version: Version) -> Result<F
         DataType::Float16 | DataType::BFloat16 | DataType::Float32 | DataType::Float64 => {
             FillValue::Float(float(value, path, dt, version)?)
         }
+        DataType::Float8(kind) => {
+            let f = float(value, path, dt, version)?;
+            let infinite = matches!(f, FloatFill::Infinity | FloatFill::NegInfinity);
+            if infinite && kind.from_f64(f64::INFINITY).is_none() {
+                return Err(MetadataError::new(path, format!("data type {ty} has no infinities, got {value}")));
+            }
+            FillValue::Float(f)
+        }
         DataType::Complex64 | DataType::Complex128 => {
             let part = if matches!(dt, DataType::Complex64) { DataType::Float32 } else { DataType::Float64 };
             let pair = value.as_array().map(Vec::as_slice);
@@ -232,6 +240,7 @@ fn float(value: &Value, path: &str, dt: &DataType, version: Version) -> Result<F
     let (size_bytes, max) = match dt {
         DataType::Float16 => (2u8, 65504.0),
         DataType::BFloat16 => (2, 3.389_531_389_251_535_5e38),
+        DataType::Float8(kind) => (1, kind.max()),
         DataType::Float32 => (4, f64::from(f32::MAX)),
         _ => (8, f64::MAX),
     };
@@ -397,5 +406,25 @@ mod tests {
         assert!(v3(json!("AAAA"), &DataType::RawBytes { length_bytes: 4 }).is_err());
         assert!(v3(json!("!!"), &DataType::NullTerminatedBytes { length_bytes: 4 }).is_err());
         assert!(v3(json!("abc"), &DataType::FixedLengthUtf32 { length_bytes: 8 }).is_err());
+    }
+
+    #[test]
+    fn float8_fill_values() {
+        use super::super::data_type::Float8Kind;
+        let v2 = |v: Value, kind| {
+            let dt = DataTypeV2::Scalar {
+                byte_order: super::super::v2::dtype::ByteOrder::NotApplicable,
+                data_type: DataType::Float8(kind),
+            };
+            FillValue::from_v2_json(&v, &dt, "fill_value")
+        };
+        assert_eq!(v2(json!(-2), Float8Kind::E5M2).unwrap(), FillValue::Float(FloatFill::Number(-2.0)));
+        assert_eq!(v2(json!("NaN"), Float8Kind::E4M3Fnuz).unwrap(), FillValue::Float(FloatFill::NaN));
+        assert_eq!(v2(json!("Infinity"), Float8Kind::E5M2).unwrap(), FillValue::Float(FloatFill::Infinity));
+        let e = v2(json!("-Infinity"), Float8Kind::E4M3Fn).unwrap_err();
+        assert_eq!(e.to_string(), "fill_value: data type float8_e4m3fn has no infinities, got \"-Infinity\"");
+        let e = v2(json!(449), Float8Kind::E4M3Fn).unwrap_err();
+        assert!(e.message.contains("out of range"), "{e}");
+        assert!(v2(json!(31), Float8Kind::E4M3B11Fnuz).is_err());
     }
 }
