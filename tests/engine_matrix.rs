@@ -237,6 +237,8 @@ fn matrix_covers_every_feature() {
         "float8_e5m2fnuz",
         "structured-subarray",
         "structured-nested",
+        "v3-float8_e4m3fn",
+        "v3-float8_e5m2",
     ] {
         assert!(has(&format!("dtype:{t}")), "no array of data type {t}");
     }

@@ -10,10 +10,11 @@
 //!   `numpy.datetime64` / `numpy.timedelta64` (`{"unit", "scale_factor"}`)
 //!   and `structured` (`{"fields": [[name, data_type], ...]}`);
 //! - TensorStore `zarr3`: `bfloat16` and `int4`;
-//! - TensorStore `zarr` (v2 only): the float8 variants `float8_e4m3fn`,
-//!   `float8_e4m3fnuz`, `float8_e4m3b11fnuz`, `float8_e5m2`,
-//!   `float8_e5m2fnuz` (one byte each, carried as raw bytes; the v3 parser
-//!   does not accept them because TensorStore's `zarr3` driver does not).
+//! - TensorStore `zarr` and `zarr3` (0.1.86): the float8 variants
+//!   `float8_e4m3fn`, `float8_e4m3fnuz`, `float8_e4m3b11fnuz`, `float8_e5m2`,
+//!   `float8_e5m2fnuz` (one byte each, carried as raw bytes). TensorStore
+//!   0.1.86 also knows `float8_e3m4`, `float8_e8m0fnu` and `float4_e2m1fn`;
+//!   zarrd does not yet.
 //!
 //! Zarr v2 `dtype` strings map onto the same enum (see [`super::v2`]), so the
 //! engine deals with one set of types.
@@ -44,6 +45,11 @@ const SIMPLE_NAMES: &[&str] = &[
     "uint64",
     "float16",
     "bfloat16",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e4m3b11fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
     "float32",
     "float64",
     "complex64",
@@ -260,7 +266,7 @@ pub enum DataType {
     Float16,
     /// TensorStore's `bfloat16`.
     BFloat16,
-    /// TensorStore's 8-bit floats (Zarr v2 only).
+    /// TensorStore's 8-bit floats.
     Float8(Float8Kind),
     /// `float32`.
     Float32,
@@ -516,7 +522,7 @@ fn parse_simple_name(name: &str) -> Option<DataType> {
         "string" => DataType::String,
         // zarr-python 3.1 reads the short alias "bytes" as well.
         "variable_length_bytes" | "bytes" => DataType::VariableLengthBytes,
-        _ => return parse_raw_bits(name),
+        _ => return Float8Kind::parse(name).map(DataType::Float8).or_else(|| parse_raw_bits(name)),
     })
 }
 
@@ -737,8 +743,10 @@ mod tests {
         assert_eq!(Float8Kind::ALL.map(nans), [2, 1, 1, 6, 1], "NaN encodings per kind, as ml_dtypes counts them");
         assert_eq!(Float8Kind::E5M2.from_f64(f64::NEG_INFINITY), Some(0xfc));
         assert_eq!(Float8Kind::E4M3Fn.from_f64(f64::INFINITY), None);
-        // The v3 parser does not take float8 names (TensorStore's zarr3 driver does not either).
-        assert!(parse(json!("float8_e4m3fn")).is_err());
+        // TensorStore 0.1.86's zarr3 driver writes them in zarr.json too.
+        assert_eq!(parse(json!("float8_e5m2fnuz")).unwrap(), DataType::Float8(Float8Kind::E5M2Fnuz));
+        assert_eq!(serde_json::to_value(DataType::Float8(Float8Kind::E4M3Fn)).unwrap(), json!("float8_e4m3fn"));
+        assert!(parse(json!("float8_e3m4")).is_err());
     }
 
     #[test]

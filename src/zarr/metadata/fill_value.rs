@@ -96,10 +96,26 @@ impl FillValue {
                     dtype.item_size().ok_or_else(|| MetadataError::new(path, "structured data type is too large"))?;
                 base64_fill(value, path, Some(size), true)
             }
+            // zarr-python writes `b"xy"` for `|S4` as "eHk="; TensorStore's zarr
+            // driver rejects fewer than 4 bytes. Padded with NULs (the same
+            // element), the value serialises at full length, which both read.
+            // Types too large to pad cheaply keep the form as written.
+            DataTypeV2::Scalar { data_type: data_type @ DataType::NullTerminatedBytes { length_bytes }, .. } => {
+                match parse(value, data_type, path, Version::V2)? {
+                    Self::Bytes(mut b) if *length_bytes <= MAX_PADDED_FILL => {
+                        b.resize(*length_bytes, 0);
+                        Ok(Self::Bytes(b))
+                    }
+                    other => Ok(other),
+                }
+            }
             DataTypeV2::Scalar { data_type, .. } => parse(value, data_type, path, Version::V2),
         }
     }
 }
+
+/// The largest `|S<n>` whose fill value is padded to `n` bytes.
+const MAX_PADDED_FILL: usize = 64 * 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Version {
@@ -369,6 +385,22 @@ mod tests {
         round_trip(json!(""), &DataType::String);
         round_trip(json!("YWI="), &DataType::NullTerminatedBytes { length_bytes: 5 });
         round_trip(json!("AAAAAA=="), &DataType::RawBytes { length_bytes: 4 });
+    }
+
+    #[test]
+    fn short_v2_byte_string_fills_serialise_at_full_length() {
+        // zarr-python writes b"xy" for |S4 as "eHk="; TensorStore's zarr driver rejects fewer than 4 bytes.
+        let s = |n| DataTypeV2::Scalar {
+            byte_order: super::super::v2::dtype::ByteOrder::NotApplicable,
+            data_type: DataType::NullTerminatedBytes { length_bytes: n },
+        };
+        let fill = FillValue::from_v2_json(&json!("eHk="), &s(4), "fill_value").unwrap();
+        assert_eq!(fill, FillValue::Bytes(b"xy\0\0".to_vec()));
+        assert_eq!(serde_json::to_value(&fill).unwrap(), json!("eHkAAA=="));
+        // No allocation of a size only the dtype claims.
+        let huge = FillValue::from_v2_json(&json!("eHk="), &s(1 << 40), "fill_value").unwrap();
+        assert_eq!(huge, FillValue::Bytes(b"xy".to_vec()));
+        assert!(FillValue::from_v2_json(&json!("eHkAAAA="), &s(4), "fill_value").is_err());
     }
 
     #[test]
