@@ -189,8 +189,8 @@ fn check_all(root: &Path) -> (usize, usize, usize) {
 #[test]
 fn committed_matrix_decodes_like_the_writing_clients() {
     let (arrays, chunks, sparse) = check_all(&matrix_dir());
-    assert!(arrays >= 140, "only {arrays} arrays");
-    assert!(chunks >= 1000, "only {chunks} chunks");
+    assert!(arrays >= 190, "only {arrays} arrays");
+    assert!(chunks >= 1400, "only {chunks} chunks");
     // Missing chunks (fill-valued, never stored) read as the fill value in many arrays.
     assert!(sparse >= 40, "only {sparse} arrays with missing chunks");
 }
@@ -238,9 +238,18 @@ fn matrix_covers_every_feature() {
         "structured-subarray",
         "structured-nested",
         "v3-float8_e4m3fn",
+        "v3-float8_e4m3fnuz",
+        "v3-float8_e4m3b11fnuz",
         "v3-float8_e5m2",
+        "v3-float8_e5m2fnuz",
     ] {
         assert!(has(&format!("dtype:{t}")), "no array of data type {t}");
+    }
+    // Blosc: every compressor with every shuffle mode, in v3 names and v2 numbers.
+    for cname in ["blosclz", "lz4", "lz4hc", "zlib", "zstd"] {
+        for shuffle in ["noshuffle", "shuffle", "bitshuffle", "-1", "0", "1", "2"] {
+            assert!(has(&format!("blosc:{cname}:{shuffle}")), "no blosc {cname} with shuffle {shuffle}");
+        }
     }
     for order in ["<", ">"] {
         for code in ["i2", "i4", "i8", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"] {

@@ -161,8 +161,10 @@ fn parse(value: &Value, dt: &DataType, path: &str, version: Version) -> Result<F
             };
             FillValue::Complex(float(re, &index(path, 0), &part, version)?, float(im, &index(path, 1), &part, version)?)
         }
+        // TensorStore 0.1.86 writes (and only reads) base64 here; the spec's form is a byte array.
+        DataType::RawBits { size_bytes } if value.is_string() => base64_fill(value, path, Some(*size_bytes), true)?,
         DataType::RawBits { size_bytes } => {
-            let what = format!("an array of {size_bytes} integers 0..=255 for data type {ty}");
+            let what = format!("an array of {size_bytes} integers 0..=255 (or base64) for data type {ty}");
             let items = value
                 .as_array()
                 .filter(|a| a.len() == *size_bytes)
@@ -401,6 +403,14 @@ mod tests {
         let huge = FillValue::from_v2_json(&json!("eHk="), &s(1 << 40), "fill_value").unwrap();
         assert_eq!(huge, FillValue::Bytes(b"xy".to_vec()));
         assert!(FillValue::from_v2_json(&json!("eHkAAAA="), &s(4), "fill_value").is_err());
+    }
+
+    #[test]
+    fn raw_bits_fill_in_tensorstore_base64() {
+        let dt = DataType::RawBits { size_bytes: 2 };
+        assert_eq!(v3(json!("AQI="), &dt).unwrap(), FillValue::Bytes(vec![1, 2]));
+        assert_eq!(v3(json!([1, 2]), &dt).unwrap(), FillValue::RawBits(vec![1, 2]));
+        assert!(v3(json!("AQID"), &dt).is_err());
     }
 
     #[test]
