@@ -141,17 +141,19 @@ fn expected(matrix: &Path, entry: &Value, name: &str) -> Result<ChunkData, Error
     Ok(ChunkData::Variable(items.into_iter().map(String::into_bytes).collect()))
 }
 
-/// Elements `[from, to)` of the outermost dimension of `data` (C order).
-fn rows(data: &ChunkData, shape: &[u64], from: u64, to: u64) -> ChunkData {
-    let per_row = usize::try_from(shape[1..].iter().product::<u64>()).unwrap_or(0);
-    let (a, b) = (usize::try_from(from).unwrap_or(0) * per_row, usize::try_from(to).unwrap_or(0) * per_row);
-    match data {
+/// Elements `[from, to)` of the outermost dimension of `data` (C order);
+/// `shape` has rank >= 1.
+fn rows(data: &ChunkData, shape: &[u64], from: u64, to: u64) -> Result<ChunkData, Error> {
+    let per_row = usize::try_from(shape[1..].iter().product::<u64>())?;
+    let (a, b) = (usize::try_from(from)? * per_row, usize::try_from(to)? * per_row);
+    Ok(match data {
         ChunkData::Fixed(bytes) => {
-            let size = bytes.len() / (usize::try_from(shape[0]).unwrap_or(1).max(1) * per_row).max(1);
-            ChunkData::Fixed(bytes[a * size..b * size].to_vec())
+            let elements = usize::try_from(shape.iter().product::<u64>())?;
+            let size = if elements == 0 { 0 } else { bytes.len() / elements };
+            ChunkData::Fixed(bytes.get(a * size..b * size).ok_or("expected values too short")?.to_vec())
         }
-        ChunkData::Variable(items) => ChunkData::Variable(items[a..b].to_vec()),
-    }
+        ChunkData::Variable(items) => ChunkData::Variable(items.get(a..b).ok_or("expected values too short")?.to_vec()),
+    })
 }
 
 fn write_one(matrix: &Path, out_root: &Path, entry: &Value) -> Result<(), Error> {
@@ -160,10 +162,15 @@ fn write_one(matrix: &Path, out_root: &Path, entry: &Value) -> Result<(), Error>
     let a = copy_metadata(&matrix.join(name), &out)?;
     let data = expected(matrix, entry, name)?;
     let store = DirStore(out);
+    let Some(&outer) = a.shape.first() else {
+        // A scalar: one write of its one element.
+        let whole = ArraySubset::from_shape(&a.shape);
+        return Ok(block_on(write_region(&a, &store, &store, &whole, &data))?);
+    };
     // Two halves, split inside the first chunk row past the middle: the
     // second write updates chunks the first wrote (read-modify-write).
-    let split = (a.shape[0] / 2 + 1).min(a.shape[0]);
-    for (from, to) in [(0, split), (split, a.shape[0])] {
+    let split = (outer / 2 + 1).min(outer);
+    for (from, to) in [(0, split), (split, outer)] {
         if from == to {
             continue;
         }
@@ -172,7 +179,7 @@ fn write_one(matrix: &Path, out_root: &Path, entry: &Value) -> Result<(), Error>
         let mut shape = a.shape.clone();
         shape[0] = to - from;
         let region = ArraySubset::new(start, shape)?;
-        block_on(write_region(&a, &store, &store, &region, &rows(&data, &a.shape, from, to)))?;
+        block_on(write_region(&a, &store, &store, &region, &rows(&data, &a.shape, from, to)?))?;
     }
     Ok(())
 }
