@@ -149,7 +149,7 @@ fn rows(data: &ChunkData, shape: &[u64], from: u64, to: u64) -> Result<ChunkData
     Ok(match data {
         ChunkData::Fixed(bytes) => {
             let elements = usize::try_from(shape.iter().product::<u64>())?;
-            let size = if elements == 0 { 0 } else { bytes.len() / elements };
+            let size = bytes.len().checked_div(elements).unwrap_or(0);
             ChunkData::Fixed(bytes.get(a * size..b * size).ok_or("expected values too short")?.to_vec())
         }
         ChunkData::Variable(items) => ChunkData::Variable(items.get(a..b).ok_or("expected values too short")?.to_vec()),
