@@ -4,6 +4,7 @@
 //! or storage logic lives in `http/`.
 
 pub mod chunk_store;
+pub mod cpu;
 pub mod error;
 pub mod locks;
 pub mod metadata_cache;

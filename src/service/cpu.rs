@@ -1,0 +1,58 @@
+//! The CPU pool: decoding, encoding and format conversion run here, off the
+//! async threads.
+//!
+//! One rayon pool for the process, as many threads as cores (rayon's
+//! default), so CPU work is bounded by the machine whatever the number of
+//! requests: excess work queues instead of oversubscribing the cores. The
+//! async side awaits a oneshot channel; a panic in the work becomes an
+//! error instead of taking the server down.
+
+use tokio::sync::oneshot;
+
+/// Why CPU work did not produce a result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("internal error: CPU work failed: {0}")]
+pub struct CpuError(pub String);
+
+/// Runs `f` on the CPU pool and waits for its result without blocking the
+/// async thread.
+///
+/// # Errors
+/// `CpuError` when `f` panicked (the panic message is kept).
+pub async fn run<F, R>(f: F) -> Result<R, CpuError>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    rayon::spawn(move || {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+            p.downcast_ref::<&str>()
+                .map(ToString::to_string)
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_string())
+        });
+        // The receiver may be gone (the request was cancelled): nothing to do.
+        let _ = tx.send(result);
+    });
+    match rx.await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(msg)) => Err(CpuError(msg)),
+        Err(_) => Err(CpuError("the CPU pool dropped the work".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn runs_work_off_the_async_thread_and_reports_panics() {
+        let here = std::thread::current().id();
+        let there = run(move || std::thread::current().id()).await.unwrap();
+        assert_ne!(here, there);
+        assert_eq!(run(|| 6 * 7).await.unwrap(), 42);
+        let e = run(|| -> u8 { panic!("boom") }).await.unwrap_err();
+        assert!(e.0.contains("boom"), "{e}");
+    }
+}
