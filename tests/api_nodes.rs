@@ -314,6 +314,20 @@ async fn deletes_nodes(s: TestServer) {
     s.get("/zarr/data/g/b/.zarray").await.expect_status(404);
     s.delete("/api/v1/nodes/data/g").await.expect_error(404, "node_not_found");
     s.delete("/api/v1/nodes/ro/g").await.expect_error(405, "read_only");
+    // The root routes: the root group exists (made as a parent), and goes with everything.
+    let group = json!({"zarr_format": 2});
+    send_json(&s, "PUT", "/api/v1/nodes/data", &group).await.expect_error(409, "already_exists");
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data?open=true", &group).await;
+    r.expect_status(200);
+    assert_eq!(r.json()["path"], "");
+    send_json(&s, "PUT", "/api/v1/nodes/data/h/c", &spec).await.expect_status(201);
+    s.delete("/api/v1/nodes/data").await.expect_error(409, "not_empty");
+    s.delete("/api/v1/nodes/data?recursive=true").await.expect_status(204);
+    s.get("/api/v1/nodes/data").await.expect_error(404, "node_not_found");
+    s.get("/zarr/data/h/c/.zarray").await.expect_status(404);
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data", &group).await;
+    r.expect_status(201);
+    assert_eq!(r.must_header("location"), "/api/v1/nodes/data");
     s.delete("/api/v1/nodes/data/g?recursive=2").await.expect_error(400, "invalid_query");
 }
 
