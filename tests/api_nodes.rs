@@ -100,6 +100,16 @@ async fn creates_from_documents_and_specs(s: TestServer) {
     let r = send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr?open=true", &doc).await;
     r.expect_status(200);
     assert_eq!(r.json()["shape"], json!([10, 20]));
+    // Opening checks the shape, data type and format, as TensorStore does.
+    let other = json!({"driver": "zarr3", "dtype": "float32", "shape": [10, 21], "open": true});
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr", &other).await;
+    r.expect_error(409, "conflict");
+    assert!(r.error_message().contains("shape"), "{}", r.error_message());
+    let same = json!({"driver": "zarr3", "dtype": "float32", "shape": [10, 20], "open": true});
+    send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr", &same).await.expect_status(200);
+    let v2 = json!({"driver": "zarr", "dtype": "float32", "shape": [10, 20], "open": true});
+    let r = send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr", &v2).await;
+    assert!(r.error_message().contains("zarr_format"), "{}", r.error_message());
     let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [7], "delete_existing": true});
     let r = send_json(&s, "PUT", "/api/v1/nodes/data/a/b/arr", &spec).await;
     r.expect_status(201);

@@ -123,3 +123,78 @@ async fn unchanged(mount: &Mount, validators: &[Validator]) -> ServiceResult<boo
     let results = futures::future::try_join_all(heads).await?;
     Ok(results.into_iter().all(|same| same))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{MountSpec, PutCondition, StoreKey};
+    use bytes::Bytes;
+
+    const GROUP: &[u8] = br#"{"zarr_format": 3, "node_type": "group", "attributes": {"v": 1}}"#;
+    const GROUP2: &[u8] = br#"{"zarr_format": 3, "node_type": "group", "attributes": {"v": 2}}"#;
+
+    async fn mount(recheck: RecheckMetadata) -> Arc<Mount> {
+        let m = Mount::build("m", &MountSpec::from_url("memory://")).unwrap().with_recheck_metadata(recheck);
+        m.put(&StoreKey::new("g/zarr.json").unwrap(), Bytes::from_static(GROUP), &PutCondition::None).await.unwrap();
+        m.put(&StoreKey::new("g/h/zarr.json").unwrap(), Bytes::from_static(GROUP), &PutCondition::None).await.unwrap();
+        Arc::new(m)
+    }
+
+    fn attr(node: &Node) -> &serde_json::Value {
+        match node {
+            Node::Group(g) => &g.attributes["v"],
+            Node::Array(_) => panic!("a group was stored"),
+        }
+    }
+
+    async fn overwrite(m: &Mount) {
+        // Behind the cache's back (the storage directly, no invalidation).
+        m.put(&StoreKey::new("g/zarr.json").unwrap(), Bytes::from_static(GROUP2), &PutCondition::None).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn always_revalidates_by_etag() {
+        let (cache, m, g) =
+            (MetadataCache::default(), mount(RecheckMetadata::Always).await, NodePath::new("g").unwrap());
+        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
+        overwrite(&m).await;
+        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 2);
+    }
+
+    #[tokio::test]
+    async fn never_trusts_the_entry_until_invalidated() {
+        let (cache, m, g) =
+            (MetadataCache::default(), mount(RecheckMetadata::Never).await, NodePath::new("g").unwrap());
+        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
+        overwrite(&m).await;
+        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
+        cache.invalidate("m", &g);
+        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 2);
+    }
+
+    #[tokio::test]
+    async fn after_a_duration_rechecks_once_stale() {
+        let recheck = RecheckMetadata::After(std::time::Duration::from_millis(50));
+        let (cache, m, g) = (MetadataCache::default(), mount(recheck).await, NodePath::new("g").unwrap());
+        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
+        overwrite(&m).await;
+        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1, "still fresh");
+        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 2, "stale: rechecked");
+    }
+
+    #[tokio::test]
+    async fn invalidate_tree_drops_descendants_only() {
+        let (cache, m) = (MetadataCache::default(), mount(RecheckMetadata::Never).await);
+        let (g, h) = (NodePath::new("g").unwrap(), NodePath::new("g/h").unwrap());
+        cache.open(m.clone(), &g).await.unwrap();
+        cache.open(m.clone(), &h).await.unwrap();
+        assert_eq!(cache.len(), 2);
+        cache.invalidate_tree("m", &h);
+        assert_eq!(cache.len(), 1);
+        cache.invalidate_tree("other", &NodePath::root());
+        assert_eq!(cache.len(), 1);
+        cache.invalidate_tree("m", &NodePath::root());
+        assert!(cache.is_empty());
+    }
+}

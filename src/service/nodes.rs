@@ -443,6 +443,13 @@ pub async fn create(app: &App, mount: &str, path: &NodePath, new: &NewNode, mode
                     "`{path}` in mount `{mount}` exists and is of another node type"
                 )));
             }
+            if let (Node::Array(a), NewNode::Array(wanted)) = (&old, new) {
+                check_open_matches(a, wanted).map_err(|field| {
+                    ServiceError::Conflict(format!(
+                        "`{path}` in mount `{mount}` exists with a different {field} than requested"
+                    ))
+                })?;
+            }
             return Ok(Created { node: old, created: false });
         } else {
             return Err(ServiceError::AlreadyExists { mount: mount.to_string(), path: path.to_string() });
@@ -466,6 +473,25 @@ pub async fn create(app: &App, mount: &str, path: &NodePath, new: &NewNode, mode
     }
     let node = node::open_in(m.clone(), path).await?;
     Ok(Created { node, created: true })
+}
+
+/// Opening an existing array checks what TensorStore checks on open: the
+/// format, the shape and the data type (chunking left to the stored array).
+fn check_open_matches(existing: &ArrayNode, wanted: &NewArray) -> Result<(), &'static str> {
+    let (format, doc, dtype_key) = match wanted {
+        NewArray::V3(doc) => (ZarrFormat::V3, doc, "data_type"),
+        NewArray::V2 { zarray, .. } => (ZarrFormat::V2, zarray, "dtype"),
+    };
+    if existing.format() != format {
+        return Err("zarr_format");
+    }
+    if doc.get("shape") != existing.metadata.get("shape") {
+        return Err("shape");
+    }
+    if doc.get(dtype_key) != existing.metadata.get(dtype_key) {
+        return Err("data type");
+    }
+    Ok(())
 }
 
 /// Deletes every key of the node at `path` (its documents and everything
@@ -787,4 +813,44 @@ pub fn node_of_document_key(key: &StoreKey) -> Option<NodePath> {
     }
     let parent = key.as_str().rsplit_once('/').map_or("", |(p, _)| p);
     NodePath::new(parent).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_bodies_are_recognised() {
+        let (n, flags) =
+            parse_create_body(&json!({"driver": "zarr3", "dtype": "uint8", "shape": [3], "open": true})).unwrap();
+        assert!(matches!(n, NewNode::Array(NewArray::V3(_))));
+        assert_eq!(flags.get("open"), Some(&json!(true)));
+        let (n, _) = parse_create_body(&json!({"zarr_format": 2, "attributes": {"a": 1}})).unwrap();
+        assert_eq!(n, NewNode::Group { format: ZarrFormat::V2, document: json!({"a": 1}) });
+        let zarray = json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4", "compressor": null,
+            "fill_value": 0, "order": "C", "filters": null});
+        assert!(matches!(parse_create_body(&zarray).unwrap().0, NewNode::Array(NewArray::V2 { .. })));
+        let e = parse_create_body(&json!({"zarr_format": 2, "chunks": [1]})).unwrap_err();
+        assert!(e.to_string().contains("`chunks`"), "{e}");
+        let e = parse_create_body(&json!({"driver": "zarr3", "open": "yes"})).unwrap_err();
+        assert!(e.to_string().contains("`open`"), "{e}");
+        assert!(matches!(parse_create_body(&json!(3)), Err(ServiceError::BadRequest(_))));
+        let bad = json!({"zarr_format": 3, "node_type": "array", "shape": [1]});
+        assert!(matches!(parse_create_body(&bad), Err(ServiceError::InvalidMetadata { .. })));
+    }
+
+    #[test]
+    fn document_keys_name_their_node() {
+        let key = |k: &str| StoreKey::new(k).unwrap();
+        assert_eq!(node_of_document_key(&key("a/b/zarr.json")), Some(NodePath::new("a/b").unwrap()));
+        assert_eq!(node_of_document_key(&key(".zattrs")), Some(NodePath::root()));
+        assert_eq!(node_of_document_key(&key("a/c/0/0")), None);
+    }
+
+    #[test]
+    fn relative_paths() {
+        let p = |s: &str| NodePath::new(s).unwrap();
+        assert_eq!(relative_to(&p(""), &p("a/b")), "a/b");
+        assert_eq!(relative_to(&p("a"), &p("a/b/c")), "b/c");
+    }
 }
