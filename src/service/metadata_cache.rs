@@ -14,9 +14,12 @@
 //! - `Never`: trust the entry until a write through zarrd or eviction.
 //!
 //! Concurrency: lock-free reads (moka); a miss loads without holding any
-//! lock, so two concurrent misses may both load (harmless: same result).
-//! Missing nodes are not cached.
+//! lock, so two concurrent misses may both load (harmless: same result). A
+//! load that overlaps any invalidation is returned but not cached (a
+//! generation counter), so a write through zarrd can never be hidden by a
+//! stale entry inserted after it. Missing nodes are not cached.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,6 +44,8 @@ struct Entry {
 #[derive(Debug)]
 pub struct MetadataCache {
     entries: Cache<(String, String), Entry>,
+    /// Bumped by every invalidation.
+    generation: AtomicU64,
 }
 
 impl Default for MetadataCache {
@@ -53,7 +58,10 @@ impl MetadataCache {
     /// A cache of at most `entries` nodes.
     #[must_use]
     pub fn new(entries: u64) -> Self {
-        Self { entries: Cache::builder().max_capacity(entries).support_invalidation_closures().build() }
+        Self {
+            entries: Cache::builder().max_capacity(entries).support_invalidation_closures().build(),
+            generation: AtomicU64::new(0),
+        }
     }
 
     /// Opens a node, from the cache when its entry is still valid.
@@ -84,11 +92,13 @@ impl MetadataCache {
 
     /// Forgets one node.
     pub fn invalidate(&self, mount: &str, path: &NodePath) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.entries.invalidate(&(mount.to_string(), path.as_str().to_string()));
     }
 
     /// Forgets a node and everything below it.
     pub fn invalidate_tree(&self, mount: &str, path: &NodePath) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         let (mount, base) = (mount.to_string(), path.as_str().to_string());
         // Only fails when closures are not supported, which the builder enables.
         let _ = self.entries.invalidate_entries_if(move |(m, p), _| {

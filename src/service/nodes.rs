@@ -494,6 +494,23 @@ fn check_open_matches(existing: &ArrayNode, wanted: &NewArray) -> Result<(), &'s
     Ok(())
 }
 
+/// Deletes keys (relative to `prefix`), in batches of [`DELETE_CONCURRENCY`].
+async fn delete_keys<'a>(
+    mount: &Mount,
+    prefix: &KeyPrefix,
+    names: impl Iterator<Item = &'a String>,
+) -> ServiceResult<u64> {
+    let keys = names.map(|n| prefix.child(n)).collect::<Result<Vec<_>, _>>()?;
+    let count = keys.len() as u64;
+    for batch in keys.chunks(DELETE_CONCURRENCY) {
+        futures::future::try_join_all(batch.iter().map(|k| mount.delete(k))).await?;
+    }
+    Ok(count)
+}
+
+/// How many deletes a delete or resize keeps in flight.
+pub const DELETE_CONCURRENCY: usize = 16;
+
 /// Deletes every key of the node at `path` (its documents and everything
 /// under it).
 async fn delete_all(app: &App, mount: &Arc<Mount>, path: &NodePath) -> ServiceResult<()> {
@@ -505,9 +522,7 @@ async fn delete_all(app: &App, mount: &Arc<Mount>, path: &NodePath) -> ServiceRe
         .into_iter()
         .map(|(name, _)| name)
         .partition(|n| DOCUMENT_NAMES.contains(&n.rsplit('/').next().unwrap_or("")));
-    for name in data.iter().chain(docs.iter().filter(|d| d.contains('/'))) {
-        mount.delete(&prefix.child(name)?).await?;
-    }
+    delete_keys(mount, &prefix, data.iter().chain(docs.iter().filter(|d| d.contains('/')))).await?;
     for name in DOCUMENT_NAMES {
         mount.delete(&path.key(name)?).await?;
     }
@@ -686,14 +701,19 @@ pub async fn resize(app: &App, mount: &str, path: &NodePath, req: &Resize) -> Se
     if req.shape.iter().zip(old).any(|(n, c)| n < c) {
         let prefix = prefix_of(path)?;
         let chunk = &array.desc.chunk_shape;
-        for (name, _) in m.storage().list_recursive(&prefix, usize::MAX).await? {
-            let Ok(coords) = array.desc.chunk_key_encoding.decode(&name, old.len()) else { continue };
-            let outside = coords.iter().zip(chunk).zip(&req.shape).any(|((&c, &size), &n)| c.saturating_mul(size) >= n);
-            if outside {
-                m.delete(&prefix.child(&name)?).await?;
-                deleted += 1;
-            }
-        }
+        let outside: Vec<String> = m
+            .storage()
+            .list_recursive(&prefix, usize::MAX)
+            .await?
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| {
+                array.desc.chunk_key_encoding.decode(name, old.len()).is_ok_and(|coords| {
+                    coords.iter().zip(chunk).zip(&req.shape).any(|((&c, &size), &n)| c.saturating_mul(size) >= n)
+                })
+            })
+            .collect();
+        deleted = delete_keys(&m, &prefix, outside.iter()).await?;
     }
     let mut doc = array.metadata.clone();
     if let Some(o) = doc.as_object_mut() {
