@@ -8,20 +8,26 @@
 //! `reference/tensorstore-zarr3-driver.txt`), whose worked examples are the
 //! unit tests below.
 //!
-//! The rules, as TensorStore applies them:
+//! The rules, as TensorStore 0.1.86 applies them (checked against it on
+//! thousands of random constraint sets by `tests/python/test_api_nodes.py`):
 //!
 //! - A `shape` entry of `0` leaves the dimension unconstrained, `-1` means
-//!   the full extent of the domain.
+//!   the full extent of the domain; when two members constrain one entry
+//!   (`chunk` and `read_chunk`, say), an explicit size wins over `0` and
+//!   `-1`, and two different sizes are an error.
 //! - An `aspect_ratio` entry of `0` is unconstrained (`1`).
 //! - Unconstrained dimensions get `max(1, floor(factor × aspect))` elements,
-//!   capped at the domain's extent, with the largest `factor` whose chunk
-//!   has at most `elements` elements (default [`DEFAULT_ELEMENTS`],
-//!   2^20 — the "one million" of the documents).
-//! - With separate read and write grids (zarr3), the read chunk is chosen
-//!   first, bounded by any explicit write shape; the write chunk is then a
-//!   multiple of it in every dimension, grown towards the write `elements`
-//!   (if none is given, the write chunk equals the read chunk). Different
-//!   read and write chunks mean a `sharding_indexed` codec.
+//!   capped at the domain's extent, with the largest `factor` (bisected to
+//!   float precision) whose chunk has at most `elements` elements (default
+//!   [`DEFAULT_ELEMENTS`], 2^20 — the "one million" of the documents).
+//! - zarr3 has two grids. The read chunk is chosen first from the read
+//!   constraints alone; where the write size is explicit, candidate read
+//!   sizes snap to its nearest divisor (a read `-1` is the write size,
+//!   capped at the extent, snapped the same way). The write chunk is then
+//!   chosen from the write constraints (default 2^20 elements again) with
+//!   every candidate size rounded to the nearest multiple of the read chunk
+//!   (ties down, at least one); a write `-1` is the extent rounded so. When
+//!   the two differ, the array gets a `sharding_indexed` codec.
 //! - zarr v2 has one grid: read and write constraints are combined.
 
 use serde_json::Value;

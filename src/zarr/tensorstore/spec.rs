@@ -553,6 +553,66 @@ mod tests {
         assert_eq!(zattrs.unwrap()["a"], 1);
     }
 
+    /// (read, write) chunk shapes of a zarr3 array created from a chunk layout.
+    fn layout_of(shape: Value, chunk_layout: Value) -> (Value, Value) {
+        let doc = v3(json!({"driver": "zarr3", "dtype": "uint16", "shape": shape, "chunk_layout": chunk_layout}));
+        let write = doc["chunk_grid"]["configuration"]["chunk_shape"].clone();
+        let read = match doc["codecs"][0]["name"].as_str() {
+            Some("sharding_indexed") => doc["codecs"][0]["configuration"]["chunk_shape"].clone(),
+            _ => write.clone(),
+        };
+        (read, write)
+    }
+
+    // Outputs of TensorStore 0.1.86 for the same constraints (the edge cases of its
+    // rules: snapping to divisors and multiples, -1 sizes, narrow factor windows).
+    #[test]
+    fn chunk_layouts_as_tensorstore_chooses_them() {
+        let cases = [
+            (
+                json!([1000, 10, 3000, 3000]),
+                json!({"write_chunk": {"shape": [0, 0, 1, -1], "aspect_ratio": [0, 0.5, 2, 1]}}),
+                json!([337, 10, 1, 300]),
+                json!([337, 10, 1, 3000]),
+            ),
+            (
+                json!([1000, 10, 5, 1000]),
+                json!({"write_chunk": {"elements": 1_000_000_000}}),
+                json!([144, 10, 5, 144]),
+                json!([1008, 10, 5, 1008]),
+            ),
+            (
+                json!([1, 100_000, 100_000, 3000]),
+                json!({"read_chunk": {"shape": [-1, 1, 16, 16], "elements": 1000}, "write_chunk": {"shape": [512, 0, 0, -1]},
+                    "chunk": {"aspect_ratio": [1, 0.5, 3, 2]}}),
+                json!([1, 1, 16, 16]),
+                json!([512, 1, 16, 2992]),
+            ),
+            (
+                json!([10, 10]),
+                json!({"write_chunk": {"shape": [100, 16], "aspect_ratio": [0, 2]}, "chunk": {"shape": [0, -1]}}),
+                json!([10, 8]),
+                json!([100, 16]),
+            ),
+            (
+                json!([3000, 1, 3000]),
+                json!({"read_chunk": {"aspect_ratio": [2, 0, 1.5]}, "write_chunk": {"aspect_ratio": [3, 2, 0.5]}}),
+                json!([1182, 1, 887]),
+                json!([1182, 1, 887]),
+            ),
+            (
+                json!([100, 3000, 5, 10]),
+                json!({"write_chunk": {"shape": [128, 0, 128, 16], "elements": 100_000}}),
+                json!([128, 256, 4, 8]),
+                json!([128, 256, 128, 16]),
+            ),
+            (json!([10, 100, 5]), json!({"read_chunk": {"elements": 10}}), json!([2, 2, 2]), json!([10, 100, 4])),
+        ];
+        for (shape, cl, read, write) in cases {
+            assert_eq!(layout_of(shape, cl.clone()), (read, write), "{cl}");
+        }
+    }
+
     #[test]
     fn errors_name_the_member() {
         let e = new_array(&json!({"driver": "n5", "dtype": "uint8", "shape": [1]})).unwrap_err();
