@@ -57,6 +57,14 @@ async fn describes_v3_and_v2_nodes(s: TestServer) {
     assert_eq!(j["attributes"]["a"], 1);
     let g = s.get("/api/v1/nodes/data/v2").await.json();
     assert_eq!(g["node_type"], "group");
+    // A data type TensorStore does not have: no schema (null), the rest described.
+    let strings = r#"{"zarr_format":3,"node_type":"array","shape":[3],"data_type":"string",
+     "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[3]}},
+     "chunk_key_encoding":{"name":"default"},"fill_value":"","codecs":[{"name":"vlen-utf8","configuration":{}}]}"#;
+    s.put("/zarr/data/s/zarr.json", strings).await.expect_status(201);
+    let j = s.get("/api/v1/nodes/data/s").await.json();
+    assert_eq!((j["data_type"].as_str(), j["tensorstore_schema"].is_null()), (Some("string"), true));
+    assert!(j.as_object().unwrap().contains_key("tensorstore_schema"));
     // Percent-encoded slashes (what a generated client sends) name the same node.
     let enc = s.get("/api/v1/nodes/data/v2%2Fb").await;
     enc.expect_status(200);

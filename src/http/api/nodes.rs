@@ -167,7 +167,7 @@ fn array_fields(a: &ArrayNode, info: &mut NodeInfo) {
     info.chunk_shape = Some(a.desc.chunk_shape.clone());
     info.fill_value = m.get("fill_value").cloned();
     info.dimension_names.clone_from(&a.desc.dimension_names);
-    info.tensorstore_schema = ops::tensorstore_schema(a);
+    info.tensorstore_schema = Some(ops::tensorstore_schema(a).unwrap_or(Value::Null));
     let rank = a.desc.shape.len();
     match a.format() {
         ZarrFormat::V3 => {
