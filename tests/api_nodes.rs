@@ -1,4 +1,5 @@
-//! The REST API's node endpoints on memory and file mounts: mounts,
+//! The REST API's node endpoints on memory, file and S3 (moto, when the
+//! harness provides it) mounts: mounts,
 //! describing arrays and groups (v2 and v3), creating them (Zarr documents
 //! and TensorStore specs), attributes, resize, delete, consolidate, the
 //! metadata cache, and every error status.
@@ -435,6 +436,7 @@ macro_rules! on_backends {
     ($($name:ident),*) => {
         mod memory { $( #[tokio::test] async fn $name() { super::common::run(super::Backend::Memory, stringify!($name), super::$name).await; } )* }
         mod file { $( #[tokio::test] async fn $name() { super::common::run(super::Backend::File, stringify!($name), super::$name).await; } )* }
+        mod s3 { $( #[tokio::test] async fn $name() { super::common::run(super::Backend::S3, stringify!($name), super::$name).await; } )* }
     };
 }
 
