@@ -99,12 +99,47 @@ fn u64_list(v: &Value, field: &str) -> Result<Vec<u64>, SpecError> {
         .collect()
 }
 
+/// Schema members (TensorStore's, plus `shape` for convenience).
+const SCHEMA_MEMBERS: [&str; 8] =
+    ["dtype", "shape", "domain", "rank", "chunk_layout", "codec", "fill_value", "dimension_units"];
+
+/// Spec members that say where and how TensorStore opens the array; zarrd's
+/// URL says where, so they are accepted and ignored.
+const IGNORED_MEMBERS: [&str; 9] = [
+    "kvstore",
+    "path",
+    "context",
+    "cache_pool",
+    "metadata_cache_pool",
+    "data_copy_concurrency",
+    "recheck_cached_data",
+    "recheck_cached_metadata",
+    "assume_metadata",
+];
+
 fn gather(spec: &Map<String, Value>) -> Result<Map<String, Value>, SpecError> {
+    for k in spec.keys() {
+        let known = SCHEMA_MEMBERS.contains(&k.as_str())
+            || IGNORED_MEMBERS.contains(&k.as_str())
+            || ["driver", "metadata", "schema", "create", "open", "delete_existing"].contains(&k.as_str());
+        if k == "transform" || k == "field" {
+            return Err(err(k, "not supported by zarrd: a created array is described whole"));
+        }
+        if !known {
+            return Err(err(k, "unknown spec member"));
+        }
+    }
     let mut members = match spec.get("schema") {
         None | Some(Value::Null) => Map::new(),
         Some(v) => object(v, "schema")?.clone(),
     };
-    for key in ["dtype", "shape", "domain", "rank", "chunk_layout", "codec", "fill_value", "dimension_units"] {
+    if let Some(k) = members.keys().find(|k| !SCHEMA_MEMBERS.contains(&k.as_str())) {
+        return Err(err(
+            format!("schema.{k}"),
+            "unknown schema member; expected dtype, domain, rank, chunk_layout, codec, fill_value or dimension_units",
+        ));
+    }
+    for key in SCHEMA_MEMBERS {
         if let Some(v) = spec.get(key).filter(|v| !v.is_null()) {
             match members.get(key) {
                 Some(existing) if existing != v => {
@@ -617,6 +652,17 @@ mod tests {
     fn errors_name_the_member() {
         let e = new_array(&json!({"driver": "n5", "dtype": "uint8", "shape": [1]})).unwrap_err();
         assert_eq!(e.field, "driver");
+        let e = new_array(&json!({"driver": "zarr3", "dtype": "uint8", "shape": [1], "chunk_layuot": {}})).unwrap_err();
+        assert_eq!(e.field, "chunk_layuot");
+        let e = new_array(&json!({"driver": "zarr3", "schema": {"dtype": "uint8", "shape": [1], "units": []}}))
+            .unwrap_err();
+        assert_eq!(e.field, "schema.units");
+        let e = new_array(&json!({"driver": "zarr3", "dtype": "uint8", "shape": [1], "transform": {}})).unwrap_err();
+        assert_eq!(e.field, "transform");
+        // Where TensorStore would open it is zarrd's URL: accepted and ignored.
+        let spec =
+            json!({"driver": "zarr3", "dtype": "uint8", "shape": [1], "kvstore": {"driver": "memory"}, "path": "x"});
+        assert!(new_array(&spec).is_ok());
         let e = new_array(&json!({"driver": "zarr3", "dtype": "uint8"})).unwrap_err();
         assert_eq!(e.field, "schema.domain");
         let e = new_array(&json!({"driver": "zarr3", "shape": [4]})).unwrap_err();
