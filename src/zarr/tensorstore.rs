@@ -19,8 +19,10 @@
 //! - `dimension_units` (v3): from the `dimension_units` attribute, each
 //!   `"<number> <unit>"` string as `[number, "unit"]`.
 //!
-//! Types TensorStore does not have (strings, structured records, datetimes)
-//! have no schema: [`schema_v3`] and [`schema_v2`] return `None`.
+//! Arrays TensorStore cannot open — types it does not have (strings,
+//! structured records, datetimes), codecs it does not have (`numcodecs.*`,
+//! `vlen-*`), v2 filters — have no schema: [`schema_v3`] and [`schema_v2`]
+//! return `None`.
 
 pub mod chunk_layout;
 pub mod spec;
@@ -239,6 +241,9 @@ fn read_chunk_and_order(codecs: &[CodecSpec], write_chunk: &[u64]) -> (Vec<u64>,
 #[must_use]
 pub fn schema_v3(meta: &ArrayMetadataV3) -> Option<Value> {
     let dtype = dtype_name(&meta.data_type)?;
+    if !meta.codecs.iter().all(tensorstore_codec) {
+        return None;
+    }
     let write_chunk = meta.chunk_grid.chunk_shape();
     let (read_chunk, inner_order) = read_chunk_and_order(&meta.codecs, write_chunk);
     let rank = meta.shape.len();
@@ -267,10 +272,29 @@ pub fn schema_v3(meta: &ArrayMetadataV3) -> Option<Value> {
     Some(Value::Object(s))
 }
 
-/// The TensorStore schema of a v2 array (scalar data types only).
+/// Whether TensorStore's zarr3 driver has this codec (and all it contains).
+fn tensorstore_codec(c: &CodecSpec) -> bool {
+    match c {
+        CodecSpec::Bytes(_)
+        | CodecSpec::Transpose(_)
+        | CodecSpec::Gzip(_)
+        | CodecSpec::Zstd(_)
+        | CodecSpec::Blosc(_)
+        | CodecSpec::Crc32c => true,
+        CodecSpec::ShardingIndexed(s) => s.codecs.iter().chain(&s.index_codecs).all(tensorstore_codec),
+        _ => false,
+    }
+}
+
+/// The TensorStore schema of a v2 array (scalar data types, no filters:
+/// TensorStore's zarr driver supports neither structured types here nor
+/// filters).
 #[must_use]
 pub fn schema_v2(meta: &ArrayMetadataV2) -> Option<Value> {
     let DataTypeV2::Scalar { data_type, .. } = &meta.dtype else { return None };
+    if meta.filters.as_ref().is_some_and(|f| !f.is_empty()) {
+        return None;
+    }
     let dtype = dtype_name(data_type)?;
     let rank = meta.shape.len();
     let inner_order: Vec<usize> = match meta.order {
@@ -389,6 +413,25 @@ mod tests {
         assert_eq!(s["chunk_layout"]["inner_order"], json!([1, 0]));
         assert_eq!(s["fill_value"], "NaN");
         assert_eq!(s["dtype"], "float32");
+    }
+
+    #[test]
+    fn no_schema_where_tensorstore_cannot_open() {
+        let v2 = ArrayMetadataV2::from_json(
+            &json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4", "compressor": null,
+                    "fill_value": 0, "order": "C", "filters": [{"id": "delta", "dtype": "<i4"}]}),
+            "",
+        )
+        .unwrap();
+        assert_eq!(schema_v2(&v2), None);
+        let numcodecs = v3(json!({
+          "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "int32",
+          "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+          "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+          "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                     {"name": "numcodecs.zlib", "configuration": {"level": 1}}]
+        }));
+        assert_eq!(schema_v3(&numcodecs), None);
     }
 
     #[test]
