@@ -491,3 +491,25 @@ async fn recheck_never_serves_the_cached_node() {
     let j = get().await;
     assert_eq!((shape(j.clone()), j["attributes"].clone()), (json!([5]), json!({"k": 1})));
 }
+
+/// A group's `children` stop at `limits.max_list_entries`, and say so.
+#[tokio::test]
+async fn children_are_bounded_by_the_listing_limit() {
+    let mut config = common::test_config();
+    config.limits.max_list_entries = 2;
+    let s = TestServer::start_with(Backend::Memory, "children_limit", config).await.expect("memory backend");
+    let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [2]});
+    for name in ["a", "b", "c"] {
+        send_json(&s, "PUT", &format!("/api/v1/nodes/data/g/{name}"), &spec).await.expect_status(201);
+    }
+    let j = s.get("/api/v1/nodes/data/g").await.json();
+    assert_eq!(j["children"].as_array().unwrap().len(), 2);
+    assert_eq!(j["children_truncated"], true);
+    let j = s.get("/api/v1/nodes/data").await.json();
+    assert_eq!((j["children"].as_array().unwrap().len(), j["children_truncated"].as_bool()), (1, Some(false)));
+    // From consolidated metadata too.
+    s.send(s.request("POST", "/api/v1/consolidate/data/g")).await.expect_status(200);
+    let j = s.get("/api/v1/nodes/data/g").await.json();
+    assert_eq!((j["consolidated"].as_bool(), j["children_truncated"].as_bool()), (Some(true), Some(true)));
+    assert_eq!(j["children"].as_array().unwrap().len(), 2);
+}

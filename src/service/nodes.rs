@@ -103,23 +103,45 @@ pub struct Child {
     pub shape: Option<Vec<u64>>,
 }
 
-/// The descendants of a group down to `depth` levels, from consolidated
-/// metadata when the group has it, else by listing; and whether
-/// consolidated metadata was used.
+/// The descendants of a group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Children {
+    /// By relative path.
+    pub nodes: Vec<Child>,
+    /// Whether they came from consolidated metadata.
+    pub consolidated: bool,
+    /// Whether `limit` cut the list (a listing stops there).
+    pub truncated: bool,
+}
+
+/// The descendants of a group down to `depth` levels, at most `limit`, from
+/// consolidated metadata when the group has it, else by listing (each
+/// candidate opened).
 ///
 /// # Errors
 /// Storage failures, invalid consolidated metadata.
-pub async fn children(group: &GroupNode, depth: usize) -> ServiceResult<(Vec<Child>, bool)> {
-    if let Some(children) = consolidated_children(group, depth).await? {
-        return Ok((children, true));
+pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceResult<Children> {
+    if let Some(mut nodes) = consolidated_children(group, depth).await? {
+        let truncated = nodes.len() > limit;
+        nodes.truncate(limit);
+        return Ok(Children { nodes, consolidated: true, truncated });
     }
     let mut out = Vec::new();
     let mut frontier = vec![(group.path.clone(), 0usize)];
+    let mut truncated = false;
     while let Some((path, level)) = frontier.pop() {
         if level >= depth {
             continue;
         }
+        if out.len() >= limit {
+            truncated = true;
+            break;
+        }
         for entry in group.mount.list(&prefix_of(&path)?).await? {
+            if out.len() >= limit {
+                truncated = true;
+                break;
+            }
             let crate::storage::ListEntry::Prefix { name } = entry else { continue };
             let Ok(child_path) = NodePath::new(&join(path.as_str(), &name)) else { continue };
             let child = match node::open_in(group.mount.clone(), &child_path).await {
@@ -144,7 +166,7 @@ pub async fn children(group: &GroupNode, depth: usize) -> ServiceResult<(Vec<Chi
         }
     }
     out.sort_by(|a, b| a.relative.cmp(&b.relative));
-    Ok((out, false))
+    Ok(Children { nodes: out, consolidated: false, truncated })
 }
 
 fn join(base: &str, name: &str) -> String {

@@ -118,6 +118,9 @@ pub struct NodeInfo {
     /// Groups: whether `children` came from consolidated metadata.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consolidated: Option<bool>,
+    /// Groups: whether `children` stops at `limits.max_list_entries`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub children_truncated: Option<bool>,
 }
 
 /// What is stored under a node.
@@ -246,6 +249,7 @@ impl NodeInfo {
             stats: None,
             children: None,
             consolidated: None,
+            children_truncated: None,
         };
         if let Node::Array(a) = node {
             array_fields(a, &mut info);
@@ -285,10 +289,11 @@ async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResul
         if depth > MAX_DEPTH {
             return Err(ApiError::bad_request("invalid_query", format!("depth: at most {MAX_DEPTH}, got {depth}")));
         }
-        let (children, consolidated) = ops::children(g, depth).await?;
+        let found = ops::children(g, depth, app.config().limits.max_list_entries).await?;
         let base = g.path.as_str();
         info.children = Some(
-            children
+            found
+                .nodes
                 .into_iter()
                 .map(|c| ChildInfo {
                     name: c.relative.rsplit('/').next().unwrap_or_default().to_string(),
@@ -300,7 +305,8 @@ async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResul
                 })
                 .collect(),
         );
-        info.consolidated = Some(consolidated);
+        info.consolidated = Some(found.consolidated);
+        info.children_truncated = Some(found.truncated);
     }
     Ok(info)
 }
