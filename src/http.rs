@@ -48,6 +48,8 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(api::nodes::list_mounts))
         .routes(routes!(api::nodes::get_root_node))
         .routes(routes!(api::nodes::get_node))
+        .routes(routes!(api::write::put_root_data))
+        .routes(routes!(api::write::put_data))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi::serve))

@@ -6,9 +6,11 @@
 pub mod chunk_store;
 pub mod cpu;
 pub mod error;
+pub mod format;
 pub mod locks;
 pub mod node;
 pub mod store;
+pub mod write;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -22,6 +22,7 @@
 //! result; errors use the JSON envelope of [`super::error`].
 
 pub mod nodes;
+pub mod write;
 
 use std::collections::HashMap;
 

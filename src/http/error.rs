@@ -125,6 +125,16 @@ impl From<ServiceError> for ApiError {
             ServiceError::UnsupportedArray { .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported_array", message)
             }
+            ServiceError::WriteConflict { .. } => Self::new(StatusCode::SERVICE_UNAVAILABLE, "write_conflict", message)
+                .with_header(header::RETRY_AFTER, "1"),
+            ServiceError::CorruptData(_) => {
+                tracing::error!(error = %message, "stored data does not decode");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_data", message)
+            }
+            ServiceError::Internal(_) => {
+                tracing::error!(error = %message, "internal error");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal server error")
+            }
         }
     }
 }

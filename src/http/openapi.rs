@@ -35,6 +35,7 @@ use super::health::{FailingMount, Health};
     tags(
         (name = "store", description = "The Zarr store protocol: keys over HTTP, for zarr-python, TensorStore, zarrita.js and neuroglancer"),
         (name = "nodes", description = "Mounts, arrays and groups: describe, create, resize, attributes, delete"),
+        (name = "data", description = "Array slices: read and write selections as raw bytes, .npy or JSON"),
         (name = "operations", description = "Health and the API description"),
     )
 )]

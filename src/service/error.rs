@@ -36,4 +36,14 @@ pub enum ServiceError {
     /// Valid metadata that zarrd cannot serve (an unsupported codec or type).
     #[error("{key}: unsupported array: {reason}")]
     UnsupportedArray { key: String, reason: String },
+    /// A read-modify-write kept losing its conditional write: other writers
+    /// (other processes) changed the chunk every time.
+    #[error("{key}: too many concurrent writers: {reason}; try again")]
+    WriteConflict { key: String, reason: String },
+    /// Stored bytes that do not decode (the message names the key).
+    #[error("{0}")]
+    CorruptData(String),
+    /// A server fault (a task that failed); logged, answered generically.
+    #[error("internal error: {0}")]
+    Internal(String),
 }

@@ -135,7 +135,7 @@ fn adjacent_inner_chunks_coalesce_into_one_read() {
     let reads = store.take_reads();
     assert_eq!(reads.len(), 2);
     assert_eq!(reads[1].1, Some(ByteRangeRequest::Bounded(4..20)));
-    let options = RegionOptions { coalesce_gap: 0, concurrency: 1 };
+    let options = RegionOptions { coalesce_gap: 0, concurrency: 1, ..RegionOptions::default() };
     let got = block_on(read_region_with(&a, &store, &region(&[1], &[14]), &options)).unwrap();
     assert_eq!(got, u16s(&(1..15).collect::<Vec<_>>()));
     let reads = store.take_reads();
@@ -152,11 +152,11 @@ fn gaps_within_the_threshold_share_a_read() {
     block_on(write_region(&a, &store, &store, &region(&[0, 0], &[4, 4]), &u16s(&values))).unwrap();
     store.take_reads();
     let row = region(&[0, 0], &[1, 4]);
-    let no_gap = RegionOptions { coalesce_gap: 0, concurrency: 4 };
+    let no_gap = RegionOptions { coalesce_gap: 0, concurrency: 4, ..RegionOptions::default() };
     assert_eq!(block_on(read_region_with(&a, &store, &row, &no_gap)).unwrap(), u16s(&[0, 1, 2, 3]));
     let reads: Vec<_> = store.take_reads().into_iter().map(|(_, r)| r).collect();
     assert_eq!(reads[1..], [Some(ByteRangeRequest::Bounded(0..8)), Some(ByteRangeRequest::Bounded(16..24))]);
-    let gap = RegionOptions { coalesce_gap: 8, concurrency: 4 };
+    let gap = RegionOptions { coalesce_gap: 8, concurrency: 4, ..RegionOptions::default() };
     assert_eq!(block_on(read_region_with(&a, &store, &row, &gap)).unwrap(), u16s(&[0, 1, 2, 3]));
     let reads: Vec<_> = store.take_reads().into_iter().map(|(_, r)| r).collect();
     assert_eq!(reads[1..], [Some(ByteRangeRequest::Bounded(0..24))]);
@@ -333,7 +333,7 @@ proptest! {
         }
         for seed in reads.iter().chain(std::iter::once(&vec![0, u64::MAX, u64::MAX])) {
             let r = if seed[0] == 0 && seed[1] == u64::MAX { ArraySubset::from_shape(&shape) } else { pick_region(&shape, seed) };
-            let got = block_on(read_region_with(&a, &store, &r, &RegionOptions { coalesce_gap: 0, concurrency: 3 })).unwrap();
+            let got = block_on(read_region_with(&a, &store, &r, &RegionOptions { coalesce_gap: 0, concurrency: 3, ..RegionOptions::default() })).unwrap();
             let want: Vec<u16> = r.indices().map(|idx| model[lin(&idx, &shape)]).collect();
             prop_assert_eq!(got, u16s(&want), "region {}", r);
         }
