@@ -541,6 +541,10 @@ mod tests {
         assert_eq!(fixed(&d), &[1, 0, 2, 0, 3, 0, 4, 0]);
         let d = decode(BodyFormat::Json, b"\"NaN\"", &DataType::Float64, &[5]).unwrap();
         assert!(d.scalar && f64::from_le_bytes(fixed(&d).try_into().unwrap()).is_nan());
+        // Float64 values parse to the exact double (numpy's repr round-trips).
+        let d = decode(BodyFormat::Json, b"[-250.45421916374374, 0.1]", &DataType::Float64, &[2]).unwrap();
+        let want: Vec<u8> = [-250.454_219_163_743_74_f64, 0.1].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(fixed(&d), &want[..]);
         let d = decode(BodyFormat::Json, b"[1.5, -2]", &DataType::Complex64, &[3]).unwrap();
         assert!(d.scalar, "a complex value that does not fit the shape is one value");
         let d = decode(BodyFormat::Json, br#"["a", "bc"]"#, &DataType::String, &[2]).unwrap();
