@@ -7,6 +7,12 @@
 //!
 //! Every writer has its own HTTP client (its own connections); every loop is
 //! bounded in count and the whole test in time.
+//!
+//! The two-server test runs over an in-memory store (object_store's, whose
+//! conditional update is atomic: the same `PutMode::Update` path S3, GCS and
+//! Azure take), not over the harness's moto server: moto checks `If-Match`
+//! and stores the object in separate steps without a lock, so under
+//! concurrent conditional PUTs it loses updates itself.
 
 mod common;
 mod write_common;
