@@ -125,6 +125,18 @@ impl From<ServiceError> for ApiError {
             ServiceError::UnsupportedArray { .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported_array", message)
             }
+            ServiceError::MissingChunk(_) => Self::new(StatusCode::NOT_FOUND, "missing_chunk", message),
+            ServiceError::CorruptChunk { .. } => {
+                tracing::error!(error = %message, "corrupt stored data");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_chunk", message)
+            }
+            ServiceError::SelectionTooLarge(_) => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "selection_too_large", message)
+            }
+            ServiceError::Internal(_) => {
+                tracing::error!(error = %message, "internal error");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+            }
         }
     }
 }

@@ -36,4 +36,19 @@ pub enum ServiceError {
     /// Valid metadata that zarrd cannot serve (an unsupported codec or type).
     #[error("{key}: unsupported array: {reason}")]
     UnsupportedArray { key: String, reason: String },
+    /// A read with `fill_missing_data_reads` off met a missing chunk (the
+    /// message names it and its key).
+    #[error("{0}; the read does not fill missing chunks (fill_missing=false)")]
+    MissingChunk(String),
+    /// Stored bytes that do not decode (a failed checksum, a wrong size, a
+    /// truncated shard): the message names the key and the codec.
+    #[error("{key}: stored data is corrupt: {reason}")]
+    CorruptChunk { key: String, reason: String },
+    /// A selection over the configured limits (the message names the size
+    /// and the limit).
+    #[error("{0}")]
+    SelectionTooLarge(String),
+    /// A fault inside zarrd (logged in full; answered generically).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
