@@ -125,6 +125,8 @@ impl From<ServiceError> for ApiError {
             ServiceError::UnsupportedArray { .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported_array", message)
             }
+            ServiceError::InvalidSelection(_) => Self::bad_request("invalid_selection", message),
+            ServiceError::UnsupportedFormat(_) => Self::bad_request("unsupported_format", message),
             ServiceError::MissingChunk(_) => Self::new(StatusCode::NOT_FOUND, "missing_chunk", message),
             ServiceError::CorruptChunk { .. } => {
                 tracing::error!(error = %message, "corrupt stored data");

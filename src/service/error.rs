@@ -36,6 +36,14 @@ pub enum ServiceError {
     /// Valid metadata that zarrd cannot serve (an unsupported codec or type).
     #[error("{key}: unsupported array: {reason}")]
     UnsupportedArray { key: String, reason: String },
+    /// A selection (or chunk coordinates, or a field) that does not fit the
+    /// array: the message names the dimension or field.
+    #[error("{0}")]
+    InvalidSelection(String),
+    /// The output format cannot hold the data type (variable-length
+    /// strings as raw bytes).
+    #[error("{0}")]
+    UnsupportedFormat(String),
     /// A read with `fill_missing_data_reads` off met a missing chunk (the
     /// message names it and its key).
     #[error("{0}; the read does not fill missing chunks (fill_missing=false)")]

@@ -127,14 +127,14 @@ struct FieldProj {
 
 fn field_of(dt: &DataType, name: &str) -> ServiceResult<FieldProj> {
     let DataType::Structured { size, fields } = dt else {
-        return Err(ServiceError::BadRequest(format!(
+        return Err(ServiceError::InvalidSelection(format!(
             "field `{name}`: the array's data type {} has no fields",
             zarr_name(dt)
         )));
     };
     let f = fields.iter().find(|f| f.name == name).ok_or_else(|| {
         let known: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
-        ServiceError::BadRequest(format!("field `{name}`: no such field; the fields are {}", known.join(", ")))
+        ServiceError::InvalidSelection(format!("field `{name}`: no such field; the fields are {}", known.join(", ")))
     })?;
     let count = usize::try_from(f.subarray.iter().product::<u64>()).unwrap_or(usize::MAX);
     let len = f
@@ -737,14 +737,7 @@ async fn assemble(plan: &Arc<Plan>, job: SlabJob) -> ServiceResult<SlabData> {
 }
 
 /// A missing unit: filled, or noted as missing.
-fn on_missing(
-    plan: &Plan,
-    coords: Vec<u64>,
-    what: String,
-    spec: &UnitCopy,
-    slab: &Mutex<SlabData>,
-    missing: &Missing,
-) {
+fn on_missing(plan: &Plan, coords: Vec<u64>, what: String, spec: &UnitCopy, slab: &Mutex<SlabData>, missing: &Missing) {
     let src = &plan.src;
     if !src.fill_missing {
         missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((coords, what));
@@ -1039,7 +1032,7 @@ fn check_limits(app: &App, format: OutputFormat, out_type: &DataType, out_shape:
             )));
         }
     }
-    format.check(out_type).map_err(|e| ServiceError::BadRequest(e.0))?;
+    format.check(out_type).map_err(|e| ServiceError::UnsupportedFormat(e.0))?;
     Ok(match format {
         OutputFormat::Raw => Some(bytes),
         OutputFormat::Npy => Some(npy_header(out_type, out_shape).len() as u64 + bytes),
@@ -1065,7 +1058,7 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
     let sel = params
         .selection
         .resolve(&desc.shape, desc.dimension_names.as_deref())
-        .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+        .map_err(|e| ServiceError::InvalidSelection(e.to_string()))?;
     let (field, out_type, out_shape) = output_of(&desc.data_type, sel.result_shape(), params.field.as_deref())?;
     let content_length = check_limits(app, params.format, &out_type, &out_shape)?;
     let es = desc.data_type.size().unwrap_or(0);
@@ -1180,7 +1173,7 @@ pub fn parse_coords(text: &str, what: &str) -> ServiceResult<Vec<u64>> {
         .enumerate()
         .map(|(i, s)| {
             s.trim().parse::<u64>().map_err(|_| {
-                ServiceError::BadRequest(format!(
+                ServiceError::InvalidSelection(format!(
                     "{what}: dimension {i}: expected a non-negative integer, got `{}`",
                     s.trim()
                 ))
@@ -1191,7 +1184,7 @@ pub fn parse_coords(text: &str, what: &str) -> ServiceResult<Vec<u64>> {
 
 fn check_coords(coords: &[u64], grid: &[u64], what: &str) -> ServiceResult<()> {
     if coords.len() != grid.len() {
-        return Err(ServiceError::BadRequest(format!(
+        return Err(ServiceError::InvalidSelection(format!(
             "{what}: {} coordinates given, the grid has {} dimensions",
             coords.len(),
             grid.len()
@@ -1199,7 +1192,7 @@ fn check_coords(coords: &[u64], grid: &[u64], what: &str) -> ServiceResult<()> {
     }
     for (d, (&c, &n)) in coords.iter().zip(grid).enumerate() {
         if c >= n {
-            return Err(ServiceError::BadRequest(format!(
+            return Err(ServiceError::InvalidSelection(format!(
                 "{what}: dimension {d}: chunk {c} is outside the grid ({n} chunks along it)"
             )));
         }
@@ -1225,7 +1218,7 @@ pub async fn read_chunk(app: &Arc<App>, mount: &str, path: &NodePath, params: Ch
             s.inner_chunk_shape().to_vec()
         }
         (Some(_), None) => {
-            return Err(ServiceError::BadRequest(
+            return Err(ServiceError::InvalidSelection(
                 "inner: the array is not sharded; address its chunks with coords alone".into(),
             ))
         }
