@@ -26,6 +26,7 @@ use crate::zarr::codec::array_to_bytes::{BytesCodec, ShardingCodec};
 use crate::zarr::codec::build::{chain_from_v2, chain_from_v3, sharding_from_v3};
 use crate::zarr::codec::{ArrayToBytesCodec, CodecChain, CodecError};
 use crate::zarr::data_type::{DataType, Field};
+use crate::zarr::field::{FieldError, FieldView};
 use crate::zarr::metadata::v2::dtype::{ByteOrder, DataTypeV2, StructuredFieldV2};
 use crate::zarr::metadata::v2::{ArrayMetadataV2, Separator};
 use crate::zarr::metadata::{ArrayMetadataV3, FillValue, FloatFill};
@@ -169,6 +170,15 @@ impl ArrayDescription {
         self.codecs.decode(bytes, &self.chunk_repr())
     }
 
+    /// One field of a structured array, to read or write as an array of its
+    /// own (subarray dimensions appended), as TensorStore's `field` does.
+    ///
+    /// # Errors
+    /// The array is not structured, or has no field of that name.
+    pub fn field(&self, name: &str) -> Result<FieldView, FieldError> {
+        FieldView::of(&self.data_type, name)
+    }
+
     /// Encodes a decoded chunk.
     ///
     /// # Errors
@@ -252,20 +262,20 @@ fn float_bytes(f: &FloatFill, dt: &DataType) -> Result<Vec<u8>, ArrayError> {
             }
             return Ok(bits.to_le_bytes()[..size].to_vec());
         }
-        // The canonical quiet NaN of each type (zero payload).
-        FloatFill::NaN => {
-            return Ok(match dt {
-                DataType::Float16 => 0x7e00u16.to_le_bytes().to_vec(),
-                DataType::BFloat16 => 0x7fc0u16.to_le_bytes().to_vec(),
-                DataType::Float32 => 0x7fc0_0000u32.to_le_bytes().to_vec(),
-                _ => 0x7ff8_0000_0000_0000u64.to_le_bytes().to_vec(),
-            })
-        }
+        FloatFill::NaN => f64::NAN,
         FloatFill::Infinity => f64::INFINITY,
         FloatFill::NegInfinity => f64::NEG_INFINITY,
         FloatFill::Number(n) => n,
     };
     Ok(match dt {
+        DataType::Float8(kind) => vec![kind
+            .from_f64(value)
+            .ok_or_else(|| ArrayError::FillValue(format!("{value} is not a value of {}", kind.name())))?],
+        // The canonical quiet NaN of each type (zero payload).
+        DataType::Float16 if value.is_nan() => 0x7e00u16.to_le_bytes().to_vec(),
+        DataType::BFloat16 if value.is_nan() => 0x7fc0u16.to_le_bytes().to_vec(),
+        DataType::Float32 if value.is_nan() => 0x7fc0_0000u32.to_le_bytes().to_vec(),
+        _ if value.is_nan() => 0x7ff8_0000_0000_0000u64.to_le_bytes().to_vec(),
         DataType::Float16 => f16::from_f64(value).to_le_bytes().to_vec(),
         DataType::BFloat16 => bf16::from_f64(value).to_le_bytes().to_vec(),
         DataType::Float32 => (value as f32).to_le_bytes().to_vec(),
@@ -298,9 +308,10 @@ pub fn fill_value_bytes(fill: &FillValue, dt: &DataType) -> Result<Vec<u8>, Arra
         (FillValue::UInt(n), _) if size.is_some_and(|s| s <= 8) && !is_float(dt) => {
             Ok(n.to_le_bytes()[..size.unwrap_or(0)].to_vec())
         }
-        (FillValue::Float(f), DataType::Float16 | DataType::BFloat16 | DataType::Float32 | DataType::Float64) => {
-            float_bytes(f, dt)
-        }
+        (
+            FillValue::Float(f),
+            DataType::Float16 | DataType::BFloat16 | DataType::Float8(_) | DataType::Float32 | DataType::Float64,
+        ) => float_bytes(f, dt),
         (FillValue::Complex(re, im), DataType::Complex64 | DataType::Complex128) => {
             let part = if *dt == DataType::Complex64 { DataType::Float32 } else { DataType::Float64 };
             Ok([float_bytes(re, &part)?, float_bytes(im, &part)?].concat())
@@ -332,6 +343,7 @@ fn is_float(dt: &DataType) -> bool {
         dt,
         DataType::Float16
             | DataType::BFloat16
+            | DataType::Float8(_)
             | DataType::Float32
             | DataType::Float64
             | DataType::Complex64

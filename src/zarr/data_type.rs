@@ -47,8 +47,8 @@ pub enum DataType {
     Complex128,
     /// TensorStore's `int4`: one element per byte, sign-extended in memory.
     Int4,
-    /// TensorStore's float8 variants (v2), by name (`float8_e4m3fn`, ...).
-    Float8(String),
+    /// TensorStore's float8 variants (v2): one byte, carried as stored.
+    Float8(crate::zarr::metadata::data_type::Float8Kind),
     /// `r<bits>` / v2 `|V<n>`: opaque bytes.
     RawBits(usize),
     /// v2 `|S<n>` / zarr-python `null_terminated_bytes`: fixed-length bytes.
@@ -134,6 +134,7 @@ impl From<&crate::zarr::metadata::DataType> for DataType {
             M::UInt64 => Self::UInt64,
             M::Float16 => Self::Float16,
             M::BFloat16 => Self::BFloat16,
+            M::Float8(kind) => Self::Float8(*kind),
             M::Float32 => Self::Float32,
             M::Float64 => Self::Float64,
             M::Complex64 => Self::Complex64,

@@ -96,10 +96,26 @@ impl FillValue {
                     dtype.item_size().ok_or_else(|| MetadataError::new(path, "structured data type is too large"))?;
                 base64_fill(value, path, Some(size), true)
             }
+            // zarr-python writes `b"xy"` for `|S4` as "eHk="; TensorStore's zarr
+            // driver rejects fewer than 4 bytes. Padded with NULs (the same
+            // element), the value serialises at full length, which both read.
+            // Types too large to pad cheaply keep the form as written.
+            DataTypeV2::Scalar { data_type: data_type @ DataType::NullTerminatedBytes { length_bytes }, .. } => {
+                match parse(value, data_type, path, Version::V2)? {
+                    Self::Bytes(mut b) if *length_bytes <= MAX_PADDED_FILL => {
+                        b.resize(*length_bytes, 0);
+                        Ok(Self::Bytes(b))
+                    }
+                    other => Ok(other),
+                }
+            }
             DataTypeV2::Scalar { data_type, .. } => parse(value, data_type, path, Version::V2),
         }
     }
 }
+
+/// The largest `|S<n>` whose fill value is padded to `n` bytes.
+const MAX_PADDED_FILL: usize = 64 * 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Version {
@@ -125,6 +141,14 @@ fn parse(value: &Value, dt: &DataType, path: &str, version: Version) -> Result<F
         DataType::Float16 | DataType::BFloat16 | DataType::Float32 | DataType::Float64 => {
             FillValue::Float(float(value, path, dt, version)?)
         }
+        DataType::Float8(kind) => {
+            let f = float(value, path, dt, version)?;
+            let infinite = matches!(f, FloatFill::Infinity | FloatFill::NegInfinity);
+            if infinite && kind.from_f64(f64::INFINITY).is_none() {
+                return Err(MetadataError::new(path, format!("data type {ty} has no infinities, got {value}")));
+            }
+            FillValue::Float(f)
+        }
         DataType::Complex64 | DataType::Complex128 => {
             let part = if matches!(dt, DataType::Complex64) { DataType::Float32 } else { DataType::Float64 };
             let pair = value.as_array().map(Vec::as_slice);
@@ -137,8 +161,10 @@ fn parse(value: &Value, dt: &DataType, path: &str, version: Version) -> Result<F
             };
             FillValue::Complex(float(re, &index(path, 0), &part, version)?, float(im, &index(path, 1), &part, version)?)
         }
+        // TensorStore 0.1.86 writes (and only reads) base64 here; the spec's form is a byte array.
+        DataType::RawBits { size_bytes } if value.is_string() => base64_fill(value, path, Some(*size_bytes), true)?,
         DataType::RawBits { size_bytes } => {
-            let what = format!("an array of {size_bytes} integers 0..=255 for data type {ty}");
+            let what = format!("an array of {size_bytes} integers 0..=255 (or base64) for data type {ty}");
             let items = value
                 .as_array()
                 .filter(|a| a.len() == *size_bytes)
@@ -232,6 +258,7 @@ fn float(value: &Value, path: &str, dt: &DataType, version: Version) -> Result<F
     let (size_bytes, max) = match dt {
         DataType::Float16 => (2u8, 65504.0),
         DataType::BFloat16 => (2, 3.389_531_389_251_535_5e38),
+        DataType::Float8(kind) => (1, kind.max()),
         DataType::Float32 => (4, f64::from(f32::MAX)),
         _ => (8, f64::MAX),
     };
@@ -363,6 +390,30 @@ mod tests {
     }
 
     #[test]
+    fn short_v2_byte_string_fills_serialise_at_full_length() {
+        // zarr-python writes b"xy" for |S4 as "eHk="; TensorStore's zarr driver rejects fewer than 4 bytes.
+        let s = |n| DataTypeV2::Scalar {
+            byte_order: super::super::v2::dtype::ByteOrder::NotApplicable,
+            data_type: DataType::NullTerminatedBytes { length_bytes: n },
+        };
+        let fill = FillValue::from_v2_json(&json!("eHk="), &s(4), "fill_value").unwrap();
+        assert_eq!(fill, FillValue::Bytes(b"xy\0\0".to_vec()));
+        assert_eq!(serde_json::to_value(&fill).unwrap(), json!("eHkAAA=="));
+        // No allocation of a size only the dtype claims.
+        let huge = FillValue::from_v2_json(&json!("eHk="), &s(1 << 40), "fill_value").unwrap();
+        assert_eq!(huge, FillValue::Bytes(b"xy".to_vec()));
+        assert!(FillValue::from_v2_json(&json!("eHkAAAA="), &s(4), "fill_value").is_err());
+    }
+
+    #[test]
+    fn raw_bits_fill_in_tensorstore_base64() {
+        let dt = DataType::RawBits { size_bytes: 2 };
+        assert_eq!(v3(json!("AQI="), &dt).unwrap(), FillValue::Bytes(vec![1, 2]));
+        assert_eq!(v3(json!([1, 2]), &dt).unwrap(), FillValue::RawBits(vec![1, 2]));
+        assert!(v3(json!("AQID"), &dt).is_err());
+    }
+
+    #[test]
     fn lenient_forms() {
         assert_eq!(v3(json!(1.0), &DataType::UInt8).unwrap(), FillValue::UInt(1));
         assert_eq!(v3(json!(0), &DataType::String).unwrap(), FillValue::String("0".into()));
@@ -397,5 +448,25 @@ mod tests {
         assert!(v3(json!("AAAA"), &DataType::RawBytes { length_bytes: 4 }).is_err());
         assert!(v3(json!("!!"), &DataType::NullTerminatedBytes { length_bytes: 4 }).is_err());
         assert!(v3(json!("abc"), &DataType::FixedLengthUtf32 { length_bytes: 8 }).is_err());
+    }
+
+    #[test]
+    fn float8_fill_values() {
+        use super::super::data_type::Float8Kind;
+        let v2 = |v: Value, kind| {
+            let dt = DataTypeV2::Scalar {
+                byte_order: super::super::v2::dtype::ByteOrder::NotApplicable,
+                data_type: DataType::Float8(kind),
+            };
+            FillValue::from_v2_json(&v, &dt, "fill_value")
+        };
+        assert_eq!(v2(json!(-2), Float8Kind::E5M2).unwrap(), FillValue::Float(FloatFill::Number(-2.0)));
+        assert_eq!(v2(json!("NaN"), Float8Kind::E4M3Fnuz).unwrap(), FillValue::Float(FloatFill::NaN));
+        assert_eq!(v2(json!("Infinity"), Float8Kind::E5M2).unwrap(), FillValue::Float(FloatFill::Infinity));
+        let e = v2(json!("-Infinity"), Float8Kind::E4M3Fn).unwrap_err();
+        assert_eq!(e.to_string(), "fill_value: data type float8_e4m3fn has no infinities, got \"-Infinity\"");
+        let e = v2(json!(449), Float8Kind::E4M3Fn).unwrap_err();
+        assert!(e.message.contains("out of range"), "{e}");
+        assert!(v2(json!(31), Float8Kind::E4M3B11Fnuz).is_err());
     }
 }

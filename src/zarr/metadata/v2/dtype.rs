@@ -8,13 +8,14 @@
 //! and TensorStore writes `"bfloat16"` and `"int4"` without a byte order.
 //!
 //! Scalars map onto [`DataType`] so v2 and v3 share one type vocabulary.
-//! Not supported: numpy `f16`/`c32` (long double), TensorStore's `float8_*`
-//! types, byte-order-less forms other than TensorStore's.
+//! TensorStore's `float8_*` names (one byte, no byte order) parse too.
+//! Not supported: numpy `f16`/`c32` (long double), byte-order-less forms
+//! other than TensorStore's.
 
 use serde::ser::{Serialize, SerializeSeq, Serializer};
 use serde_json::Value;
 
-use super::super::data_type::{DataType, StructuredField, TimeUnit};
+use super::super::data_type::{DataType, Float8Kind, StructuredField, TimeUnit};
 use super::super::error::{describe, index, MetadataError, Result};
 use super::super::json::{array, shape, string};
 
@@ -145,6 +146,7 @@ fn scalar_str(order: ByteOrder, dt: &DataType) -> String {
         DataType::Bool => "|b1".into(),
         DataType::Int4 => "int4".into(),
         DataType::BFloat16 => "bfloat16".into(),
+        DataType::Float8(kind) => kind.name().into(),
         DataType::Int8 => "|i1".into(),
         DataType::UInt8 => "|u1".into(),
         DataType::Int16 => format!("{p}i2"),
@@ -185,6 +187,9 @@ fn parse_str(s: &str, path: &str, got: &Value) -> Result<DataTypeV2> {
         }
         "|O" => return Ok(DataTypeV2::Object),
         _ => {}
+    }
+    if let Some(kind) = Float8Kind::parse(s) {
+        return Ok(DataTypeV2::Scalar { byte_order: ByteOrder::NotApplicable, data_type: DataType::Float8(kind) });
     }
     let mut chars = s.chars();
     let byte_order = match chars.next() {
@@ -341,8 +346,30 @@ mod tests {
     #[test]
     fn scalars_round_trip() {
         for s in [
-            "<f8", ">f4", "<i2", "|u1", "|i1", "|b1", "<c16", ">c8", "<f2", "|S5", "<U3", "|V4", "<M8[ns]", "<m8[10s]",
-            ">M8", "<u8", "bfloat16", "int4", "|O",
+            "<f8",
+            ">f4",
+            "<i2",
+            "|u1",
+            "|i1",
+            "|b1",
+            "<c16",
+            ">c8",
+            "<f2",
+            "|S5",
+            "<U3",
+            "|V4",
+            "<M8[ns]",
+            "<m8[10s]",
+            ">M8",
+            "<u8",
+            "bfloat16",
+            "int4",
+            "|O",
+            "float8_e4m3fn",
+            "float8_e4m3fnuz",
+            "float8_e4m3b11fnuz",
+            "float8_e5m2",
+            "float8_e5m2fnuz",
         ] {
             let dt = parse(json!(s)).unwrap();
             assert_eq!(dt.to_json(), json!(s), "{s}");
@@ -366,6 +393,8 @@ mod tests {
         for (v, path) in [
             (json!("f8"), "dtype"),
             (json!("<f3"), "dtype"),
+            (json!("float8_e4m3"), "dtype"),
+            (json!("<float8_e5m2"), "dtype"),
             (json!("|f8"), "dtype"),
             (json!("<x4"), "dtype"),
             (json!("<M8[fortnight]"), "dtype"),
