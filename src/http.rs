@@ -48,8 +48,10 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(api::nodes::list_mounts))
         .routes(routes!(api::nodes::get_root_node))
         .routes(routes!(api::nodes::get_node))
-        .routes(routes!(api::write::put_root_data))
-        .routes(routes!(api::write::put_data))
+        .routes(routes!(api::data::get_data, api::data::post_data, api::write::put_data))
+        .routes(routes!(api::data::get_root_data, api::data::post_root_data, api::write::put_root_data))
+        .routes(routes!(api::data::get_chunk))
+        .routes(routes!(api::data::get_root_chunk))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi::serve))
@@ -71,7 +73,15 @@ fn cors_layer(origins: &[String]) -> CorsLayer {
     let method = |m: &str| Method::from_bytes(m.as_bytes()).expect("static method name");
     CorsLayer::new()
         .allow_origin(allow_origin)
-        .allow_methods([Method::GET, Method::HEAD, Method::PUT, Method::DELETE, Method::OPTIONS, method("PROPFIND")])
+        .allow_methods([
+            Method::GET,
+            Method::HEAD,
+            Method::PUT,
+            Method::POST,
+            Method::DELETE,
+            Method::OPTIONS,
+            method("PROPFIND"),
+        ])
         .allow_headers([
             header::RANGE,
             header::IF_NONE_MATCH,
@@ -88,6 +98,9 @@ fn cors_layer(origins: &[String]) -> CorsLayer {
             header::ACCEPT_RANGES,
             header::LAST_MODIFIED,
             REQUEST_ID,
+            api::data::X_ZARR_SHAPE,
+            api::data::X_ZARR_DTYPE,
+            api::data::X_ZARR_ORDER,
         ])
         .max_age(Duration::from_secs(3600))
 }

@@ -3,12 +3,14 @@
 //! Handlers in `http/` call one function here and map the result; no Zarr
 //! or storage logic lives in `http/`.
 
+pub mod chunk_cache;
 pub mod chunk_store;
 pub mod cpu;
 pub mod error;
 pub mod format;
 pub mod locks;
 pub mod node;
+pub mod read;
 pub mod store;
 pub mod write;
 
@@ -20,6 +22,7 @@ pub use error::{ServiceError, ServiceResult};
 use crate::config::Config;
 use crate::storage::mount::MountError;
 use crate::storage::Mount;
+use chunk_cache::ChunkCache;
 use locks::MountLocks;
 
 /// The shared application state (one `Arc<App>` per server).
@@ -28,6 +31,7 @@ pub struct App {
     config: Config,
     mounts: BTreeMap<String, Arc<Mount>>,
     locks: BTreeMap<String, Arc<MountLocks>>,
+    chunk_cache: Arc<ChunkCache>,
 }
 
 impl App {
@@ -55,7 +59,21 @@ impl App {
 
     fn assemble(config: Config, mounts: BTreeMap<String, Arc<Mount>>) -> Self {
         let locks = mounts.keys().map(|name| (name.clone(), Arc::new(MountLocks::default()))).collect();
-        Self { config, mounts, locks }
+        let chunk_cache = Arc::new(ChunkCache::new(config.cache.chunk_bytes));
+        // Every write through a mount (either face) invalidates what the
+        // cache holds for that key.
+        for (name, mount) in &mounts {
+            let (cache, name) = (chunk_cache.clone(), name.clone());
+            mount.set_write_listener(Arc::new(move |key| cache.invalidate(&name, key.as_str())));
+        }
+        Self { config, mounts, locks, chunk_cache }
+    }
+
+    /// The decoded chunk cache (see [`chunk_cache`]); writers that bypass
+    /// `Mount::put`/`Mount::delete` must call [`ChunkCache::invalidate`].
+    #[must_use]
+    pub fn chunk_cache(&self) -> &Arc<ChunkCache> {
+        &self.chunk_cache
     }
 
     /// The write locks of a mount.

@@ -207,7 +207,7 @@ async fn errors(s: WriteServer) {
     let r = s.put("/api/v1/data/data/a?sel=0,0:2", "application/json", "[1, 70000]").await;
     assert!(r.expect_error(400, "bad_request").error_message().contains("70000"));
     let r = s.put("/api/v1/data/data/a?sel=0:6,99", "application/json", "1").await;
-    assert!(r.expect_error(400, "bad_request").error_message().contains("out of bounds"), "{r}");
+    assert!(r.expect_error(400, "invalid_selection").error_message().contains("out of bounds"), "{r}");
     s.put("/api/v1/data/data/a?sel=1:2:3:4", "application/json", "1").await.expect_error(400, "invalid_selection");
     s.put("/api/v1/data/data/a?sel=0&mode=diagonal", "application/json", "1").await.expect_error(400, "invalid_mode");
     s.put("/api/v1/data/data/a?sel=0&format=xml", "application/json", "1").await.expect_error(400, "invalid_format");

@@ -21,6 +21,7 @@
 //! Handlers parse the request, call one service function and map its
 //! result; errors use the JSON envelope of [`super::error`].
 
+pub mod data;
 pub mod nodes;
 pub mod write;
 

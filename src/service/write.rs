@@ -52,7 +52,7 @@ pub struct WriteRequest {
 /// Maps an engine error of a write to a service error.
 fn region_error(e: RegionError) -> ServiceError {
     match e {
-        RegionError::Region(e) => ServiceError::BadRequest(format!("selection: {e}")),
+        RegionError::Region(e) => ServiceError::InvalidSelection(format!("selection: {e}")),
         RegionError::Data(m) => ServiceError::BadRequest(format!("body: {m}")),
         RegionError::Source { key, source } => match source {
             SourceError::Precondition(reason) => ServiceError::WriteConflict { key, reason },
@@ -63,7 +63,8 @@ fn region_error(e: RegionError) -> ServiceError {
                 ServiceError::Storage(StorageError::Unavailable { reason: format!("{key}: {reason}") })
             }
         },
-        e @ (RegionError::Codec { .. } | RegionError::Corrupt { .. }) => ServiceError::CorruptData(e.to_string()),
+        RegionError::Codec { key, source } => ServiceError::CorruptChunk { key, reason: source.to_string() },
+        RegionError::Corrupt { key, reason } => ServiceError::CorruptChunk { key, reason },
     }
 }
 
@@ -92,7 +93,7 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
         let selection = request
             .selection
             .resolve(&node.desc.shape, node.desc.dimension_names.as_deref())
-            .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+            .map_err(|e| ServiceError::InvalidSelection(e.to_string()))?;
         let shape = selection.result_shape();
         let (req, dt) = (request.clone(), node.desc.data_type.clone());
         let decoded = cpu::run(move || decode::decode(req.format, &req.body, &dt, &shape))
@@ -118,12 +119,9 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
             ..RegionOptions::default()
         };
         let store = MountChunkStore::new(m.clone(), path.clone());
-        let result = write_plan(&node.desc, &store, &store, &plan, &options).await;
-        // CHUNK-CACHE-INVALIDATION: once the decoded chunk cache (branch
-        // api-read, `service::chunk_cache`) is merged, invalidate `keys` here,
-        // still under the locks and whatever `result` is (a failed write may
-        // have written some chunks).
-        return result.map_err(region_error);
+        // Every key written or deleted went through `Mount::put`/`delete`,
+        // which invalidate the decoded chunk cache (`service::chunk_cache`).
+        return write_plan(&node.desc, &store, &store, &plan, &options).await.map_err(region_error);
     }
     Err(ServiceError::WriteConflict {
         key: path.to_string(),

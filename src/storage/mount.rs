@@ -50,13 +50,128 @@ pub struct MountSpec {
     /// Backend options (`object_store` configuration keys).
     #[serde(default)]
     pub options: BTreeMap<String, String>,
+    /// When cached decoded chunks are revalidated against storage (see
+    /// [`RecheckPolicy`]); absent: [`RecheckPolicy::default_for`] the URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck_cached_data: Option<RecheckPolicy>,
+    /// Whether a missing chunk reads as the fill value (`true`, the
+    /// default) or is an error naming it (TensorStore's
+    /// `fill_missing_data_reads`). A request may override it.
+    #[serde(default = "default_true")]
+    pub fill_missing_data_reads: bool,
+}
+
+const fn default_true() -> bool {
+    true
+}
+
+/// When data cached from a mount (decoded chunks, shard indexes) is checked
+/// against storage before use — TensorStore's `recheck_cached_data`.
+///
+/// Writes through zarrd (either face) invalidate what they change whatever
+/// the policy; the policy is about changes made behind zarrd's back.
+///
+/// ```
+/// use zarrd::storage::mount::RecheckPolicy;
+/// let p: RecheckPolicy = serde_json::from_str(r#""never""#).unwrap();
+/// assert_eq!(p, RecheckPolicy::Never);
+/// let p: RecheckPolicy = serde_json::from_str(r#""30""#).unwrap();
+/// assert_eq!(p, RecheckPolicy::After(std::time::Duration::from_secs(30)));
+/// let p: RecheckPolicy = serde_json::from_str("2.5").unwrap();
+/// assert_eq!(p, RecheckPolicy::After(std::time::Duration::from_millis(2500)));
+/// assert!(serde_json::from_str::<RecheckPolicy>(r#""sometimes""#).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecheckPolicy {
+    /// Cached data is used as long as it is cached (`"never"`): right when
+    /// nothing but zarrd writes the storage.
+    Never,
+    /// Every use revalidates by ETag first (`"always"`, TensorStore's
+    /// `true`): one `stat` on a local directory, one HEAD on an object store.
+    Always,
+    /// Revalidated when older than this (a number of seconds, as a number or
+    /// a string).
+    After(std::time::Duration),
+}
+
+impl RecheckPolicy {
+    /// The default for a mount URL: `never` for `memory://` (nothing else
+    /// can write it), `always` for everything else, as TensorStore does.
+    #[must_use]
+    pub fn default_for(url: &str) -> Self {
+        if url.starts_with("memory://") {
+            Self::Never
+        } else {
+            Self::Always
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "never" | "false" => Ok(Self::Never),
+            "always" | "true" => Ok(Self::Always),
+            other => other
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(|s| Self::After(std::time::Duration::from_secs_f64(s)))
+                .ok_or_else(|| format!("`{other}`: expected \"never\", \"always\" or a number of seconds")),
+        }
+    }
+}
+
+impl Serialize for RecheckPolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Never => s.serialize_str("never"),
+            Self::Always => s.serialize_str("always"),
+            Self::After(d) => s.serialize_str(&d.as_secs_f64().to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RecheckPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Number(f64),
+            Text(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Bool(b) => b.to_string(),
+            Raw::Number(n) => n.to_string(),
+            Raw::Text(t) => t,
+        };
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Called with every key written or deleted through a mount (the service's
+/// caches invalidate on it).
+pub type WriteListener = Arc<dyn Fn(&StoreKey) + Send + Sync>;
+
+struct Listener(std::sync::OnceLock<WriteListener>);
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "Listener(set)" } else { "Listener(unset)" })
+    }
 }
 
 impl MountSpec {
     /// A writable mount of `url` with no options.
     #[must_use]
     pub fn from_url(url: &str) -> Self {
-        Self { url: url.to_string(), read_only: false, create: false, options: BTreeMap::new() }
+        Self {
+            url: url.to_string(),
+            read_only: false,
+            create: false,
+            options: BTreeMap::new(),
+            recheck_cached_data: None,
+            fill_missing_data_reads: true,
+        }
     }
 }
 
@@ -81,6 +196,9 @@ pub struct Mount {
     read_only: bool,
     storage: Arc<dyn Storage>,
     write_locks: Vec<Mutex<()>>,
+    recheck: RecheckPolicy,
+    fill_missing: bool,
+    listener: Listener,
 }
 
 /// True for a usable mount name.
@@ -177,7 +295,10 @@ impl Mount {
                 )))
             }
         };
-        Ok(Self::from_storage(name, &redact(&spec.url), spec.read_only, storage))
+        let mut mount = Self::from_storage(name, &redact(&spec.url), spec.read_only, storage);
+        mount.recheck = spec.recheck_cached_data.unwrap_or_else(|| RecheckPolicy::default_for(&spec.url));
+        mount.fill_missing = spec.fill_missing_data_reads;
+        Ok(mount)
     }
 
     /// Wraps an existing backend (tests, embedding).
@@ -189,6 +310,43 @@ impl Mount {
             read_only,
             storage,
             write_locks: (0..WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
+            recheck: RecheckPolicy::default_for(url),
+            fill_missing: true,
+            listener: Listener(std::sync::OnceLock::new()),
+        }
+    }
+
+    /// Sets the read policies (tests and embedding; [`Mount::build`] takes
+    /// them from the spec).
+    #[must_use]
+    pub fn with_read_policy(mut self, recheck: RecheckPolicy, fill_missing: bool) -> Self {
+        self.recheck = recheck;
+        self.fill_missing = fill_missing;
+        self
+    }
+
+    /// When cached data from this mount is revalidated.
+    #[must_use]
+    pub fn recheck_policy(&self) -> RecheckPolicy {
+        self.recheck
+    }
+
+    /// Whether missing chunks read as the fill value by default.
+    #[must_use]
+    pub fn fill_missing_data_reads(&self) -> bool {
+        self.fill_missing
+    }
+
+    /// Registers the function told about every key written or deleted
+    /// through [`Mount::put`] and [`Mount::delete`] (once; later calls are
+    /// ignored and return false).
+    pub fn set_write_listener(&self, f: WriteListener) -> bool {
+        self.listener.0.set(f).is_ok()
+    }
+
+    fn notify(&self, key: &StoreKey) {
+        if let Some(f) = self.listener.0.get() {
+            f(key);
         }
     }
 
@@ -264,7 +422,10 @@ impl Mount {
     /// As [`Storage::put`].
     pub async fn put(&self, key: &StoreKey, body: Bytes, condition: &PutCondition) -> StorageResult<PutOutcome> {
         let _guard = self.stripe(key).lock().await;
-        self.storage.put(key, body, condition).await
+        let result = self.storage.put(key, body, condition).await;
+        // Even a failed write may have replaced the value.
+        self.notify(key);
+        result
     }
 
     /// Deletes one key (idempotent).
@@ -273,7 +434,9 @@ impl Mount {
     /// As [`Storage::delete`].
     pub async fn delete(&self, key: &StoreKey) -> StorageResult<()> {
         let _guard = self.stripe(key).lock().await;
-        self.storage.delete(key).await
+        let result = self.storage.delete(key).await;
+        self.notify(key);
+        result
     }
 
     /// Checks the backend answers.
