@@ -227,9 +227,51 @@ async fn errors(s: WriteServer) {
     assert!(r.header("allow").is_some(), "405 says what is allowed: {r}");
     let big = vec![0u8; usize::try_from(common::MAX_PUT).unwrap() + 2];
     s.put("/api/v1/data/data/a", "application/octet-stream", big).await.expect_error(413, "payload_too_large");
+    // A broadcast over more than limits.max_selection_bytes: 413 before any work.
+    s.create("huge", &v3_meta("uint16", &[1_000_000, 1_000_000], &[1, 1], None)).await;
+    let r = s.put("/api/v1/data/data/huge", "application/json", "1").await;
+    r.expect_error(413, "selection_too_large");
+    assert!(r.error_message().contains("max_selection_bytes"), "{r}");
+    // Far-apart points and lists in a grid of 10^12 chunks touch only their own chunks.
+    let at = "/api/v1/data/data/huge?sel=[0,999999],[999999,0]";
+    s.put(&format!("{at}&mode=coordinate"), "application/json", "[3, 4]").await.expect_status(204);
+    s.put(at, "application/json", "[[5, 6], [7, 8]]").await.expect_status(204);
+    for (key, present) in
+        [("huge/c/0/999999", true), ("huge/c/999999/0", true), ("huge/c/0/0", true), ("huge/c/1/1", false)]
+    {
+        assert_eq!(s.exists(key).await, present, "{key}");
+    }
     // Nothing was written by any of these.
     assert_eq!(s.read_u16("a").await, vec![0u16; 120]);
     assert!(!s.exists("a/c/0/0").await);
+}
+
+/// Reads through zarrd after writes through zarrd see the new data: the
+/// decoded chunk cache (kept without revalidation on memory mounts) is
+/// invalidated by every chunk and shard a slice write stores or deletes.
+async fn reads_after_writes(s: WriteServer) {
+    s.create("a", &v3_meta("uint16", &[6, 6], &[3, 3], None)).await;
+    s.create("sh", &v3_meta("uint16", &[8, 8], &[8, 8], Some(&[2, 2]))).await;
+    for path in ["a", "sh"] {
+        let read = |sel: &str| {
+            let url = format!("/api/v1/data/data/{path}?sel={sel}&format=json");
+            let s = &s;
+            async move {
+                let r = s.get(&url).await;
+                r.expect_status(200);
+                r.json()
+            }
+        };
+        assert_eq!(read("0:2,0:2").await, json!([[0, 0], [0, 0]]), "{path}: fill before any write");
+        s.put(&format!("/api/v1/data/data/{path}?sel=1,1"), "application/json", "5").await.expect_status(204);
+        assert_eq!(read("0:2,0:2").await, json!([[0, 0], [0, 5]]), "{path}: a partial write is seen");
+        s.put(&format!("/api/v1/data/data/{path}?sel=0:2,0:2"), "application/json", "[[1, 2], [3, 4]]")
+            .await
+            .expect_status(204);
+        assert_eq!(read("0:2,0:2").await, json!([[1, 2], [3, 4]]), "{path}: an overwrite is seen");
+        s.put(&format!("/api/v1/data/data/{path}?sel=:,:"), "application/json", "0").await.expect_status(204);
+        assert_eq!(read("0:2,0:2").await, json!([[0, 0], [0, 0]]), "{path}: deleted chunks read as fill");
+    }
 }
 
 macro_rules! backends {
@@ -254,4 +296,4 @@ where
         .unwrap_or_else(|_| panic!("{test} on {backend:?} did not finish in 120 s"));
 }
 
-backends!(formats_and_selections, empty_chunks, errors);
+backends!(formats_and_selections, empty_chunks, errors, reads_after_writes);

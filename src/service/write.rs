@@ -68,6 +68,22 @@ fn region_error(e: RegionError) -> ServiceError {
     }
 }
 
+/// A write may cover at most `limits.max_selection_bytes` decoded bytes,
+/// as a read may: a one-element body broadcast over a huge selection would
+/// otherwise make the server encode the whole array.
+fn check_size(app: &App, dt: &crate::zarr::data_type::DataType, shape: &[u64]) -> ServiceResult<()> {
+    let limit = app.config().limits.max_selection_bytes;
+    let elements = shape.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+    let bytes = elements.saturating_mul(dt.size().map_or(16, |s| s as u64));
+    if bytes > limit {
+        return Err(ServiceError::SelectionTooLarge(format!(
+            "the selection is {bytes} bytes ({elements} elements, shape {shape:?}), more than \
+             limits.max_selection_bytes = {limit}; write it in parts"
+        )));
+    }
+    Ok(())
+}
+
 /// Whether the array keeps chunks equal to the fill value.
 fn keeps_empty_chunks(node: &ArrayNode, requested: Option<bool>) -> bool {
     requested.unwrap_or_else(|| {
@@ -95,6 +111,7 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
             .resolve(&node.desc.shape, node.desc.dimension_names.as_deref())
             .map_err(|e| ServiceError::InvalidSelection(e.to_string()))?;
         let shape = selection.result_shape();
+        check_size(app, &node.desc.data_type, &shape)?;
         let (req, dt) = (request.clone(), node.desc.data_type.clone());
         let decoded = cpu::run(move || decode::decode(req.format, &req.body, &dt, &shape))
             .await

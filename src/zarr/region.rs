@@ -502,12 +502,17 @@ impl<'a> WritePlan<'a> {
 
     fn build(desc: &ArrayDescription, placement: Placement<'a>) -> Result<Self, RegionError> {
         let grid = desc.grid();
-        let Some(bbox) = placement.bounding_box() else { return Ok(Self { placement, chunks: Vec::new() }) };
-        let chunks = grid
-            .overlaps(&bbox)?
-            .filter_map(|o| {
-                let area = grid.chunk_subset(&o.chunk)?;
-                placement.touches(&area).then_some((o.chunk, area))
+        if let Some(bbox) = placement.bounding_box() {
+            if !bbox.is_within(&desc.shape) {
+                return Err(SubsetError(format!("{bbox} is outside the array of shape {:?}", desc.shape)).into());
+            }
+        }
+        let chunks = placement
+            .touched_chunks(&desc.chunk_shape)
+            .into_iter()
+            .filter_map(|c| {
+                let area = grid.chunk_subset(&c)?;
+                Some((c, area))
             })
             .collect();
         Ok(Self { placement, chunks })

@@ -22,9 +22,11 @@ use crate::zarr::subset::{ArraySubset, SubsetError};
 pub(crate) enum Placement<'a> {
     /// `data` has the shape of `region`.
     Box { region: ArraySubset, data: &'a ChunkData },
-    /// Per dimension, `(array index, position along the data's dimension)`;
-    /// `data` is C order over the lengths of these lists (or one element).
-    Outer { dims: Vec<Vec<(u64, u64)>>, data: &'a ChunkData, scalar: bool },
+    /// Per dimension, `(array index, position along the data's dimension)`
+    /// sorted (by index, then position, so a repeated index is written last
+    /// from its last position), and the distinct indices, sorted; `data` is
+    /// C order over the selected lengths, `lens` (or one element).
+    Outer { dims: Vec<Vec<(u64, u64)>>, distinct: Vec<Vec<u64>>, lens: Vec<u64>, data: &'a ChunkData, scalar: bool },
     /// Point `i` receives element `i` of `data` (or its one element).
     /// `by_chunk` buckets the point numbers by the grid chunk holding them.
     Points {
@@ -36,9 +38,24 @@ pub(crate) enum Placement<'a> {
     },
 }
 
-/// The indices of one selected dimension with their positions in the data.
+/// The indices of one selected dimension with their positions in the data,
+/// sorted by index then position.
 fn dim_entries(d: &DimIndexer) -> Vec<(u64, u64)> {
-    (0..d.len()).map(|i| (d.get(i), i)).collect()
+    let mut v: Vec<(u64, u64)> = (0..d.len()).map(|i| (d.get(i), i)).collect();
+    v.sort_unstable();
+    v
+}
+
+/// The entries (sorted) whose index lies in `lo..hi`.
+fn in_range(entries: &[(u64, u64)], lo: u64, hi: u64) -> &[(u64, u64)] {
+    let a = entries.partition_point(|e| e.0 < lo);
+    let b = entries.partition_point(|e| e.0 < hi);
+    &entries[a..b]
+}
+
+/// How many of the sorted distinct `values` lie in `lo..hi`.
+fn count_in(values: &[u64], lo: u64, hi: u64) -> usize {
+    values.partition_point(|&x| x < hi) - values.partition_point(|&x| x < lo)
 }
 
 impl<'a> Placement<'a> {
@@ -64,7 +81,17 @@ impl<'a> Placement<'a> {
                 }
             }
         }
-        Self::Outer { dims: selection.dims.iter().map(dim_entries).collect(), data, scalar }
+        let dims: Vec<Vec<(u64, u64)>> = selection.dims.iter().map(dim_entries).collect();
+        let distinct = dims
+            .iter()
+            .map(|d| {
+                let mut v: Vec<u64> = d.iter().map(|e| e.0).collect();
+                v.dedup();
+                v
+            })
+            .collect();
+        let lens = selection.dims.iter().map(DimIndexer::len).collect();
+        Self::Outer { dims, distinct, lens, data, scalar }
     }
 
     /// The smallest box holding every written element; `None` when nothing
@@ -77,12 +104,10 @@ impl<'a> Placement<'a> {
                 }
                 (region.start().to_vec(), region.end())
             }
-            Self::Outer { dims, .. } => {
-                let mut bounds = Vec::with_capacity(dims.len());
-                for d in dims {
-                    let lo = d.iter().map(|e| e.0).min()?;
-                    let hi = d.iter().map(|e| e.0).max()? + 1;
-                    bounds.push((lo, hi));
+            Self::Outer { distinct, .. } => {
+                let mut bounds = Vec::with_capacity(distinct.len());
+                for d in distinct {
+                    bounds.push((*d.first()?, *d.last()? + 1));
                 }
                 bounds.into_iter().unzip()
             }
@@ -103,6 +128,44 @@ impl<'a> Placement<'a> {
         ArraySubset::new(start, shape).ok()
     }
 
+    /// The grid coordinates of every chunk (of `chunk_shape`) holding a
+    /// written element, without looking at chunks the write does not touch.
+    pub(crate) fn touched_chunks(&self, chunk_shape: &[u64]) -> Vec<Vec<u64>> {
+        let per_dim: Vec<Vec<u64>> = match self {
+            Self::Box { region, .. } => {
+                if region.is_empty() {
+                    return Vec::new();
+                }
+                let end = region.end();
+                (0..region.rank())
+                    .map(|d| (region.start()[d] / chunk_shape[d]..=(end[d] - 1) / chunk_shape[d]).collect())
+                    .collect()
+            }
+            Self::Outer { distinct, .. } => distinct
+                .iter()
+                .zip(chunk_shape)
+                .map(|(v, c)| {
+                    let mut out: Vec<u64> = v.iter().map(|x| x / c).collect();
+                    out.dedup();
+                    out
+                })
+                .collect(),
+            Self::Points { by_chunk, .. } => {
+                let mut chunks: Vec<Vec<u64>> = by_chunk.keys().cloned().collect();
+                chunks.sort_unstable();
+                return chunks;
+            }
+        };
+        if per_dim.iter().any(Vec::is_empty) {
+            return Vec::new();
+        }
+        let lens: Vec<u64> = per_dim.iter().map(|v| v.len() as u64).collect();
+        ArraySubset::from_shape(&lens)
+            .indices()
+            .map(|i| i.iter().zip(&per_dim).map(|(&k, v)| v[to_usize(k)]).collect())
+            .collect()
+    }
+
     /// Whether any written element lies in `area`.
     pub(crate) fn touches(&self, area: &ArraySubset) -> bool {
         if area.is_empty() {
@@ -111,10 +174,9 @@ impl<'a> Placement<'a> {
         let end = area.end();
         match self {
             Self::Box { region, .. } => region.intersect(area).is_some_and(|i| !i.is_empty()),
-            Self::Outer { dims, .. } => dims
-                .iter()
-                .enumerate()
-                .all(|(d, entries)| entries.iter().any(|(x, _)| (area.start()[d]..end[d]).contains(x))),
+            Self::Outer { distinct, .. } => {
+                distinct.iter().enumerate().all(|(d, v)| count_in(v, area.start()[d], end[d]) > 0)
+            }
             Self::Points { .. } => self.points_in(area).next().is_some(),
         }
     }
@@ -127,13 +189,9 @@ impl<'a> Placement<'a> {
         let end = area.end();
         match self {
             Self::Box { region, .. } => region.intersect(area).is_some_and(|i| i == *area),
-            Self::Outer { dims, .. } => dims.iter().enumerate().all(|(d, entries)| {
-                let mut inside: Vec<u64> =
-                    entries.iter().map(|e| e.0).filter(|x| (area.start()[d]..end[d]).contains(x)).collect();
-                inside.sort_unstable();
-                inside.dedup();
-                inside.len() as u64 == area.shape()[d]
-            }),
+            Self::Outer { distinct, .. } => {
+                distinct.iter().enumerate().all(|(d, v)| count_in(v, area.start()[d], end[d]) as u64 == area.shape()[d])
+            }
             Self::Points { .. } => {
                 let mut inside: Vec<&Vec<u64>> = self.points_in(area).map(|(_, p)| p).collect();
                 inside.sort_unstable();
@@ -180,15 +238,14 @@ impl<'a> Placement<'a> {
                 let dst_start = part.relative_to(origin);
                 super::copy_data(data, region.shape(), &src_part, buf, buf_shape, dst_start.start(), elem)
             }
-            Self::Outer { dims, data, scalar } => {
+            Self::Outer { dims, lens, data, scalar, .. } => {
                 let end = area.end();
                 let local: Vec<Vec<(usize, usize)>> = dims
                     .iter()
                     .enumerate()
                     .map(|(d, entries)| {
-                        entries
+                        in_range(entries, origin[d], end[d])
                             .iter()
-                            .filter(|(x, _)| (origin[d]..end[d]).contains(x))
                             .map(|&(x, p)| (to_usize(x - origin[d]), to_usize(p)))
                             .collect()
                     })
@@ -196,10 +253,9 @@ impl<'a> Placement<'a> {
                 if local.iter().any(Vec::is_empty) {
                     return Ok(());
                 }
-                let data_shape: Vec<u64> = dims.iter().map(|d| d.len() as u64).collect();
-                let src_strides = strides(&data_shape);
+                let src_strides = strides(lens);
                 let dst_strides = strides(buf_shape);
-                let mut mover = Mover::new(data, buf, elem, *scalar, &data_shape)?;
+                let mut mover = Mover::new(data, buf, elem, *scalar, lens)?;
                 let rank = local.len();
                 let mut counter = vec![0usize; rank];
                 'outer: loop {
