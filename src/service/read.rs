@@ -1049,57 +1049,9 @@ async fn start(plan: Arc<Plan>, content_length: Option<u64>) -> ServiceResult<Da
     };
     let producer = plan.clone();
     tokio::spawn(async move {
-        let plan = producer;
-        let mut json = (plan.format == OutputFormat::Json)
-            .then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
-        let mut pending = header;
-        let mut slabs = plan.slabs().peekable();
-        loop {
-            let Some(job) = slabs.next() else {
-                if let Some(enc) = json.as_mut() {
-                    let mut out = Vec::new();
-                    enc.finish(&mut out);
-                    pending.push(Bytes::from(out));
-                }
-                let _ = tx.send(Ok(pending)).await;
-                return;
-            };
-            let result = async {
-                let data = assemble(&plan, job).await?;
-                let p = plan.clone();
-                let mut enc = json.take();
-                let (enc, pieces) = cpu::run(move || {
-                    let pieces = encode_parts(p.field.as_ref(), data, enc.as_mut());
-                    (enc, pieces)
-                })
-                .await
-                .map_err(|e| ServiceError::Internal(e.to_string()))?;
-                json = enc;
-                pieces
-            }
-            .await;
-            match result {
-                Ok(pieces) => {
-                    pending.extend(pieces);
-                    if slabs.peek().is_none() {
-                        if let Some(enc) = json.as_mut() {
-                            let mut out = Vec::new();
-                            enc.finish(&mut out);
-                            pending.push(Bytes::from(out));
-                        }
-                        let _ = tx.send(Ok(std::mem::take(&mut pending))).await;
-                        return;
-                    }
-                    if tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
-                        return; // The client went away.
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            }
-        }
+        let cache = producer.src.cache.clone();
+        produce(producer, tx, header).await;
+        log_cache(&cache);
     });
     let first = match rx.recv().await {
         Some(Ok(pieces)) => pieces,
@@ -1114,6 +1066,78 @@ async fn start(plan: Arc<Plan>, content_length: Option<u64>) -> ServiceResult<Da
         first,
         rest: Some(rx),
     })
+}
+
+/// Produces every slab of `plan` into `tx` (the first message also carries
+/// `pending`, the format's header).
+async fn produce(plan: Arc<Plan>, tx: mpsc::Sender<ServiceResult<Pieces>>, header: Pieces) {
+    let mut json =
+        (plan.format == OutputFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
+    let mut pending = header;
+    let mut slabs = plan.slabs().peekable();
+    loop {
+        let Some(job) = slabs.next() else {
+            if let Some(enc) = json.as_mut() {
+                let mut out = Vec::new();
+                enc.finish(&mut out);
+                pending.push(Bytes::from(out));
+            }
+            let _ = tx.send(Ok(pending)).await;
+            return;
+        };
+        let result = async {
+            let data = assemble(&plan, job).await?;
+            let p = plan.clone();
+            let mut enc = json.take();
+            let (enc, pieces) = cpu::run(move || {
+                let pieces = encode_parts(p.field.as_ref(), data, enc.as_mut());
+                (enc, pieces)
+            })
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))?;
+            json = enc;
+            pieces
+        }
+        .await;
+        match result {
+            Ok(pieces) => {
+                pending.extend(pieces);
+                if slabs.peek().is_none() {
+                    if let Some(enc) = json.as_mut() {
+                        let mut out = Vec::new();
+                        enc.finish(&mut out);
+                        pending.push(Bytes::from(out));
+                    }
+                    let _ = tx.send(Ok(std::mem::take(&mut pending))).await;
+                    return;
+                }
+                if tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
+                    return; // The client went away.
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        }
+    }
+}
+
+/// The cache's figures, at debug level (`RUST_LOG=zarrd::cache=debug`).
+fn log_cache(cache: &ChunkCache) {
+    if tracing::enabled!(target: "zarrd::cache", tracing::Level::DEBUG) {
+        let st = cache.stats();
+        tracing::debug!(
+            target: "zarrd::cache",
+            hits = st.hits,
+            misses = st.misses,
+            invalidations = st.invalidations,
+            entries = st.entries,
+            bytes = st.bytes,
+            capacity = st.capacity,
+            "decoded chunk cache"
+        );
+    }
 }
 
 /// Parses a coordinate list (`1,2,3`) for `what`.
