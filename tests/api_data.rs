@@ -424,6 +424,43 @@ async fn limits(backend: Backend) {
     s.get("/api/v1/data/data/a?sel=0:2,0:5&format=json").await.expect_status(200);
 }
 
+/// A corrupt chunk: a 500 naming its key when met in the first slab; after
+/// the headers went out, a body cut short of its Content-Length.
+async fn corrupt_chunks(backend: Backend) {
+    let mut config = common::test_config();
+    config.limits.read_slab_bytes = 4096;
+    let Some(s) = TestServer::start_with(backend, "corrupt", config).await else { return };
+    let meta = r#"{"zarr_format":3,"node_type":"array","shape":[80,50],"data_type":"uint16",
+     "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[10,50]}},
+     "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+     "fill_value":0,"codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd","configuration":{"level":1,"checksum":false}}]}"#;
+    s.put("/zarr/data/z/zarr.json", meta).await.expect_status(201);
+    for cy in [0, 1, 2, 3, 4, 5, 7] {
+        let z = zstd::encode_all(&vec![1u8; 1000][..], 1).unwrap();
+        s.put(&format!("/zarr/data/z/c/{cy}/0"), z).await.expect_status(201);
+    }
+    s.put("/zarr/data/z/c/6/0", b"not zstd at all".to_vec()).await.expect_status(201);
+    let r = s.get("/api/v1/data/data/z?sel=60:70").await;
+    r.expect_error(500, "corrupt_chunk");
+    assert!(r.error_message().contains("z/c/6/0"), "{}", r.error_message());
+    // 4 KiB slabs hold four chunk rows: the corrupt chunk is in the second slab.
+    let resp = s.request("GET", "/api/v1/data/data/z").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-length"], "8000");
+    let body = resp.bytes().await;
+    assert!(body.is_err(), "the body must not arrive whole: {:?}", body.map(|b| b.len()));
+}
+
+#[tokio::test]
+async fn corrupt_chunks_memory() {
+    corrupt_chunks(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn corrupt_chunks_file() {
+    corrupt_chunks(Backend::File).await;
+}
+
 #[tokio::test]
 async fn limits_memory() {
     limits(Backend::Memory).await;

@@ -103,7 +103,7 @@ impl OutputFormat {
     /// Checks that elements of `dt` can be written in this format.
     ///
     /// # Errors
-    /// Variable-length types in `raw` or `npy`; types JSON cannot render.
+    /// Variable-length types in `raw` or `npy`.
     pub fn check(self, dt: &DataType) -> Result<(), FormatError> {
         match (self, dt) {
             (Self::Raw | Self::Npy, DataType::String | DataType::Bytes) => Err(FormatError(format!(
@@ -111,10 +111,6 @@ impl OutputFormat {
                 self.name(),
                 zarr_name(dt)
             ))),
-            (Self::Json, DataType::Float8(kind)) => {
-                let name = kind.name();
-                Err(FormatError(format!("format json: {name} elements have no JSON rendering; use raw or npy")))
-            }
             (Self::Json, DataType::Structured { fields, .. }) => {
                 fields.iter().try_for_each(|f| self.check(&f.data_type))
             }
@@ -143,7 +139,7 @@ pub fn zarr_name(dt: &DataType) -> String {
         DataType::Complex64 => "complex64".into(),
         DataType::Complex128 => "complex128".into(),
         DataType::Int4 => "int4".into(),
-        DataType::Float8(kind) => kind.name().to_string(),
+        DataType::Float8(kind) => kind.name().into(),
         DataType::RawBits(n) => format!("r{}", n * 8),
         DataType::FixedBytes(n) => format!("null_terminated_bytes({n})"),
         DataType::FixedUtf32(n) => format!("fixed_length_utf32({n})"),
@@ -311,8 +307,5 @@ mod tests {
         assert!(e.0.contains("variable-length string") && e.0.contains("format=json"), "{e}");
         assert!(OutputFormat::Npy.check(&DataType::Bytes).is_err());
         assert!(OutputFormat::Json.check(&DataType::Bytes).is_ok());
-        assert!(OutputFormat::Json
-            .check(&DataType::Float8(crate::zarr::metadata::data_type::Float8Kind::E4M3Fn))
-            .is_err());
     }
 }

@@ -60,6 +60,7 @@ use crate::zarr::byte_range::ByteRangeRequest;
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
 use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
 use crate::zarr::data_type::DataType;
+use crate::zarr::field::FieldView;
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode, SelectionSpec};
 
 /// Byte ranges of inner chunks at most this far apart are read together.
@@ -113,51 +114,6 @@ pub struct DataRead {
     pub first: Pieces,
     /// The rest of the body (`None`: the first message was all of it).
     pub rest: Option<mpsc::Receiver<ServiceResult<Pieces>>>,
-}
-
-/// One field of a structured type, projected out of records.
-#[derive(Debug, Clone)]
-struct FieldProj {
-    offset: usize,
-    len: usize,
-    record: usize,
-    data_type: DataType,
-    subarray: Vec<u64>,
-}
-
-fn field_of(dt: &DataType, name: &str) -> ServiceResult<FieldProj> {
-    let DataType::Structured { size, fields } = dt else {
-        return Err(ServiceError::InvalidSelection(format!(
-            "field `{name}`: the array's data type {} has no fields",
-            zarr_name(dt)
-        )));
-    };
-    let f = fields.iter().find(|f| f.name == name).ok_or_else(|| {
-        let known: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
-        ServiceError::InvalidSelection(format!("field `{name}`: no such field; the fields are {}", known.join(", ")))
-    })?;
-    let count = usize::try_from(f.subarray.iter().product::<u64>()).unwrap_or(usize::MAX);
-    let len = f
-        .data_type
-        .size()
-        .and_then(|s| s.checked_mul(count))
-        .filter(|len| f.offset.checked_add(*len).is_some_and(|end| end <= *size))
-        .ok_or_else(|| ServiceError::BadRequest(format!("field `{name}` does not fit its {size}-byte record")))?;
-    Ok(FieldProj {
-        offset: f.offset,
-        len,
-        record: *size,
-        data_type: (*f.data_type).clone(),
-        subarray: f.subarray.clone(),
-    })
-}
-
-fn project(records: &[u8], f: &FieldProj) -> Vec<u8> {
-    let mut out = Vec::with_capacity(records.len() / f.record.max(1) * f.len);
-    for r in records.chunks_exact(f.record) {
-        out.extend_from_slice(&r[f.offset..f.offset + f.len]);
-    }
-    out
 }
 
 /// A slab's (or chunk's) elements.
@@ -530,7 +486,7 @@ struct Plan {
     /// Record size (0 for variable-length types).
     es: usize,
     variable: bool,
-    field: Option<FieldProj>,
+    field: Option<FieldView>,
     format: OutputFormat,
     out_type: DataType,
     out_shape: Vec<u64>,
@@ -945,11 +901,11 @@ async fn fetch_range(
 }
 
 /// Encodes one slab in the output format (field projection first).
-fn encode_parts(field: Option<&FieldProj>, data: SlabData, json: Option<&mut JsonEncoder>) -> Pieces {
-    match data {
+fn encode_parts(field: Option<&FieldView>, data: SlabData, json: Option<&mut JsonEncoder>) -> ServiceResult<Pieces> {
+    Ok(match data {
         SlabData::Fixed(bytes) => {
             let bytes = match field {
-                Some(f) => project(&bytes, f),
+                Some(f) => f.extract(&bytes).map_err(|e| ServiceError::Internal(e.to_string()))?,
                 None => bytes,
             };
             match json {
@@ -968,7 +924,7 @@ fn encode_parts(field: Option<&FieldProj>, data: SlabData, json: Option<&mut Jso
             }
             vec![Bytes::from(out)]
         }
-    }
+    })
 }
 
 /// Opens the array and the source of its chunks.
@@ -997,13 +953,13 @@ fn output_of(
     dt: &DataType,
     shape: Vec<u64>,
     field: Option<&str>,
-) -> ServiceResult<(Option<FieldProj>, DataType, Vec<u64>)> {
+) -> ServiceResult<(Option<FieldView>, DataType, Vec<u64>)> {
     match field {
         None => Ok((None, dt.clone(), shape)),
         Some(name) => {
-            let f = field_of(dt, name)?;
-            let mut shape = shape;
-            shape.extend_from_slice(&f.subarray);
+            let f =
+                FieldView::of(dt, name).map_err(|e| ServiceError::InvalidSelection(format!("field `{name}`: {e}")))?;
+            let shape = f.shape(&shape);
             let t = f.data_type.clone();
             Ok((Some(f), t, shape))
         }
@@ -1093,57 +1049,9 @@ async fn start(plan: Arc<Plan>, content_length: Option<u64>) -> ServiceResult<Da
     };
     let producer = plan.clone();
     tokio::spawn(async move {
-        let plan = producer;
-        let mut json = (plan.format == OutputFormat::Json)
-            .then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
-        let mut pending = header;
-        let mut slabs = plan.slabs().peekable();
-        loop {
-            let Some(job) = slabs.next() else {
-                if let Some(enc) = json.as_mut() {
-                    let mut out = Vec::new();
-                    enc.finish(&mut out);
-                    pending.push(Bytes::from(out));
-                }
-                let _ = tx.send(Ok(pending)).await;
-                return;
-            };
-            let result = async {
-                let data = assemble(&plan, job).await?;
-                let p = plan.clone();
-                let mut enc = json.take();
-                let (enc, pieces) = cpu::run(move || {
-                    let pieces = encode_parts(p.field.as_ref(), data, enc.as_mut());
-                    (enc, pieces)
-                })
-                .await
-                .map_err(|e| ServiceError::Internal(e.to_string()))?;
-                json = enc;
-                Ok::<_, ServiceError>(pieces)
-            }
-            .await;
-            match result {
-                Ok(pieces) => {
-                    pending.extend(pieces);
-                    if slabs.peek().is_none() {
-                        if let Some(enc) = json.as_mut() {
-                            let mut out = Vec::new();
-                            enc.finish(&mut out);
-                            pending.push(Bytes::from(out));
-                        }
-                        let _ = tx.send(Ok(std::mem::take(&mut pending))).await;
-                        return;
-                    }
-                    if tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
-                        return; // The client went away.
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            }
-        }
+        let cache = producer.src.cache.clone();
+        produce(producer, tx, header).await;
+        log_cache(&cache);
     });
     let first = match rx.recv().await {
         Some(Ok(pieces)) => pieces,
@@ -1158,6 +1066,78 @@ async fn start(plan: Arc<Plan>, content_length: Option<u64>) -> ServiceResult<Da
         first,
         rest: Some(rx),
     })
+}
+
+/// Produces every slab of `plan` into `tx` (the first message also carries
+/// `pending`, the format's header).
+async fn produce(plan: Arc<Plan>, tx: mpsc::Sender<ServiceResult<Pieces>>, header: Pieces) {
+    let mut json =
+        (plan.format == OutputFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
+    let mut pending = header;
+    let mut slabs = plan.slabs().peekable();
+    loop {
+        let Some(job) = slabs.next() else {
+            if let Some(enc) = json.as_mut() {
+                let mut out = Vec::new();
+                enc.finish(&mut out);
+                pending.push(Bytes::from(out));
+            }
+            let _ = tx.send(Ok(pending)).await;
+            return;
+        };
+        let result = async {
+            let data = assemble(&plan, job).await?;
+            let p = plan.clone();
+            let mut enc = json.take();
+            let (enc, pieces) = cpu::run(move || {
+                let pieces = encode_parts(p.field.as_ref(), data, enc.as_mut());
+                (enc, pieces)
+            })
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))?;
+            json = enc;
+            pieces
+        }
+        .await;
+        match result {
+            Ok(pieces) => {
+                pending.extend(pieces);
+                if slabs.peek().is_none() {
+                    if let Some(enc) = json.as_mut() {
+                        let mut out = Vec::new();
+                        enc.finish(&mut out);
+                        pending.push(Bytes::from(out));
+                    }
+                    let _ = tx.send(Ok(std::mem::take(&mut pending))).await;
+                    return;
+                }
+                if tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
+                    return; // The client went away.
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        }
+    }
+}
+
+/// The cache's figures, at debug level (`RUST_LOG=zarrd::cache=debug`).
+fn log_cache(cache: &ChunkCache) {
+    if tracing::enabled!(target: "zarrd::cache", tracing::Level::DEBUG) {
+        let st = cache.stats();
+        tracing::debug!(
+            target: "zarrd::cache",
+            hits = st.hits,
+            misses = st.misses,
+            invalidations = st.invalidations,
+            entries = st.entries,
+            bytes = st.bytes,
+            capacity = st.capacity,
+            "decoded chunk cache"
+        );
+    }
 }
 
 /// Parses a coordinate list (`1,2,3`) for `what`.
@@ -1264,16 +1244,16 @@ pub async fn read_chunk(app: &Arc<App>, mount: &str, path: &NodePath, params: Ch
             ChunkData::Fixed(b) => SlabData::Fixed(b.clone()),
             ChunkData::Variable(items) => SlabData::Variable(items.clone()),
         };
-        pieces.extend(encode_parts(field.as_ref(), slab, json.as_mut()));
+        pieces.extend(encode_parts(field.as_ref(), slab, json.as_mut())?);
         if let Some(enc) = json.as_mut() {
             let mut out = Vec::new();
             enc.finish(&mut out);
             pieces.push(Bytes::from(out));
         }
-        pieces
+        Ok::<_, ServiceError>(pieces)
     })
     .await
-    .map_err(|e| ServiceError::Internal(e.to_string()))?;
+    .map_err(|e| ServiceError::Internal(e.to_string()))??;
     Ok(DataRead { shape: out_shape, data_type: out_type, format, content_length, first: pieces, rest: None })
 }
 
@@ -1355,31 +1335,24 @@ mod tests {
     }
 
     #[test]
-    fn fields_project_and_name_the_choices() {
+    fn fields_name_the_choices() {
         use crate::zarr::data_type::Field;
+        let field = |name: &str, offset, data_type, subarray| Field {
+            name: name.into(),
+            offset,
+            data_type: Box::new(data_type),
+            big_endian: false,
+            subarray,
+        };
         let dt = DataType::Structured {
             size: 6,
-            fields: vec![
-                Field {
-                    name: "a".into(),
-                    offset: 0,
-                    data_type: Box::new(DataType::UInt16),
-                    big_endian: false,
-                    subarray: vec![],
-                },
-                Field {
-                    name: "b".into(),
-                    offset: 2,
-                    data_type: Box::new(DataType::UInt8),
-                    big_endian: false,
-                    subarray: vec![4],
-                },
-            ],
+            fields: vec![field("a", 0, DataType::UInt16, vec![]), field("b", 2, DataType::UInt8, vec![4])],
         };
-        let f = field_of(&dt, "b").unwrap();
-        assert_eq!(project(&[1, 0, 9, 8, 7, 6, 2, 0, 5, 4, 3, 2], &f), vec![9, 8, 7, 6, 5, 4, 3, 2]);
-        let e = field_of(&dt, "z").unwrap_err().to_string();
-        assert!(e.contains("`z`") && e.contains("a, b"), "{e}");
-        assert!(field_of(&DataType::Int8, "a").unwrap_err().to_string().contains("no fields"));
+        let (f, t, shape) = output_of(&dt, vec![3], Some("b")).unwrap();
+        assert_eq!((t, shape), (DataType::UInt8, vec![3, 4]));
+        assert_eq!(f.unwrap().extract(&[1, 0, 9, 8, 7, 6]).unwrap(), vec![9, 8, 7, 6]);
+        let e = output_of(&dt, vec![3], Some("z")).unwrap_err().to_string();
+        assert!(e.contains("field `z`") && e.contains("a, b"), "{e}");
+        assert!(output_of(&DataType::Int8, vec![], Some("a")).unwrap_err().to_string().contains("no fields"));
     }
 }

@@ -18,7 +18,7 @@
 //! - structured records: an object from field name to value, a field with a
 //!   subarray shape as nested lists.
 //!
-//! `float8_*` elements are refused (see [`super::OutputFormat::check`]).
+//! - `float8_*`: numbers as floats above (their exact values).
 
 use std::io::Write;
 
@@ -219,7 +219,8 @@ pub fn write_fixed(dt: &DataType, b: &[u8], out: &mut Vec<u8>) {
             let end = b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
             write_base64(&b[..end], out);
         }
-        DataType::RawBits(_) | DataType::Float8(_) => write_base64(b, out),
+        DataType::Float8(kind) => write_f64(kind.to_f64(b[0]), out),
+        DataType::RawBits(_) => write_base64(b, out),
         DataType::FixedUtf32(_) => {
             let mut s: String = b
                 .chunks_exact(4)
