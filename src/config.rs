@@ -64,6 +64,19 @@ pub struct Limits {
     /// Most entries one listing answers (the rest are cut, and the answer says so).
     #[serde(default = "default_max_list")]
     pub max_list_entries: usize,
+    /// Largest selection one data or chunk read may ask for, in decoded
+    /// bytes (413 beyond). Reads stream, so this bounds response size and
+    /// time, not memory.
+    #[serde(default = "default_max_selection")]
+    pub max_selection_bytes: u64,
+    /// Most elements one JSON answer may hold (413 beyond): a JSON client
+    /// parses the whole answer in memory, at tens of bytes per element.
+    #[serde(default = "default_max_json")]
+    pub max_json_elements: u64,
+    /// Decoded bytes a streamed read assembles at once (one slab); memory
+    /// per read is about two slabs plus the chunks being decoded.
+    #[serde(default = "default_slab")]
+    pub read_slab_bytes: u64,
 }
 
 /// Caches.
@@ -76,11 +89,19 @@ pub struct Cache {
     /// Objects larger than this are never cached.
     #[serde(default = "default_object_max")]
     pub object_max_bytes: u64,
+    /// Bytes of decoded chunks (and shard indexes) kept across requests (0
+    /// disables).
+    #[serde(default = "default_chunk_cache")]
+    pub chunk_bytes: u64,
 }
 
 impl Default for Cache {
     fn default() -> Self {
-        Self { object_bytes: default_object_cache(), object_max_bytes: default_object_max() }
+        Self {
+            object_bytes: default_object_cache(),
+            object_max_bytes: default_object_max(),
+            chunk_bytes: default_chunk_cache(),
+        }
     }
 }
 
@@ -97,6 +118,18 @@ const fn default_object_cache() -> u64 {
 }
 const fn default_object_max() -> u64 {
     4 * 1024 * 1024
+}
+const fn default_chunk_cache() -> u64 {
+    256 * 1024 * 1024
+}
+const fn default_max_selection() -> u64 {
+    16 * 1024 * 1024 * 1024
+}
+const fn default_max_json() -> u64 {
+    16 * 1024 * 1024
+}
+const fn default_slab() -> u64 {
+    32 * 1024 * 1024
 }
 
 /// Cross-origin access for browser viewers.
@@ -144,7 +177,13 @@ fn default_origins() -> Vec<String> {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_put_bytes: default_max_put(), max_list_entries: default_max_list() }
+        Self {
+            max_put_bytes: default_max_put(),
+            max_list_entries: default_max_list(),
+            max_selection_bytes: default_max_selection(),
+            max_json_elements: default_max_json(),
+            read_slab_bytes: default_slab(),
+        }
     }
 }
 impl Default for Cors {
@@ -233,6 +272,9 @@ impl Config {
         }
         if self.limits.max_list_entries == 0 {
             bail!("limits.max_list_entries: must be greater than 0");
+        }
+        if self.limits.read_slab_bytes < 4096 {
+            bail!("limits.read_slab_bytes: must be at least 4096");
         }
         if self.cors.allowed_origins.is_empty() {
             bail!("cors.allowed_origins: list at least one origin, or \"*\"");

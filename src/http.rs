@@ -56,6 +56,10 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(api::resize::resize))
         .routes(routes!(api::consolidate::consolidate_root))
         .routes(routes!(api::consolidate::consolidate))
+        .routes(routes!(api::data::get_data, api::data::post_data, api::write::put_data))
+        .routes(routes!(api::data::get_root_data, api::data::post_root_data, api::write::put_root_data))
+        .routes(routes!(api::data::get_chunk))
+        .routes(routes!(api::data::get_root_chunk))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi::serve))
@@ -103,6 +107,9 @@ fn cors_layer(origins: &[String]) -> CorsLayer {
             header::ACCEPT_RANGES,
             header::LAST_MODIFIED,
             REQUEST_ID,
+            api::data::X_ZARR_SHAPE,
+            api::data::X_ZARR_DTYPE,
+            api::data::X_ZARR_ORDER,
         ])
         .max_age(Duration::from_secs(3600))
 }

@@ -3,14 +3,18 @@
 //! Handlers in `http/` call one function here and map the result; no Zarr
 //! or storage logic lives in `http/`.
 
+pub mod chunk_cache;
 pub mod chunk_store;
 pub mod cpu;
 pub mod error;
+pub mod format;
 pub mod locks;
 pub mod metadata_cache;
 pub mod node;
 pub mod nodes;
+pub mod read;
 pub mod store;
+pub mod write;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +24,7 @@ pub use error::{ServiceError, ServiceResult};
 use crate::config::Config;
 use crate::storage::mount::MountError;
 use crate::storage::Mount;
+use chunk_cache::ChunkCache;
 use locks::MountLocks;
 use metadata_cache::MetadataCache;
 
@@ -30,6 +35,7 @@ pub struct App {
     mounts: BTreeMap<String, Arc<Mount>>,
     locks: BTreeMap<String, Arc<MountLocks>>,
     metadata: MetadataCache,
+    chunk_cache: Arc<ChunkCache>,
 }
 
 impl App {
@@ -57,7 +63,21 @@ impl App {
 
     fn assemble(config: Config, mounts: BTreeMap<String, Arc<Mount>>) -> Self {
         let locks = mounts.keys().map(|name| (name.clone(), Arc::new(MountLocks::default()))).collect();
-        Self { config, mounts, locks, metadata: MetadataCache::default() }
+        let chunk_cache = Arc::new(ChunkCache::new(config.cache.chunk_bytes));
+        // Every write through a mount (either face) invalidates what the
+        // cache holds for that key.
+        for (name, mount) in &mounts {
+            let (cache, name) = (chunk_cache.clone(), name.clone());
+            mount.set_write_listener(Arc::new(move |key| cache.invalidate(&name, key.as_str())));
+        }
+        Self { config, mounts, locks, metadata: MetadataCache::default(), chunk_cache }
+    }
+
+    /// The decoded chunk cache (see [`chunk_cache`]); writers that bypass
+    /// `Mount::put`/`Mount::delete` must call [`ChunkCache::invalidate`].
+    #[must_use]
+    pub fn chunk_cache(&self) -> &Arc<ChunkCache> {
+        &self.chunk_cache
     }
 
     /// The write locks of a mount.

@@ -38,6 +38,9 @@ pub struct ObjectMeta {
     pub etag: String,
     /// The backend's own version token, handed back on conditional updates.
     pub(crate) version_token: Option<String>,
+    /// The backend's object version (GCS generation, S3 version id), which
+    /// GCS needs for a conditional update.
+    pub(crate) version_id: Option<String>,
 }
 
 /// The answer to a read.

@@ -458,11 +458,11 @@ on_backends!(
 /// seen (the cached node is served) until zarrd itself writes the node.
 #[tokio::test]
 async fn recheck_never_serves_the_cached_node() {
-    use zarrd::storage::mount::RecheckMetadata;
+    use zarrd::storage::mount::RecheckPolicy;
     use zarrd::storage::{Mount, MountSpec};
     let dir = tempfile::tempdir().unwrap();
     let mut spec = MountSpec::from_url(&format!("file://{}", dir.path().display()));
-    spec.recheck_cached_metadata = RecheckMetadata::Never;
+    spec.recheck_cached_metadata = RecheckPolicy::Never;
     let app = zarrd::service::App::with_mounts(common::test_config(), vec![Mount::build("data", &spec).unwrap()]);
     let (addr, _task) = common::serve_app(app).await;
     let client = common::client();

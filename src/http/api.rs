@@ -23,8 +23,10 @@
 
 pub mod attributes;
 pub mod consolidate;
+pub mod data;
 pub mod nodes;
 pub mod resize;
+pub mod write;
 
 use std::collections::HashMap;
 

@@ -128,6 +128,22 @@ impl From<ServiceError> for ApiError {
             ServiceError::AlreadyExists { .. } => Self::new(StatusCode::CONFLICT, "already_exists", message),
             ServiceError::NotEmpty { .. } => Self::new(StatusCode::CONFLICT, "not_empty", message),
             ServiceError::Conflict(_) => Self::new(StatusCode::CONFLICT, "conflict", message),
+            ServiceError::WriteConflict { .. } => Self::new(StatusCode::SERVICE_UNAVAILABLE, "write_conflict", message)
+                .with_header(header::RETRY_AFTER, "1"),
+            ServiceError::InvalidSelection(_) => Self::bad_request("invalid_selection", message),
+            ServiceError::UnsupportedFormat(_) => Self::bad_request("unsupported_format", message),
+            ServiceError::MissingChunk(_) => Self::new(StatusCode::NOT_FOUND, "missing_chunk", message),
+            ServiceError::CorruptChunk { .. } => {
+                tracing::error!(error = %message, "corrupt stored data");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_chunk", message)
+            }
+            ServiceError::SelectionTooLarge(_) => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "selection_too_large", message)
+            }
+            ServiceError::Internal(_) => {
+                tracing::error!(error = %message, "internal error");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+            }
         }
     }
 }

@@ -191,7 +191,7 @@ fn redirect_to_listing(uri: &Uri) -> Response {
 }
 
 /// Reads a request body, refusing more than `limit` bytes.
-async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> ApiResult<Bytes> {
+pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> ApiResult<Bytes> {
     let too_large = || ApiError::from(ServiceError::PayloadTooLarge { limit });
     if let Some(len) = header_str(headers, &header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok()) {
         if len > limit {

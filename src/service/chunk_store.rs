@@ -7,6 +7,11 @@
 //! range asked of a missing key) is `Ok(None)`: the engine reads it as the
 //! fill value. Writes go through [`Mount::put`] / [`Mount::delete`], which
 //! serialise writes to one key inside this process.
+//!
+//! Versioned reads answer the object's ETag, and conditional writes map
+//! onto [`PutCondition::IfMatch`] / [`PutCondition::IfAbsent`], so the
+//! engine's read-modify-write is as safe across processes as the backend's
+//! conditional puts are (README, "Writing slices").
 
 use std::sync::Arc;
 
@@ -17,7 +22,7 @@ use super::node::NodePath;
 use crate::storage::request::ByteRange;
 use crate::storage::{Mount, PutCondition, ReadRequest, StorageError, StoreKey};
 use crate::zarr::byte_range::ByteRangeRequest;
-use crate::zarr::region::{ChunkSink, ChunkSource, SourceError};
+use crate::zarr::region::{ChunkSink, ChunkSource, Expected, SourceError, Versioned};
 
 /// An array's keys in a mount.
 #[derive(Debug, Clone)]
@@ -87,13 +92,45 @@ impl ChunkSource for MountChunkStore {
             Err(e) => Err(classify(e)),
         }
     }
+
+    async fn get_versioned(&self, key: &str) -> Result<Option<Versioned>, SourceError> {
+        let key = self.key(key)?;
+        match self.mount.storage().read(&key, &ReadRequest::default()).await {
+            Ok(outcome) => Ok(Some(Versioned { bytes: outcome.body, version: Some(outcome.meta.etag) })),
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+            Err(e) => Err(classify(e)),
+        }
+    }
 }
+
+/// The longest pause before retrying a conflicting read-modify-write.
+const MAX_CONFLICT_PAUSE_US: u64 = 20_000;
 
 #[async_trait]
 impl ChunkSink for MountChunkStore {
     async fn put(&self, key: &str, bytes: Bytes) -> Result<(), SourceError> {
         let key = self.key(key)?;
         self.mount.put(&key, bytes, &PutCondition::None).await.map(|_| ()).map_err(classify)
+    }
+
+    async fn put_if(&self, key: &str, bytes: Bytes, expected: Option<&Expected>) -> Result<(), SourceError> {
+        let key = self.key(key)?;
+        let condition = match expected {
+            None => PutCondition::None,
+            Some(Expected::Absent) => PutCondition::IfAbsent,
+            Some(Expected::Version(etag)) => PutCondition::IfMatch(vec![etag.clone()]),
+        };
+        self.mount.put(&key, bytes, &condition).await.map(|_| ()).map_err(classify)
+    }
+
+    async fn conflict_pause(&self, attempt: u32) {
+        // Exponential with full jitter, so two processes that collided do
+        // not collide again in lock step.
+        let cap = (500u64 << attempt.min(8)).min(MAX_CONFLICT_PAUSE_US);
+        let noise = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos()) ^ (u64::from(attempt) << 20));
+        tokio::time::sleep(std::time::Duration::from_micros(noise % cap.max(1))).await;
     }
 
     async fn delete(&self, key: &str) -> Result<(), SourceError> {

@@ -45,4 +45,31 @@ pub enum ServiceError {
     /// The request conflicts with what is stored (named in the message).
     #[error("{0}")]
     Conflict(String),
+    /// A read-modify-write kept losing its conditional write: other writers
+    /// (other processes) changed the chunk every time.
+    #[error("{key}: too many concurrent writers: {reason}; try again")]
+    WriteConflict { key: String, reason: String },
+    /// A selection (or chunk coordinates, or a field) that does not fit the
+    /// array: the message names the dimension or field.
+    #[error("{0}")]
+    InvalidSelection(String),
+    /// The output format cannot hold the data type (variable-length
+    /// strings as raw bytes).
+    #[error("{0}")]
+    UnsupportedFormat(String),
+    /// A read with `fill_missing_data_reads` off met a missing chunk (the
+    /// message names it and its key).
+    #[error("{0}; the read does not fill missing chunks (fill_missing=false)")]
+    MissingChunk(String),
+    /// Stored bytes that do not decode (a failed checksum, a wrong size, a
+    /// truncated shard): the message names the key and the codec.
+    #[error("{key}: stored data is corrupt: {reason}")]
+    CorruptChunk { key: String, reason: String },
+    /// A selection over the configured limits (the message names the size
+    /// and the limit).
+    #[error("{0}")]
+    SelectionTooLarge(String),
+    /// A fault inside zarrd (logged in full; answered generically).
+    #[error("internal error: {0}")]
+    Internal(String),
 }

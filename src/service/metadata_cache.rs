@@ -5,7 +5,7 @@
 //! REST node operations ([`super::nodes`]) and raw key PUT/DELETE of a
 //! metadata document ([`super::store`]) — and revalidated against storage
 //! according to the mount's `recheck_cached_metadata`
-//! ([`RecheckMetadata`], TensorStore's option of that name):
+//! ([`RecheckPolicy`], TensorStore's option of that name):
 //!
 //! - `Always` (`"open"`, the default): on every use, HEAD each document key
 //!   the entry was read from and compare ETags (a document that appeared
@@ -27,7 +27,7 @@ use moka::sync::Cache;
 
 use super::node::{self, Node, NodePath, Validator};
 use super::ServiceResult;
-use crate::storage::mount::RecheckMetadata;
+use crate::storage::mount::RecheckPolicy;
 use crate::storage::{Mount, StorageError};
 
 /// Entries kept (nodes, not bytes: one entry is a few kilobytes).
@@ -72,12 +72,12 @@ impl MetadataCache {
         let key = (mount.name().to_string(), path.as_str().to_string());
         if let Some(entry) = self.entries.get(&key) {
             let fresh = match mount.recheck_metadata() {
-                RecheckMetadata::Never => true,
-                RecheckMetadata::After(d) if entry.checked.elapsed() < d => true,
-                RecheckMetadata::After(_) | RecheckMetadata::Always => unchanged(&mount, &entry.validators).await?,
+                RecheckPolicy::Never => true,
+                RecheckPolicy::After(d) if entry.checked.elapsed() < d => true,
+                RecheckPolicy::After(_) | RecheckPolicy::Always => unchanged(&mount, &entry.validators).await?,
             };
             if fresh {
-                if matches!(mount.recheck_metadata(), RecheckMetadata::After(_)) {
+                if matches!(mount.recheck_metadata(), RecheckPolicy::After(_)) {
                     // Revalidated now: the next check is a full interval away.
                     self.entries.insert(key, Entry { checked: Instant::now(), ..entry.clone() });
                 }
@@ -143,7 +143,7 @@ mod tests {
     const GROUP: &[u8] = br#"{"zarr_format": 3, "node_type": "group", "attributes": {"v": 1}}"#;
     const GROUP2: &[u8] = br#"{"zarr_format": 3, "node_type": "group", "attributes": {"v": 2}}"#;
 
-    async fn mount(recheck: RecheckMetadata) -> Arc<Mount> {
+    async fn mount(recheck: RecheckPolicy) -> Arc<Mount> {
         let m = Mount::build("m", &MountSpec::from_url("memory://")).unwrap().with_recheck_metadata(recheck);
         m.put(&StoreKey::new("g/zarr.json").unwrap(), Bytes::from_static(GROUP), &PutCondition::None).await.unwrap();
         m.put(&StoreKey::new("g/h/zarr.json").unwrap(), Bytes::from_static(GROUP), &PutCondition::None).await.unwrap();
@@ -164,8 +164,7 @@ mod tests {
 
     #[tokio::test]
     async fn always_revalidates_by_etag() {
-        let (cache, m, g) =
-            (MetadataCache::default(), mount(RecheckMetadata::Always).await, NodePath::new("g").unwrap());
+        let (cache, m, g) = (MetadataCache::default(), mount(RecheckPolicy::Always).await, NodePath::new("g").unwrap());
         assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
         overwrite(&m).await;
         assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 2);
@@ -173,8 +172,7 @@ mod tests {
 
     #[tokio::test]
     async fn never_trusts_the_entry_until_invalidated() {
-        let (cache, m, g) =
-            (MetadataCache::default(), mount(RecheckMetadata::Never).await, NodePath::new("g").unwrap());
+        let (cache, m, g) = (MetadataCache::default(), mount(RecheckPolicy::Never).await, NodePath::new("g").unwrap());
         assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
         overwrite(&m).await;
         assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
@@ -184,7 +182,7 @@ mod tests {
 
     #[tokio::test]
     async fn after_a_duration_rechecks_once_stale() {
-        let recheck = RecheckMetadata::After(std::time::Duration::from_millis(50));
+        let recheck = RecheckPolicy::After(std::time::Duration::from_millis(50));
         let (cache, m, g) = (MetadataCache::default(), mount(recheck).await, NodePath::new("g").unwrap());
         assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
         overwrite(&m).await;
@@ -195,7 +193,7 @@ mod tests {
 
     #[tokio::test]
     async fn invalidate_tree_drops_descendants_only() {
-        let (cache, m) = (MetadataCache::default(), mount(RecheckMetadata::Never).await);
+        let (cache, m) = (MetadataCache::default(), mount(RecheckPolicy::Never).await);
         let (g, h) = (NodePath::new("g").unwrap(), NodePath::new("g/h").unwrap());
         cache.open(m.clone(), &g).await.unwrap();
         cache.open(m.clone(), &h).await.unwrap();

@@ -161,6 +161,7 @@ impl LocalBackend {
             last_modified: modified,
             etag: format!("\"{:x}-{:x}-{:x}\"", md.ino(), micros, md.len()),
             version_token: None,
+            version_id: None,
         }
     }
 

@@ -54,67 +54,124 @@ pub struct MountSpec {
     /// `recheck_cached_metadata`): `"open"` or `true` (every request,
     /// revalidating by ETag; the default), `false` (never: only writes
     /// through zarrd refresh it), or a number of seconds.
-    #[serde(default)]
-    pub recheck_cached_metadata: RecheckMetadata,
+    #[serde(default = "default_recheck_metadata")]
+    pub recheck_cached_metadata: RecheckPolicy,
+    /// When cached decoded chunks are revalidated against storage (see
+    /// [`RecheckPolicy`]); absent: [`RecheckPolicy::default_for`] the URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck_cached_data: Option<RecheckPolicy>,
+    /// Whether a missing chunk reads as the fill value (`true`, the
+    /// default) or is an error naming it (TensorStore's
+    /// `fill_missing_data_reads`). A request may override it.
+    #[serde(default = "default_true")]
+    pub fill_missing_data_reads: bool,
 }
 
-/// When cached metadata is revalidated against storage.
+const fn default_true() -> bool {
+    true
+}
+
+const fn default_recheck_metadata() -> RecheckPolicy {
+    RecheckPolicy::Always
+}
+
+/// When data cached from a mount (decoded chunks, shard indexes) is checked
+/// against storage before use — TensorStore's `recheck_cached_data`.
+///
+/// Writes through zarrd (either face) invalidate what they change whatever
+/// the policy; the policy is about changes made behind zarrd's back.
 ///
 /// ```
-/// # use zarrd::storage::mount::{MountSpec, RecheckMetadata};
+/// use zarrd::storage::mount::RecheckPolicy;
+/// let p: RecheckPolicy = serde_json::from_str(r#""never""#).unwrap();
+/// assert_eq!(p, RecheckPolicy::Never);
+/// let p: RecheckPolicy = serde_json::from_str(r#""30""#).unwrap();
+/// assert_eq!(p, RecheckPolicy::After(std::time::Duration::from_secs(30)));
+/// let p: RecheckPolicy = serde_json::from_str("2.5").unwrap();
+/// assert_eq!(p, RecheckPolicy::After(std::time::Duration::from_millis(2500)));
+/// assert!(serde_json::from_str::<RecheckPolicy>(r#""sometimes""#).is_err());
+/// # use zarrd::storage::mount::MountSpec;
 /// let spec: MountSpec = toml::from_str("url = \"memory://\"\nrecheck_cached_metadata = 30").unwrap();
-/// assert_eq!(spec.recheck_cached_metadata, RecheckMetadata::After(std::time::Duration::from_secs(30)));
-/// let spec: MountSpec = toml::from_str("url = \"memory://\"\nrecheck_cached_metadata = false").unwrap();
-/// assert_eq!(spec.recheck_cached_metadata, RecheckMetadata::Never);
+/// assert_eq!(spec.recheck_cached_metadata, RecheckPolicy::After(std::time::Duration::from_secs(30)));
+/// let spec: MountSpec = toml::from_str("url = \"memory://\"\nrecheck_cached_metadata = \"open\"").unwrap();
+/// assert_eq!(spec.recheck_cached_metadata, RecheckPolicy::Always);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(try_from = "RecheckRepr", into = "RecheckRepr")]
-pub enum RecheckMetadata {
-    /// Never: data changed behind zarrd's back is not seen until evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecheckPolicy {
+    /// Cached data is used as long as it is cached (`"never"`): right when
+    /// nothing but zarrd writes the storage.
     Never,
-    /// On every use, by ETag (cheap HEAD requests).
-    #[default]
+    /// Every use revalidates by ETag first (`"always"`, TensorStore's
+    /// `true`): one `stat` on a local directory, one HEAD on an object store.
     Always,
-    /// When the cached entry is older than this.
+    /// Revalidated when older than this (a number of seconds, as a number or
+    /// a string).
     After(std::time::Duration),
 }
 
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum RecheckRepr {
-    Bool(bool),
-    Word(String),
-    Seconds(f64),
-}
+impl RecheckPolicy {
+    /// The default for a mount URL: `never` for `memory://` (nothing else
+    /// can write it), `always` for everything else, as TensorStore does.
+    #[must_use]
+    pub fn default_for(url: &str) -> Self {
+        if url.starts_with("memory://") {
+            Self::Never
+        } else {
+            Self::Always
+        }
+    }
 
-impl TryFrom<RecheckRepr> for RecheckMetadata {
-    type Error = String;
-
-    fn try_from(r: RecheckRepr) -> Result<Self, String> {
-        match r {
-            RecheckRepr::Bool(true) => Ok(Self::Always),
-            RecheckRepr::Bool(false) => Ok(Self::Never),
-            RecheckRepr::Word(w) if w == "open" => Ok(Self::Always),
-            RecheckRepr::Word(w) => {
-                Err(format!("recheck_cached_metadata: expected \"open\", true, false or seconds, got \"{w}\""))
-            }
-            RecheckRepr::Seconds(s) if s.is_finite() && s >= 0.0 => {
-                Ok(Self::After(std::time::Duration::from_secs_f64(s)))
-            }
-            RecheckRepr::Seconds(s) => {
-                Err(format!("recheck_cached_metadata: expected a non-negative number of seconds, got {s}"))
-            }
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "never" | "false" => Ok(Self::Never),
+            "always" | "true" | "open" => Ok(Self::Always),
+            other => other
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(|s| Self::After(std::time::Duration::from_secs_f64(s)))
+                .ok_or_else(|| format!("`{other}`: expected \"never\", \"always\" or a number of seconds")),
         }
     }
 }
 
-impl From<RecheckMetadata> for RecheckRepr {
-    fn from(r: RecheckMetadata) -> Self {
-        match r {
-            RecheckMetadata::Never => Self::Bool(false),
-            RecheckMetadata::Always => Self::Word("open".into()),
-            RecheckMetadata::After(d) => Self::Seconds(d.as_secs_f64()),
+impl Serialize for RecheckPolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Never => s.serialize_str("never"),
+            Self::Always => s.serialize_str("always"),
+            Self::After(d) => s.serialize_str(&d.as_secs_f64().to_string()),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for RecheckPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Number(f64),
+            Text(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Bool(b) => b.to_string(),
+            Raw::Number(n) => n.to_string(),
+            Raw::Text(t) => t,
+        };
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Called with every key written or deleted through a mount (the service's
+/// caches invalidate on it).
+pub type WriteListener = Arc<dyn Fn(&StoreKey) + Send + Sync>;
+
+struct Listener(std::sync::OnceLock<WriteListener>);
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "Listener(set)" } else { "Listener(unset)" })
     }
 }
 
@@ -127,7 +184,9 @@ impl MountSpec {
             read_only: false,
             create: false,
             options: BTreeMap::new(),
-            recheck_cached_metadata: RecheckMetadata::default(),
+            recheck_cached_metadata: RecheckPolicy::Always,
+            recheck_cached_data: None,
+            fill_missing_data_reads: true,
         }
     }
 }
@@ -151,9 +210,12 @@ pub struct Mount {
     name: String,
     url: String,
     read_only: bool,
-    recheck_metadata: RecheckMetadata,
+    recheck_metadata: RecheckPolicy,
     storage: Arc<dyn Storage>,
     write_locks: Vec<Mutex<()>>,
+    recheck: RecheckPolicy,
+    fill_missing: bool,
+    listener: Listener,
 }
 
 /// True for a usable mount name.
@@ -250,8 +312,11 @@ impl Mount {
                 )))
             }
         };
-        Ok(Self::from_storage(name, &redact(&spec.url), spec.read_only, storage)
-            .with_recheck_metadata(spec.recheck_cached_metadata))
+        let mut mount = Self::from_storage(name, &redact(&spec.url), spec.read_only, storage);
+        mount.recheck = spec.recheck_cached_data.unwrap_or_else(|| RecheckPolicy::default_for(&spec.url));
+        mount.fill_missing = spec.fill_missing_data_reads;
+        mount.recheck_metadata = spec.recheck_cached_metadata;
+        Ok(mount)
     }
 
     /// Wraps an existing backend (tests, embedding).
@@ -261,9 +326,46 @@ impl Mount {
             name: name.to_string(),
             url: url.to_string(),
             read_only,
-            recheck_metadata: RecheckMetadata::default(),
+            recheck_metadata: RecheckPolicy::Always,
             storage,
             write_locks: (0..WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
+            recheck: RecheckPolicy::default_for(url),
+            fill_missing: true,
+            listener: Listener(std::sync::OnceLock::new()),
+        }
+    }
+
+    /// Sets the read policies (tests and embedding; [`Mount::build`] takes
+    /// them from the spec).
+    #[must_use]
+    pub fn with_read_policy(mut self, recheck: RecheckPolicy, fill_missing: bool) -> Self {
+        self.recheck = recheck;
+        self.fill_missing = fill_missing;
+        self
+    }
+
+    /// When cached data from this mount is revalidated.
+    #[must_use]
+    pub fn recheck_policy(&self) -> RecheckPolicy {
+        self.recheck
+    }
+
+    /// Whether missing chunks read as the fill value by default.
+    #[must_use]
+    pub fn fill_missing_data_reads(&self) -> bool {
+        self.fill_missing
+    }
+
+    /// Registers the function told about every key written or deleted
+    /// through [`Mount::put`] and [`Mount::delete`] (once; later calls are
+    /// ignored and return false).
+    pub fn set_write_listener(&self, f: WriteListener) -> bool {
+        self.listener.0.set(f).is_ok()
+    }
+
+    fn notify(&self, key: &StoreKey) {
+        if let Some(f) = self.listener.0.get() {
+            f(key);
         }
     }
 
@@ -300,14 +402,14 @@ impl Mount {
 
     /// Sets when cached metadata of this mount is revalidated.
     #[must_use]
-    pub fn with_recheck_metadata(mut self, recheck: RecheckMetadata) -> Self {
+    pub fn with_recheck_metadata(mut self, recheck: RecheckPolicy) -> Self {
         self.recheck_metadata = recheck;
         self
     }
 
     /// When cached metadata of this mount is revalidated.
     #[must_use]
-    pub fn recheck_metadata(&self) -> RecheckMetadata {
+    pub fn recheck_metadata(&self) -> RecheckPolicy {
         self.recheck_metadata
     }
 
@@ -352,7 +454,10 @@ impl Mount {
     /// As [`Storage::put`].
     pub async fn put(&self, key: &StoreKey, body: Bytes, condition: &PutCondition) -> StorageResult<PutOutcome> {
         let _guard = self.stripe(key).lock().await;
-        self.storage.put(key, body, condition).await
+        let result = self.storage.put(key, body, condition).await;
+        // Even a failed write may have replaced the value.
+        self.notify(key);
+        result
     }
 
     /// Deletes one key (idempotent).
@@ -361,7 +466,9 @@ impl Mount {
     /// As [`Storage::delete`].
     pub async fn delete(&self, key: &StoreKey) -> StorageResult<()> {
         let _guard = self.stripe(key).lock().await;
-        self.storage.delete(key).await
+        let result = self.storage.delete(key).await;
+        self.notify(key);
+        result
     }
 
     /// Checks the backend answers.

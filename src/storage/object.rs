@@ -66,6 +66,7 @@ impl ObjectBackend {
             last_modified: Some(m.last_modified.into()),
             etag: http_etag(&raw),
             version_token: m.e_tag.clone(),
+            version_id: m.version.clone(),
         }
     }
 
@@ -108,9 +109,11 @@ impl ObjectBackend {
                         meta.etag
                     )));
                 }
-                match &meta.version_token {
-                    Some(e_tag) => PutMode::Update(UpdateVersion { e_tag: Some(e_tag.clone()), version: None }),
-                    None => PutMode::Overwrite,
+                match (&meta.version_token, &meta.version_id) {
+                    (None, None) => PutMode::Overwrite,
+                    (e_tag, version) => {
+                        PutMode::Update(UpdateVersion { e_tag: e_tag.clone(), version: version.clone() })
+                    }
                 }
             }
         };

@@ -216,6 +216,7 @@ mod tests {
             last_modified: Some(UNIX_EPOCH + Duration::from_secs(1_000_000)),
             etag: "\"v1\"".into(),
             version_token: None,
+            version_id: None,
         }
     }
 

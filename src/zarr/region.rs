@@ -17,6 +17,9 @@
 //!   [`coalesce_ranges`] with [`RegionOptions::coalesce_gap`]);
 //! - a missing key or empty inner chunk: the fill value, no decode.
 //!
+//! Writes take a box ([`write_region`]) or any selection
+//! ([`write_selection`]: strided, orthogonal and coordinate selections
+//! scatter into the chunks they touch; one element may be broadcast).
 //! A write re-encodes every chunk it touches: a chunk the region covers
 //! entirely is built from the data without reading; a partly covered chunk
 //! is read, decoded, updated and re-encoded (read-modify-write). A partly
@@ -33,6 +36,13 @@
 //! must hold the service's per-chunk (or per-array) write lock around
 //! [`write_region`] so two read-modify-writes of one chunk do not interleave.
 //! The engine does not depend on tokio.
+//!
+//! Across processes, a read-modify-write reads the value with its version
+//! ([`ChunkSource::get_versioned`]) and writes back only if it is unchanged
+//! ([`ChunkSink::put_if`]); when it changed, the read-modify-write starts
+//! again (at most [`RegionOptions::max_attempts`] times). Deleting a chunk
+//! that became all fill cannot be conditional (stores offer no conditional
+//! delete); whole-chunk writes read nothing and write unconditionally.
 
 use std::ops::Range;
 
@@ -45,7 +55,12 @@ use super::byte_range::ByteRangeRequest;
 use super::chunk::{ChunkData, ChunkRepr};
 use super::codec::array_to_bytes::sharding::{coalesce_ranges, ShardingCodec};
 use super::codec::CodecError;
+use super::selection::Selection;
 use super::subset::{copy_region, ArraySubset, ChunkOverlap, RegularChunkGrid, SubsetError};
+
+mod placement;
+
+use placement::Placement;
 
 /// Why a [`ChunkSource`] or [`ChunkSink`] failed, classified by meaning so
 /// the service can map it to a status without reading messages.
@@ -75,6 +90,35 @@ pub trait ChunkSource: Send + Sync {
     /// # Errors
     /// A store failure.
     async fn get(&self, key: &str, range: Option<ByteRangeRequest>) -> Result<Option<Bytes>, SourceError>;
+
+    /// The whole value of `key` with its version (an ETag), for a
+    /// read-modify-write that writes back conditionally; `None` when the key
+    /// does not exist. The default knows no versions.
+    ///
+    /// # Errors
+    /// A store failure.
+    async fn get_versioned(&self, key: &str) -> Result<Option<Versioned>, SourceError> {
+        Ok(self.get(key, None).await?.map(|bytes| Versioned { bytes, version: None }))
+    }
+}
+
+/// A stored value and the version it was read at.
+#[derive(Debug, Clone)]
+pub struct Versioned {
+    /// The value.
+    pub bytes: Bytes,
+    /// Its version (ETag), when the store reports one.
+    pub version: Option<String>,
+}
+
+/// What a conditional write expects to find under its key: what the read
+/// of its read-modify-write saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expected {
+    /// Nothing.
+    Absent,
+    /// The value at this version (ETag).
+    Version(String),
 }
 
 /// Writes and deletes stored values by key (relative to the array).
@@ -85,6 +129,21 @@ pub trait ChunkSink: Send + Sync {
     /// # Errors
     /// A store failure.
     async fn put(&self, key: &str, bytes: Bytes) -> Result<(), SourceError>;
+    /// Stores `bytes` under `key` only when the key still holds what
+    /// `expected` says (unconditionally when `None`). The default ignores
+    /// the condition, for sinks that only one writer uses.
+    ///
+    /// # Errors
+    /// [`SourceError::Precondition`] when the key changed; a store failure.
+    async fn put_if(&self, key: &str, bytes: Bytes, expected: Option<&Expected>) -> Result<(), SourceError> {
+        let _ = expected;
+        self.put(key, bytes).await
+    }
+    /// Waits before the `attempt`-th retry of a read-modify-write whose
+    /// conditional write failed (the default retries at once).
+    async fn conflict_pause(&self, attempt: u32) {
+        let _ = attempt;
+    }
     /// Deletes `key`; deleting a missing key succeeds.
     ///
     /// # Errors
@@ -137,11 +196,17 @@ pub struct RegionOptions {
     pub coalesce_gap: u64,
     /// How many chunks are fetched at once.
     pub concurrency: usize,
+    /// How many times a read-modify-write of one chunk is tried when its
+    /// conditional write finds the chunk changed.
+    pub max_attempts: u32,
+    /// Store chunks (and inner chunks) equal to the fill value instead of
+    /// deleting (omitting) them.
+    pub store_empty_chunks: bool,
 }
 
 impl Default for RegionOptions {
     fn default() -> Self {
-        Self { coalesce_gap: 4096, concurrency: 16 }
+        Self { coalesce_gap: 4096, concurrency: 16, max_attempts: 16, store_empty_chunks: false }
     }
 }
 
@@ -357,6 +422,26 @@ pub async fn write_region(
     write_region_with(desc, source, sink, region, data, &RegionOptions::default()).await
 }
 
+/// Checks that `data` holds `n` elements of the array's type.
+fn check_data(
+    desc: &ArrayDescription,
+    data: &ChunkData,
+    n: u64,
+    what: &dyn std::fmt::Display,
+) -> Result<(), RegionError> {
+    let n = usize::try_from(n).map_err(|_| RegionError::Data("region too large".into()))?;
+    let ok = match (data, desc.data_type.size()) {
+        (ChunkData::Fixed(b), Some(size)) => n.checked_mul(size) == Some(b.len()),
+        (ChunkData::Variable(items), None) => items.len() == n,
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(RegionError::Data(format!("expected {n} elements of {:?} for {what}", desc.data_type)))
+    }
+}
+
 /// Writes `data` into `region` with explicit options. Chunks are written
 /// independently: on an error, chunks already written stay written.
 ///
@@ -371,65 +456,236 @@ pub async fn write_region_with(
     data: &ChunkData,
     options: &RegionOptions,
 ) -> Result<(), RegionError> {
-    let n = usize::try_from(region.num_elements()).map_err(|_| RegionError::Data("region too large".into()))?;
-    let ok = match (data, desc.data_type.size()) {
-        (ChunkData::Fixed(b), Some(size)) => n.checked_mul(size) == Some(b.len()),
-        (ChunkData::Variable(items), None) => items.len() == n,
-        _ => false,
-    };
-    if !ok {
-        return Err(RegionError::Data(format!("expected {n} elements of {:?} for region {region}", desc.data_type)));
+    check_data(desc, data, region.num_elements(), &format_args!("region {region}"))?;
+    if !region.is_within(&desc.shape) {
+        return Err(SubsetError(format!("region {region} is outside the array of shape {:?}", desc.shape)).into());
     }
-    let grid = desc.grid();
-    let overlaps: Vec<ChunkOverlap> = grid.overlaps(region)?.collect();
-    let grid = &grid;
-    stream::iter(overlaps)
-        .map(|o| write_overlap(desc, grid, source, sink, region, data, o))
+    let plan = WritePlan::build(desc, Placement::Box { region: region.clone(), data })?;
+    write_plan(desc, source, sink, &plan, options).await
+}
+
+/// A write, planned: where its elements go and which chunks (or shards) it
+/// touches. The service locks [`WritePlan::chunk_keys`] before running it
+/// with [`write_plan`].
+#[derive(Debug)]
+pub struct WritePlan<'a> {
+    placement: Placement<'a>,
+    /// Grid coordinates of every touched chunk and its in-array extent.
+    chunks: Vec<(Vec<u64>, ArraySubset)>,
+}
+
+impl<'a> WritePlan<'a> {
+    /// Plans writing `data` to `selection` (resolved against this array):
+    /// `data` has the selection's result shape in C order, or is one
+    /// element broadcast to every selected position when `scalar`.
+    ///
+    /// # Errors
+    /// Data of the wrong number or kind of elements.
+    pub fn for_selection(
+        desc: &ArrayDescription,
+        selection: &Selection,
+        data: &'a ChunkData,
+        scalar: bool,
+    ) -> Result<Self, RegionError> {
+        let n = if scalar { 1 } else { selection.num_elements() };
+        let shape = selection.result_shape();
+        check_data(desc, data, n, &format_args!("a selection of shape {shape:?}"))?;
+        if selection.dims.len() != desc.shape.len() {
+            return Err(RegionError::Data(format!(
+                "the selection has {} dimensions but the array has {}",
+                selection.dims.len(),
+                desc.shape.len()
+            )));
+        }
+        Self::build(desc, Placement::of_selection(selection, data, scalar, &desc.chunk_shape))
+    }
+
+    fn build(desc: &ArrayDescription, placement: Placement<'a>) -> Result<Self, RegionError> {
+        let grid = desc.grid();
+        if let Some(bbox) = placement.bounding_box() {
+            if !bbox.is_within(&desc.shape) {
+                return Err(SubsetError(format!("{bbox} is outside the array of shape {:?}", desc.shape)).into());
+            }
+        }
+        let chunks = placement
+            .touched_chunks(&desc.chunk_shape)
+            .into_iter()
+            .filter_map(|c| {
+                let area = grid.chunk_subset(&c)?;
+                Some((c, area))
+            })
+            .collect();
+        Ok(Self { placement, chunks })
+    }
+
+    /// The keys (relative to the array) of the chunks or shards the write
+    /// touches, in grid order.
+    #[must_use]
+    pub fn chunk_keys(&self, desc: &ArrayDescription) -> Vec<String> {
+        self.chunks.iter().map(|(c, _)| desc.chunk_key(c)).collect()
+    }
+}
+
+/// Writes `data` to `selection` (see [`WritePlan::for_selection`]).
+///
+/// # Errors
+/// As [`write_plan`], and data that does not match the selection.
+pub async fn write_selection(
+    desc: &ArrayDescription,
+    source: &dyn ChunkSource,
+    sink: &dyn ChunkSink,
+    selection: &Selection,
+    data: &ChunkData,
+    scalar: bool,
+    options: &RegionOptions,
+) -> Result<(), RegionError> {
+    let plan = WritePlan::for_selection(desc, selection, data, scalar)?;
+    write_plan(desc, source, sink, &plan, options).await
+}
+
+/// Runs a planned write: every touched chunk is written independently (at
+/// most [`RegionOptions::concurrency`] at a time); on an error, chunks
+/// already written stay written.
+///
+/// # Errors
+/// A store failure, undecodable existing chunk or encode failure (naming
+/// the key); a chunk that kept changing underneath through
+/// [`RegionOptions::max_attempts`] conditional writes
+/// ([`SourceError::Precondition`]).
+pub async fn write_plan(
+    desc: &ArrayDescription,
+    source: &dyn ChunkSource,
+    sink: &dyn ChunkSink,
+    plan: &WritePlan<'_>,
+    options: &RegionOptions,
+) -> Result<(), RegionError> {
+    stream::iter(0..plan.chunks.len())
+        .map(|i| {
+            let (chunk, area) = &plan.chunks[i];
+            write_chunk(desc, source, sink, &plan.placement, chunk, area, options)
+        })
         .buffer_unordered(options.concurrency.max(1))
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())
 }
 
-async fn write_overlap(
-    desc: &ArrayDescription,
-    grid: &RegularChunkGrid,
-    source: &dyn ChunkSource,
-    sink: &dyn ChunkSink,
-    region: &ArraySubset,
-    data: &ChunkData,
-    o: ChunkOverlap,
-) -> Result<(), RegionError> {
-    let key = desc.chunk_key(&o.chunk);
-    if let Some(sharding) = desc.sharding.as_deref().filter(|_| !covers_chunk(grid, &o)) {
-        return write_inner_chunks(desc, sharding, source, sink, &key, region, data, &o).await;
-    }
-    let repr = desc.chunk_repr();
-    let mut chunk = if covers_chunk(grid, &o) {
-        ChunkData::filled(&repr)
-    } else {
-        match source.get(&key, None).await.map_err(source_err(&key))? {
-            Some(bytes) => desc.decode_chunk(Vec::from(bytes)).map_err(codec_err(&key))?,
-            None => ChunkData::filled(&repr),
-        }
-    };
-    let elem = desc.data_type.size().unwrap_or(1);
-    copy_data(data, region.shape(), &o.in_region, &mut chunk, &desc.chunk_shape, o.in_chunk.start(), elem)?;
-    let encoded = if chunk.is_fill(&repr) {
-        None
-    } else if let Some(sharding) = &desc.sharding {
-        sharding.encode_shard(chunk, &repr).map_err(codec_err(&key))?
-    } else {
-        Some(desc.encode_chunk(chunk).map_err(codec_err(&key))?)
-    };
-    match encoded {
-        Some(bytes) => sink.put(&key, Bytes::from(bytes)).await.map_err(source_err(&key)),
-        None => sink.delete(&key).await.map_err(source_err(&key)),
+/// What a read-modify-write saw, for its conditional write.
+fn expected_of(read: Option<&Versioned>) -> Option<Expected> {
+    match read {
+        None => Some(Expected::Absent),
+        Some(v) => v.version.clone().map(Expected::Version),
     }
 }
 
+/// Stores `encoded` under `key` (conditionally when `expected` is given),
+/// or deletes the key when there is nothing to store.
+async fn store(
+    sink: &dyn ChunkSink,
+    key: &str,
+    encoded: Option<Vec<u8>>,
+    expected: Option<&Expected>,
+) -> Result<(), SourceError> {
+    match encoded {
+        Some(bytes) => sink.put_if(key, Bytes::from(bytes), expected).await,
+        None => sink.delete(key).await,
+    }
+}
+
+/// Runs one read-modify-write attempt after another while the conditional
+/// write fails, at most `options.max_attempts` times.
+async fn with_retries<F, Fut>(
+    sink: &dyn ChunkSink,
+    key: &str,
+    options: &RegionOptions,
+    mut attempt: F,
+) -> Result<(), RegionError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), RegionError>>,
+{
+    let max = options.max_attempts.max(1);
+    let mut n = 0u32;
+    loop {
+        match attempt().await {
+            Err(RegionError::Source { source: SourceError::Precondition(reason), .. }) => {
+                n += 1;
+                if n >= max {
+                    return Err(RegionError::Source {
+                        key: key.to_owned(),
+                        source: SourceError::Precondition(format!(
+                            "the chunk changed underneath {n} read-modify-writes in a row (last: {reason})"
+                        )),
+                    });
+                }
+                sink.conflict_pause(n).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Encodes a whole (outer) chunk; `None` when it is all fill and empty
+/// chunks are not stored.
+fn encode_outer(
+    desc: &ArrayDescription,
+    chunk: ChunkData,
+    key: &str,
+    options: &RegionOptions,
+) -> Result<Option<Vec<u8>>, RegionError> {
+    let repr = desc.chunk_repr();
+    if chunk.is_fill(&repr) && !options.store_empty_chunks {
+        return Ok(None);
+    }
+    if let Some(sharding) = &desc.sharding {
+        sharding.encode_shard(chunk, &repr).map_err(codec_err(key))
+    } else {
+        desc.encode_chunk(chunk).map(Some).map_err(codec_err(key))
+    }
+}
+
+async fn write_chunk(
+    desc: &ArrayDescription,
+    source: &dyn ChunkSource,
+    sink: &dyn ChunkSink,
+    placement: &Placement<'_>,
+    chunk: &[u64],
+    area: &ArraySubset,
+    options: &RegionOptions,
+) -> Result<(), RegionError> {
+    let key = desc.chunk_key(chunk);
+    let origin: Vec<u64> = chunk.iter().zip(&desc.chunk_shape).map(|(c, s)| c * s).collect();
+    let elem = desc.data_type.size().unwrap_or(1);
+    let repr = desc.chunk_repr();
+    if placement.covers(area) {
+        // Whole chunk: built from the data alone, nothing read.
+        let mut data = ChunkData::filled(&repr);
+        placement.place(&origin, &desc.chunk_shape, &mut data, elem)?;
+        let encoded = encode_outer(desc, data, &key, options)?;
+        return store(sink, &key, encoded, None).await.map_err(source_err(&key));
+    }
+    if let Some(sharding) = desc.sharding.as_deref() {
+        return with_retries(sink, &key, options, || {
+            write_inner_chunks(desc, sharding, source, sink, &key, placement, &origin, options)
+        })
+        .await;
+    }
+    with_retries(sink, &key, options, || async {
+        let current = source.get_versioned(&key).await.map_err(source_err(&key))?;
+        let expected = expected_of(current.as_ref());
+        let mut data = match current {
+            Some(v) => desc.decode_chunk(Vec::from(v.bytes)).map_err(codec_err(&key))?,
+            None => ChunkData::filled(&repr),
+        };
+        placement.place(&origin, &desc.chunk_shape, &mut data, elem)?;
+        let encoded = encode_outer(desc, data, &key, options)?;
+        store(sink, &key, encoded, expected.as_ref()).await.map_err(source_err(&key))
+    })
+    .await
+}
+
 /// The read-modify-write of part of one shard at inner chunk granularity:
-/// only the inner chunks the region touches are decoded (when partly
+/// only the inner chunks the write touches are decoded (when partly
 /// covered) and re-encoded; the others are copied as stored.
 #[allow(clippy::too_many_arguments)]
 async fn write_inner_chunks(
@@ -438,11 +694,13 @@ async fn write_inner_chunks(
     source: &dyn ChunkSource,
     sink: &dyn ChunkSink,
     key: &str,
-    region: &ArraySubset,
-    data: &ChunkData,
-    o: &ChunkOverlap,
+    placement: &Placement<'_>,
+    origin: &[u64],
+    options: &RegionOptions,
 ) -> Result<(), RegionError> {
-    let existing = source.get(key, None).await.map_err(source_err(key))?;
+    let existing = source.get_versioned(key).await.map_err(source_err(key))?;
+    let expected = expected_of(existing.as_ref());
+    let existing = existing.map(|v| v.bytes);
     let index = match &existing {
         Some(bytes) => Some(sharding.shard_index(bytes).map_err(codec_err(key))?),
         None => None,
@@ -451,25 +709,43 @@ async fn write_inner_chunks(
     let inner_shape = sharding.inner_chunk_shape();
     let inner_grid = RegularChunkGrid::new(desc.chunk_shape.clone(), inner_shape.to_vec())?;
     let elem = desc.data_type.size().unwrap_or(1);
+    // The shard's in-array part, shard-relative, bounded by what the write touches.
+    let shard = ArraySubset::new(origin.to_vec(), desc.chunk_shape.clone())?;
+    let Some(touched) = placement
+        .bounding_box()
+        .and_then(|b| b.intersect(&shard))
+        .and_then(|b| b.intersect(&ArraySubset::from_shape(&desc.shape)))
+    else {
+        return Ok(());
+    };
+    let touched = touched.relative_to(origin);
     let mut replacements = Vec::new();
-    for inner in inner_grid.overlaps(&o.in_chunk)? {
+    for inner in inner_grid.overlaps(&touched)? {
+        let inner_origin: Vec<u64> =
+            origin.iter().zip(&inner.chunk).zip(inner_shape).map(|((o, c), s)| o + c * s).collect();
+        let in_array: Vec<u64> = inner_origin
+            .iter()
+            .zip(inner_shape)
+            .zip(&desc.shape)
+            .map(|((o, s), a)| (*s).min(a.saturating_sub(*o)))
+            .collect();
+        let area = ArraySubset::new(inner_origin.clone(), in_array)?;
+        if !placement.touches(&area) {
+            continue;
+        }
         let stored = match (&existing, &index) {
             (Some(bytes), Some(index)) => index.inner_range(&inner.chunk).map(|r| (bytes, r)),
             _ => None,
         };
-        let covered = inner.in_chunk.shape() == inner_shape;
-        let mut chunk = match stored.filter(|_| !covered) {
+        let mut chunk = match stored.filter(|_| !placement.covers(&area)) {
             #[allow(clippy::cast_possible_truncation)] // shard_index checked r against the shard's length
             Some((bytes, r)) => sharding
                 .decode_inner_chunk(Vec::from(bytes.slice(r.start as usize..r.end as usize)), &inner.chunk)
                 .map_err(codec_err(key))?,
             None => ChunkData::filled(inner_repr),
         };
-        // The part of the region this inner chunk receives, region-relative.
-        let start: Vec<u64> = o.in_region.start().iter().zip(inner.in_region.start()).map(|(a, b)| a + b).collect();
-        let part = ArraySubset::new(start, inner.in_chunk.shape().to_vec())?;
-        copy_data(data, region.shape(), &part, &mut chunk, inner_shape, inner.in_chunk.start(), elem)?;
-        let encoded = if chunk.is_fill(inner_repr) {
+        placement.place(&inner_origin, inner_shape, &mut chunk, elem)?;
+        let encoded = if chunk.is_fill(inner_repr) && !options.store_empty_chunks {
             None
         } else {
             Some(sharding.encode_inner_chunk(chunk, &inner.chunk).map_err(codec_err(key))?)
@@ -477,10 +753,8 @@ async fn write_inner_chunks(
         replacements.push((inner.chunk, encoded));
     }
     let existing = existing.as_deref().zip(index.as_ref());
-    match sharding.merge_shard(existing, replacements).map_err(codec_err(key))? {
-        Some(bytes) => sink.put(key, Bytes::from(bytes)).await.map_err(source_err(key)),
-        None => sink.delete(key).await.map_err(source_err(key)),
-    }
+    let merged = sharding.merge_shard(existing, replacements).map_err(codec_err(key))?;
+    store(sink, key, merged, expected.as_ref()).await.map_err(source_err(key))
 }
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ fn adjacent_inner_chunks_coalesce_into_one_read() {
     let reads = store.take_reads();
     assert_eq!(reads.len(), 2);
     assert_eq!(reads[1].1, Some(ByteRangeRequest::Bounded(4..20)));
-    let options = RegionOptions { coalesce_gap: 0, concurrency: 1 };
+    let options = RegionOptions { coalesce_gap: 0, concurrency: 1, ..RegionOptions::default() };
     let got = block_on(read_region_with(&a, &store, &region(&[1], &[14]), &options)).unwrap();
     assert_eq!(got, u16s(&(1..15).collect::<Vec<_>>()));
     let reads = store.take_reads();
@@ -152,11 +152,11 @@ fn gaps_within_the_threshold_share_a_read() {
     block_on(write_region(&a, &store, &store, &region(&[0, 0], &[4, 4]), &u16s(&values))).unwrap();
     store.take_reads();
     let row = region(&[0, 0], &[1, 4]);
-    let no_gap = RegionOptions { coalesce_gap: 0, concurrency: 4 };
+    let no_gap = RegionOptions { coalesce_gap: 0, concurrency: 4, ..RegionOptions::default() };
     assert_eq!(block_on(read_region_with(&a, &store, &row, &no_gap)).unwrap(), u16s(&[0, 1, 2, 3]));
     let reads: Vec<_> = store.take_reads().into_iter().map(|(_, r)| r).collect();
     assert_eq!(reads[1..], [Some(ByteRangeRequest::Bounded(0..8)), Some(ByteRangeRequest::Bounded(16..24))]);
-    let gap = RegionOptions { coalesce_gap: 8, concurrency: 4 };
+    let gap = RegionOptions { coalesce_gap: 8, concurrency: 4, ..RegionOptions::default() };
     assert_eq!(block_on(read_region_with(&a, &store, &row, &gap)).unwrap(), u16s(&[0, 1, 2, 3]));
     let reads: Vec<_> = store.take_reads().into_iter().map(|(_, r)| r).collect();
     assert_eq!(reads[1..], [Some(ByteRangeRequest::Bounded(0..24))]);
@@ -333,9 +333,173 @@ proptest! {
         }
         for seed in reads.iter().chain(std::iter::once(&vec![0, u64::MAX, u64::MAX])) {
             let r = if seed[0] == 0 && seed[1] == u64::MAX { ArraySubset::from_shape(&shape) } else { pick_region(&shape, seed) };
-            let got = block_on(read_region_with(&a, &store, &r, &RegionOptions { coalesce_gap: 0, concurrency: 3 })).unwrap();
+            let got = block_on(read_region_with(&a, &store, &r, &RegionOptions { coalesce_gap: 0, concurrency: 3, ..RegionOptions::default() })).unwrap();
             let want: Vec<u16> = r.indices().map(|idx| model[lin(&idx, &shape)]).collect();
             prop_assert_eq!(got, u16s(&want), "region {}", r);
         }
+    }
+}
+
+/// A random selection of `shape`: per dimension an index, a slice (any
+/// step, either direction) or a list (repeats allowed); or coordinate points.
+fn pick_selection(shape: &[u64], seeds: &[u64], coordinate: bool) -> Selection {
+    use crate::zarr::selection::{DimIndexer, SelectionMode};
+    if coordinate {
+        let n = 1 + (seeds[0] % 6) as usize;
+        let dims = shape
+            .iter()
+            .enumerate()
+            .map(|(d, &s)| DimIndexer::List((0..n).map(|i| (seeds[(d + i) % seeds.len()] >> (i * 3)) % s).collect()))
+            .collect();
+        return Selection { dims, mode: SelectionMode::Coordinate };
+    }
+    let dims = shape
+        .iter()
+        .zip(seeds)
+        .map(|(&s, &r)| match r % 4 {
+            0 => DimIndexer::Index((r >> 4) % s),
+            1 => {
+                let k = 1 + (r >> 4) % 4;
+                DimIndexer::List((0..k).map(|i| (r >> (8 + i * 4)) % s).collect())
+            }
+            _ => {
+                let step = 1 + ((r >> 4) % 3) as i64;
+                let step = if r % 4 == 3 { -step } else { step };
+                let start = (r >> 8) % s;
+                let room = if step > 0 { (s - start).div_ceil(step as u64) } else { start / step.unsigned_abs() + 1 };
+                DimIndexer::Slice { start, step, len: 1 + (r >> 16) % room }
+            }
+        })
+        .collect();
+    Selection { dims, mode: SelectionMode::Orthogonal }
+}
+
+/// The array positions of a selection's elements, in the data's C order.
+fn selected(sel: &Selection) -> Vec<Vec<u64>> {
+    use crate::zarr::selection::SelectionMode;
+    if sel.mode == SelectionMode::Coordinate {
+        return (0..sel.dims[0].len()).map(|i| sel.dims.iter().map(|d| d.get(i)).collect()).collect();
+    }
+    let lens: Vec<u64> = sel.dims.iter().map(|d| d.len()).collect();
+    ArraySubset::from_shape(&lens)
+        .indices()
+        .map(|pos| pos.iter().zip(&sel.dims).map(|(&i, d)| d.get(i)).collect())
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Strided, orthogonal and coordinate writes (and broadcast scalars)
+    /// agree with a dense reference array, on plain and sharded layouts.
+    #[test]
+    fn selection_writes_match_a_dense_model(
+        (shape, chunks, inner, at_start) in layout(),
+        writes in proptest::collection::vec((proptest::collection::vec(any::<u64>(), 3), any::<bool>(), any::<bool>(), 0u16..4), 1..6),
+    ) {
+        let a = array(&shape, &chunks, inner.as_deref(), if at_start { "start" } else { "end" });
+        let store = MemoryStore::default();
+        let mut model = vec![9u16; shape.iter().product::<u64>() as usize];
+        for (seeds, coordinate, scalar, base) in &writes {
+            let sel = pick_selection(&shape, seeds, *coordinate);
+            let positions = selected(&sel);
+            let values: Vec<u16> = if *scalar { vec![*base + 9] } else {
+                (0..positions.len()).map(|i| ((i as u16) + base) % 11).collect()
+            };
+            for (i, p) in positions.iter().enumerate() {
+                model[lin(p, &shape)] = values[if *scalar { 0 } else { i }];
+            }
+            block_on(write_selection(&a, &store, &store, &sel, &u16s(&values), *scalar, &RegionOptions::default())).unwrap();
+        }
+        let grid = a.grid();
+        for coords in ArraySubset::from_shape(&grid.grid_shape()).indices() {
+            let c = grid.chunk_subset(&coords).unwrap();
+            let all_fill = c.indices().all(|idx| model[lin(&idx, &shape)] == 9);
+            prop_assert_eq!(store.value(&a.chunk_key(&coords)).is_none(), all_fill, "chunk {:?}", coords);
+        }
+        let got = block_on(read_region(&a, &store, &ArraySubset::from_shape(&shape))).unwrap();
+        prop_assert_eq!(got, u16s(&model));
+    }
+}
+
+/// A store whose conditional writes are refused `refusals` times; before
+/// each refusal another writer changes element 3 of chunk `c/0`.
+struct Contended {
+    store: MemoryStore,
+    refusals: Mutex<u32>,
+    versioned_reads: Mutex<u32>,
+    other: ArrayDescription,
+}
+
+#[async_trait]
+impl ChunkSource for Contended {
+    async fn get(&self, key: &str, range: Option<ByteRangeRequest>) -> Result<Option<Bytes>, SourceError> {
+        self.store.get(key, range).await
+    }
+    async fn get_versioned(&self, key: &str) -> Result<Option<Versioned>, SourceError> {
+        *self.versioned_reads.lock().unwrap() += 1;
+        let bytes = self.store.get(key, None).await?;
+        Ok(bytes.map(|bytes| Versioned { bytes, version: Some(format!("v{}", self.versioned_reads.lock().unwrap())) }))
+    }
+}
+
+#[async_trait]
+impl ChunkSink for Contended {
+    async fn put(&self, key: &str, bytes: Bytes) -> Result<(), SourceError> {
+        self.store.put(key, bytes).await
+    }
+    async fn put_if(&self, key: &str, bytes: Bytes, expected: Option<&Expected>) -> Result<(), SourceError> {
+        assert!(expected.is_some(), "a read-modify-write writes conditionally");
+        let refuse = {
+            let mut n = self.refusals.lock().unwrap();
+            let refuse = *n > 0;
+            *n = n.saturating_sub(1);
+            refuse
+        };
+        if refuse {
+            // The other writer's update lands first.
+            let n = *self.versioned_reads.lock().unwrap();
+            write_region(&self.other, &self.store, &self.store, &region(&[3], &[1]), &u16s(&[100 + n as u16]))
+                .await
+                .unwrap();
+            return Err(SourceError::Precondition(format!("{key} changed")));
+        }
+        self.store.put(key, bytes).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), SourceError> {
+        self.store.delete(key).await
+    }
+}
+
+#[test]
+fn read_modify_write_retries_on_conflicts_and_keeps_the_other_update() {
+    for sharded in [false, true] {
+        let inner: Option<&[u64]> = if sharded { Some(&[2]) } else { None };
+        let a = array(&[4], &[4], inner, "end");
+        let store = Contended {
+            store: MemoryStore::default(),
+            refusals: Mutex::new(2),
+            versioned_reads: Mutex::new(0),
+            other: array(&[4], &[4], inner, "end"),
+        };
+        block_on(write_region(&a, &store, &store, &region(&[1], &[1]), &u16s(&[5]))).unwrap();
+        assert_eq!(*store.versioned_reads.lock().unwrap(), 3, "read again after each refusal");
+        let got = block_on(read_region(&a, &store.store, &region(&[0], &[4]))).unwrap();
+        assert_eq!(got, u16s(&[9, 5, 9, 102]), "both updates survive (sharded: {sharded})");
+
+        // Refused every time: an error naming the key, after max_attempts tries.
+        *store.refusals.lock().unwrap() = u32::MAX;
+        *store.versioned_reads.lock().unwrap() = 0;
+        let options = RegionOptions { max_attempts: 4, ..RegionOptions::default() };
+        let sel = Selection::all(&[4]);
+        let mut partial = Selection::all(&[4]);
+        partial.dims[0] = crate::zarr::selection::DimIndexer::List(vec![0]);
+        assert_eq!(sel.dims.len(), 1);
+        let e = block_on(write_selection(&a, &store, &store, &partial, &u16s(&[1]), false, &options)).unwrap_err();
+        assert!(
+            matches!(&e, RegionError::Source { key, source: SourceError::Precondition(m) } if key == "c/0" && m.contains("4 read-modify-writes")),
+            "{e}"
+        );
+        assert_eq!(*store.versioned_reads.lock().unwrap(), 4);
     }
 }

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Slice read throughput: zarrd's /api/v1/data over loopback vs TensorStore in-process.
+
+Run with the test venv's Python (numpy, tensorstore) after `cargo build --release`:
+
+    ~/.cache/zarrd/venv/bin/python bench/slices.py            # ~3-5 min
+    REPEATS=5 WRK_SECONDS=20 ~/.cache/zarrd/venv/bin/python bench/slices.py
+
+What it does, in one run on one machine:
+
+1. TensorStore writes a zstd (level 1) float32 array of shape (1024, 1024, 256) — 1 GiB
+   decoded — in chunks of (32, 128, 256) (4 MiB) to a temporary directory (removed at
+   the end). The values are a smooth field plus noise, so zstd compresses them about 1.3x.
+2. Cold reads, cache off on both sides, each selection REPEATS times (median reported):
+   - TensorStore in-process: `ts.open(..., context={"cache_pool": {"total_bytes_limit": 0}})`,
+     `array[sel].read().result()` (decoded into a new numpy array);
+   - zarrd (release build, `cache.chunk_bytes = 0`, `cache.object_bytes = 0`, RUST_LOG=warn):
+     `GET /api/v1/data/bench/a?sel=...&format=raw` over a keep-alive loopback connection,
+     the body read with `readinto` into a preallocated buffer (no parsing), then checked
+     once against TensorStore's answer.
+   Selections: the whole array; an aligned box (256 MiB, whole chunks); an unaligned box
+   (128 MiB, cutting every chunk it touches); one 2-D plane `[:, :, 100]` (4 MiB of output,
+   but it touches all 256 chunks, so 1 GiB is decoded).
+   Throughput is output bytes / second (for the plane also the decoded bytes / second).
+3. Hot tile: a second zarrd with the default configuration (decoded chunk cache on),
+   `wrk` (16 connections, 2 threads, WRK_SECONDS) on one 256x256 tile `[5, 0:256, 0:256]`
+   (256 KiB raw), after a warm-up request: requests per second and p99 latency.
+
+Prints a markdown table. Needs `wrk` (apt-get install -y wrk) for step 3.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+import numpy as np
+import tensorstore as ts
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+BIN = Path(os.environ.get("ZARRD_BIN", TARGET / "release" / "zarrd"))
+REPEATS = int(os.environ.get("REPEATS", "3"))
+WRK_SECONDS = int(os.environ.get("WRK_SECONDS", "10"))
+SHAPE = (1024, 1024, 256)
+CHUNKS = (32, 128, 256)
+LISTENING = re.compile(r".*?(http://[0-9.]+:[0-9]+)")
+
+SELECTIONS = [
+    ("whole array", (slice(None), slice(None), slice(None)), ":,:,:"),
+    ("aligned box", (slice(64, 576), slice(128, 640), slice(None)), "64:576,128:640,:"),
+    ("unaligned box", (slice(37, 549), slice(61, 573), slice(13, 141)), "37:549,61:573,13:141"),
+    ("2-D plane [:, :, 100]", (slice(None), slice(None), 100), ":,:,100"),
+]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def spec(path: Path) -> dict:
+    return {
+        "driver": "zarr3",
+        "kvstore": {"driver": "file", "path": str(path)},
+        "context": {"cache_pool": {"total_bytes_limit": 0}},
+        "recheck_cached_data": False,
+    }
+
+
+def write_array(path: Path) -> None:
+    create = spec(path) | {
+        "create": True,
+        "metadata": {
+            "shape": list(SHAPE),
+            "data_type": "float32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(CHUNKS)}},
+            "codecs": [
+                {"name": "bytes", "configuration": {"endian": "little"}},
+                {"name": "zstd", "configuration": {"level": 1, "checksum": False}},
+            ],
+            "fill_value": 0,
+        },
+    }
+    arr = ts.open(create).result()
+    rng = np.random.default_rng(0)
+    y = np.linspace(0, 8, SHAPE[1], dtype=np.float32)[:, None]
+    x = np.linspace(0, 4, SHAPE[2], dtype=np.float32)[None, :]
+    base = np.sin(y) * np.cos(x)
+    step = CHUNKS[0] * 4
+    for z0 in range(0, SHAPE[0], step):
+        block = base[None, :, :] + np.float32(z0) / 100 + rng.normal(0, 0.01, (step,) + SHAPE[1:]).astype(
+            np.float32
+        )
+        arr[z0 : z0 + step].write(block.astype(np.float32)).result()
+
+
+class Server:
+    def __init__(self, data: Path, env: dict[str, str]) -> None:
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("ZARRD_")}
+        child_env.update({"RUST_LOG": "warn"} | env)
+        self.proc = subprocess.Popen(
+            [str(BIN), "serve", "--bind", "127.0.0.1:0", "--mount", f"bench={data}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=child_env,
+        )
+        line: list[bytes] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(30)
+        m = LISTENING.match(line[0].decode()) if line else None
+        if not m:
+            self.stop()
+            raise RuntimeError(f"zarrd did not start: {line!r}")
+        self.url = m.group(1)
+        u = urllib.parse.urlsplit(self.url)
+        self.host, self.port = u.hostname, u.port
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def read_raw(conn: http.client.HTTPConnection, sel: str, out: memoryview) -> int:
+    conn.request("GET", "/api/v1/data/bench/a?" + urllib.parse.urlencode({"sel": sel, "format": "raw"}))
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"{sel}: {resp.status} {resp.read()[:300]!r}")
+    n = int(resp.getheader("content-length"))
+    got = 0
+    while got < n:
+        k = resp.readinto(out[got:n])
+        if not k:
+            raise RuntimeError(f"{sel}: body cut short at {got} of {n} bytes")
+        got += k
+    return n
+
+
+def median_time(fn) -> float:
+    times = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run_wrk(url: str) -> tuple[float, str]:
+    if not shutil.which("wrk"):
+        return float("nan"), "wrk missing (apt-get install -y wrk)"
+    out = subprocess.run(
+        ["wrk", "-t2", "-c16", f"-d{WRK_SECONDS}s", "--latency", url],
+        capture_output=True,
+        text=True,
+        timeout=WRK_SECONDS + 60,
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
+    p99 = re.search(r"99%\s+(\S+)", out).group(1)
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise RuntimeError(f"wrk saw {errors.group(1)} error responses:\n{out}")
+    return rps, p99
+
+
+def main() -> None:
+    if not BIN.is_file():
+        sys.exit(f"no release binary at {BIN}: run `cargo build --release` (or set ZARRD_BIN)")
+    tmp = Path(tempfile.mkdtemp(prefix="zarrd-bench-slices-"))
+    try:
+        data = tmp / "data"
+        log(f"writing the 1 GiB array to {data} ...")
+        t0 = time.perf_counter()
+        write_array(data / "a")
+        stored = sum(f.stat().st_size for f in (data / "a").rglob("*") if f.is_file())
+        log(f"  written in {time.perf_counter() - t0:.1f} s, {stored / 2**20:.0f} MiB stored")
+        arr = ts.open(spec(data / "a")).result()
+        cold = Server(data, {"ZARRD_CACHE__CHUNK_BYTES": "0", "ZARRD_CACHE__OBJECT_BYTES": "0"})
+        rows = []
+        try:
+            conn = http.client.HTTPConnection(cold.host, cold.port, timeout=300)
+            buf = bytearray(4 * int(np.prod(SHAPE)))
+            view = memoryview(buf)
+            for name, key, sel in SELECTIONS:
+                log(f"{name}: TensorStore ...")
+                expected = arr[key].read().result()
+                ts_t = median_time(lambda key=key: arr[key].read().result())
+                log(f"{name}: zarrd ...")
+                n = read_raw(conn, sel, view)
+                got = np.frombuffer(buf, dtype="<f4", count=n // 4).reshape(expected.shape)
+                if not np.array_equal(got, expected):
+                    raise RuntimeError(f"{name}: zarrd's answer differs from TensorStore's")
+                z_t = median_time(lambda sel=sel: read_raw(conn, sel, view))
+                rows.append((name, n, ts_t, z_t))
+            conn.close()
+        finally:
+            cold.stop()
+        hot = Server(data, {})
+        try:
+            tile = hot.url + "/api/v1/data/bench/a?sel=5,0:256,0:256&format=raw"
+            conn = http.client.HTTPConnection(hot.host, hot.port, timeout=60)
+            read_raw(conn, "5,0:256,0:256", memoryview(bytearray(256 * 256 * 4)))
+            conn.close()
+            log("hot tile: wrk ...")
+            rps, p99 = run_wrk(tile)
+        finally:
+            hot.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"zarrd {BIN}, {os.cpu_count()} CPUs, median of {REPEATS}, cache off on both sides\n")
+    print("| selection | output MiB | TensorStore s | TensorStore MiB/s | zarrd s | zarrd MiB/s | zarrd / TensorStore |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, n, ts_t, z_t in rows:
+        mib = n / 2**20
+        print(
+            f"| {name} | {mib:.0f} | {ts_t:.3f} | {mib / ts_t:.0f} | {z_t:.3f} | {mib / z_t:.0f} | "
+            f"{ts_t / z_t:.2f} |"
+        )
+    print(f"\nhot 256x256 float32 tile (default cache, wrk -t2 -c16 -d{WRK_SECONDS}s): "
+          f"{rps:.0f} requests/s, p99 {p99}")
+
+
+if __name__ == "__main__":
+    main()

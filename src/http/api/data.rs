@@ -1,0 +1,394 @@
+//! Data: slice reads (`GET`/`POST /api/v1/data/{mount}/{*path}`) and
+//! decoded chunks (`GET /api/v1/chunks/{mount}/{*path}`).
+//!
+//! The answer's format comes from `format=` (`raw`, `npy`, `json`), else
+//! the `Accept` header (`application/octet-stream`, `application/x-npy`,
+//! `application/json`), else raw. Every answer carries `X-Zarr-Shape`
+//! (`3,4`; empty for a scalar), `X-Zarr-Dtype` (numpy's name, `<f4`, or the
+//! Zarr name where numpy has none) and `X-Zarr-Order: C`. Raw and npy
+//! answers have an exact `Content-Length`; large answers stream, and a
+//! failure after the first slab ends the body early (shorter than its
+//! `Content-Length`, or invalid JSON) and closes the connection.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use futures::stream::{self, StreamExt};
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::NodeTarget;
+use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::service::format::{dtype_header, shape_header, OutputFormat};
+use crate::service::read::{self, ChunkParams, DataRead, ReadParams};
+use crate::service::App;
+use crate::zarr::selection::{SelectionJson, SelectionMode, SelectionSpec};
+
+/// `X-Zarr-Shape`: the answer's shape, comma-separated.
+pub const X_ZARR_SHAPE: HeaderName = HeaderName::from_static("x-zarr-shape");
+/// `X-Zarr-Dtype`: the answer's element type.
+pub const X_ZARR_DTYPE: HeaderName = HeaderName::from_static("x-zarr-dtype");
+/// `X-Zarr-Order`: always `C`.
+pub const X_ZARR_ORDER: HeaderName = HeaderName::from_static("x-zarr-order");
+
+/// Query parameters of a slice read.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DataQuery {
+    /// The selection, one item per dimension, comma-separated: an index
+    /// (`-1` counts from the end), a slice `start:stop:step` (parts
+    /// optional, negative steps allowed), `...`, or a list `[3,1,4]`
+    /// (orthogonal); missing trailing dimensions are whole. With dimension
+    /// names: `time=0,lat=10:20`. Absent: the whole array.
+    #[param(example = "0:10,::2,-1")]
+    pub sel: Option<String>,
+    /// How lists combine: `basic` (default; a list makes it orthogonal),
+    /// `orthogonal` (zarr-python's `oindex`: outer product) or `coordinate`
+    /// (`vindex`: one list per dimension, zipped into points).
+    #[param(example = "orthogonal")]
+    pub mode: Option<String>,
+    /// A field of a structured (v2 record) array; its subarray shape is
+    /// appended to the result's.
+    #[param(example = "x")]
+    pub field: Option<String>,
+    /// `raw`, `npy` or `json` (default: the `Accept` header, else raw).
+    #[param(example = "npy")]
+    pub format: Option<String>,
+    /// `false`: a missing chunk is an error (404 `missing_chunk`) naming it
+    /// instead of reading as the fill value (TensorStore's
+    /// `fill_missing_data_reads`). Default: the mount's setting.
+    #[param(example = false)]
+    pub fill_missing: Option<bool>,
+}
+
+/// The body of a slice read by POST (for selections too long for a URL).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DataBody {
+    /// The selection: a list with one entry per dimension (an integer, a
+    /// slice string `"a:b:c"`, an object `{"start", "stop", "step"}`, a
+    /// list of integers, `"..."` or `null` for the whole dimension), an
+    /// object by dimension name, or the text form of `sel=`.
+    #[schema(value_type = Object, example = json!([[0, 5, 9], "2:10:2", "..."]))]
+    #[serde(default)]
+    pub selection: Value,
+    /// `basic`, `orthogonal` or `coordinate`.
+    #[schema(example = "coordinate")]
+    pub mode: Option<String>,
+    /// A field of a structured array.
+    pub field: Option<String>,
+    /// `raw`, `npy` or `json`.
+    #[schema(example = "json")]
+    pub format: Option<String>,
+    /// As the `fill_missing` query parameter.
+    pub fill_missing: Option<bool>,
+}
+
+/// Query parameters of a decoded chunk read.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ChunkQuery {
+    /// Chunk grid coordinates (of the shard, for sharded arrays),
+    /// comma-separated; empty for a scalar array.
+    #[param(example = "0,3")]
+    pub coords: Option<String>,
+    /// Sharded arrays: the inner chunk's coordinates inside the shard.
+    /// Absent: the whole shard, decoded.
+    #[param(example = "1,0")]
+    pub inner: Option<String>,
+    /// A field of a structured array.
+    pub field: Option<String>,
+    /// `raw`, `npy` or `json` (default: the `Accept` header, else raw).
+    #[param(example = "json")]
+    pub format: Option<String>,
+    /// `false`: a missing chunk is an error (404 `missing_chunk`) instead of
+    /// the fill value.
+    pub fill_missing: Option<bool>,
+}
+
+fn parse_mode(mode: Option<&str>) -> ApiResult<SelectionMode> {
+    match mode.map(|m| m.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "basic") => Ok(SelectionMode::Basic),
+        Some("orthogonal" | "oindex" | "outer") => Ok(SelectionMode::Orthogonal),
+        Some("coordinate" | "vindex" | "points") => Ok(SelectionMode::Coordinate),
+        Some(other) => Err(ApiError::bad_request(
+            "invalid_selection",
+            format!("mode `{other}` is unknown; use basic, orthogonal or coordinate"),
+        )),
+    }
+}
+
+fn negotiate(param: Option<&str>, headers: &HeaderMap) -> ApiResult<OutputFormat> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    OutputFormat::negotiate(param, accept).map_err(|e| ApiError::bad_request("invalid_format", e.0))
+}
+
+fn header_value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
+/// The answer: headers from the read, the body streamed.
+fn respond(read: DataRead) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(read.format.content_type()));
+    headers.insert(X_ZARR_SHAPE, header_value(&shape_header(&read.shape)));
+    headers.insert(X_ZARR_DTYPE, header_value(&dtype_header(&read.data_type)));
+    headers.insert(X_ZARR_ORDER, HeaderValue::from_static("C"));
+    if let Some(len) = read.content_length {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    let first = stream::iter(read.first.into_iter().map(Ok::<Bytes, crate::service::ServiceError>));
+    let body = match read.rest {
+        None => Body::from_stream(first),
+        Some(rx) => {
+            let rest = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) }).flat_map(|m| {
+                match m {
+                    Ok(pieces) => stream::iter(pieces.into_iter().map(Ok)).left_stream(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a streamed read failed after its headers were sent; the body is cut short");
+                        stream::iter(vec![Err(e)]).right_stream()
+                    }
+                }
+            });
+            Body::from_stream(first.chain(rest))
+        }
+    };
+    (headers, body).into_response()
+}
+
+async fn read_with(app: Arc<App>, target: NodeTarget, params: ReadParams) -> ApiResult<Response> {
+    let read = read::read(&app, &target.mount, &target.path, params).await?;
+    Ok(respond(read))
+}
+
+fn params_from_query(q: DataQuery, headers: &HeaderMap) -> ApiResult<ReadParams> {
+    let mode = parse_mode(q.mode.as_deref())?;
+    let selection = SelectionSpec::parse(q.sel.as_deref().unwrap_or(""), mode)
+        .map_err(|e| ApiError::bad_request("invalid_selection", e.to_string()))?;
+    Ok(ReadParams {
+        selection,
+        field: q.field,
+        format: negotiate(q.format.as_deref(), headers)?,
+        fill_missing: q.fill_missing,
+    })
+}
+
+fn query_error(e: &QueryRejection) -> ApiError {
+    ApiError::bad_request("invalid_query", format!("invalid query parameters: {}", e.body_text()))
+}
+
+/// Read a selection of an array.
+#[utoipa::path(
+    get,
+    path = "/api/v1/data/{mount}/{*path}",
+    tag = "data",
+    params(
+        ("mount" = String, Path, description = "Mount name", example = "data"),
+        ("path" = String, Path, description = "Array path inside the mount", example = "climate/temperature"),
+        DataQuery,
+    ),
+    responses(
+        (status = 200, description = "The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)",
+            content(
+                (Vec<u8> = "application/octet-stream"),
+                (Vec<u8> = "application/x-npy"),
+                (Value = "application/json"),
+            ),
+            headers(
+                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
+                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
+                ("X-Zarr-Order" = String, description = "Always `C`"),
+            )),
+        (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group", body = ErrorBody),
+        (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
+        (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON)", body = ErrorBody),
+        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
+        (status = 500, description = "A stored chunk is corrupt (naming its key)", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn get_data(
+    State(app): State<Arc<App>>,
+    target: NodeTarget,
+    query: Result<Query<DataQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let Query(q) = query.map_err(|e| query_error(&e))?;
+    let params = params_from_query(q, &headers)?;
+    read_with(app, target, params).await
+}
+
+/// Read a selection of the array at the mount's root.
+#[utoipa::path(
+    get,
+    path = "/api/v1/data/{mount}",
+    tag = "data",
+    params(("mount" = String, Path, description = "Mount name", example = "data"), DataQuery),
+    responses(
+        (status = 200, description = "The selected elements", content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+        (status = 400, description = "Invalid selection, field or format", body = ErrorBody),
+        (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
+        (status = 413, description = "The selection exceeds the limits", body = ErrorBody),
+        (status = 500, description = "A stored chunk is corrupt", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn get_root_data(
+    state: State<Arc<App>>,
+    target: NodeTarget,
+    query: Result<Query<DataQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    get_data(state, target, query, headers).await
+}
+
+fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams> {
+    let mode = parse_mode(body.mode.as_deref())?;
+    let selection = SelectionJson { selection: body.selection, mode }
+        .to_spec()
+        .map_err(|e| ApiError::bad_request("invalid_selection", e.to_string()))?;
+    Ok(ReadParams {
+        selection,
+        field: body.field,
+        format: negotiate(body.format.as_deref(), headers)?,
+        fill_missing: body.fill_missing,
+    })
+}
+
+/// Read a selection given in a JSON body (orthogonal and coordinate
+/// selections too long for a URL).
+#[utoipa::path(
+    post,
+    path = "/api/v1/data/{mount}/{*path}",
+    tag = "data",
+    params(
+        ("mount" = String, Path, description = "Mount name", example = "data"),
+        ("path" = String, Path, description = "Array path inside the mount", example = "climate/temperature"),
+    ),
+    request_body(content = DataBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)",
+            content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+        (status = 400, description = "Malformed body or selection (naming the dimension); unknown field or format", body = ErrorBody),
+        (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
+        (status = 413, description = "The body or the selection exceeds the limits", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
+        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
+        (status = 500, description = "A stored chunk is corrupt (naming its key)", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn post_data(
+    State(app): State<Arc<App>>,
+    target: NodeTarget,
+    headers: HeaderMap,
+    body: Result<Json<DataBody>, JsonRejection>,
+) -> ApiResult<Response> {
+    let Json(body) = body.map_err(|e| {
+        let status = e.status();
+        let code = match status.as_u16() {
+            415 => "unsupported_media_type",
+            413 => "payload_too_large",
+            _ => "invalid_body",
+        };
+        ApiError::new(status, code, format!("invalid request body: {}", e.body_text()))
+    })?;
+    let params = params_from_body(body, &headers)?;
+    read_with(app, target, params).await
+}
+
+/// Read a selection (JSON body) of the array at the mount's root.
+#[utoipa::path(
+    post,
+    path = "/api/v1/data/{mount}",
+    tag = "data",
+    params(("mount" = String, Path, description = "Mount name", example = "data")),
+    request_body(content = DataBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The selected elements", content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+        (status = 400, description = "Malformed body or selection", body = ErrorBody),
+        (status = 404, description = "No such mount or array", body = ErrorBody),
+        (status = 413, description = "The selection exceeds the limits", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn post_root_data(
+    state: State<Arc<App>>,
+    target: NodeTarget,
+    headers: HeaderMap,
+    body: Result<Json<DataBody>, JsonRejection>,
+) -> ApiResult<Response> {
+    post_data(state, target, headers, body).await
+}
+
+/// Read one chunk (or inner chunk of a shard), decoded: for clients that
+/// cannot decode its codecs.
+#[utoipa::path(
+    get,
+    path = "/api/v1/chunks/{mount}/{*path}",
+    tag = "data",
+    params(
+        ("mount" = String, Path, description = "Mount name", example = "data"),
+        ("path" = String, Path, description = "Array path inside the mount", example = "climate/temperature"),
+        ChunkQuery,
+    ),
+    responses(
+        (status = 200, description = "The decoded chunk, full chunk shape as stored (edge chunks included)",
+            content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+        (status = 400, description = "Coordinates of the wrong rank or outside the grid (naming the dimension); inner on an unsharded array; unknown field or format", body = ErrorBody),
+        (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
+        (status = 413, description = "The chunk exceeds limits.max_selection_bytes", body = ErrorBody),
+        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
+        (status = 500, description = "The stored chunk is corrupt (naming its key)", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn get_chunk(
+    State(app): State<Arc<App>>,
+    target: NodeTarget,
+    query: Result<Query<ChunkQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let Query(q) = query.map_err(|e| query_error(&e))?;
+    let params = ChunkParams {
+        coords: read::parse_coords(q.coords.as_deref().unwrap_or(""), "coords")?,
+        inner: q.inner.as_deref().map(|i| read::parse_coords(i, "inner")).transpose()?,
+        field: q.field,
+        format: negotiate(q.format.as_deref(), &headers)?,
+        fill_missing: q.fill_missing,
+    };
+    let read = read::read_chunk(&app, &target.mount, &target.path, params).await?;
+    Ok(respond(read))
+}
+
+/// Read one decoded chunk of the array at the mount's root.
+#[utoipa::path(
+    get,
+    path = "/api/v1/chunks/{mount}",
+    tag = "data",
+    params(("mount" = String, Path, description = "Mount name", example = "data"), ChunkQuery),
+    responses(
+        (status = 200, description = "The decoded chunk", content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+        (status = 400, description = "Invalid coordinates, field or format", body = ErrorBody),
+        (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
+        (status = 413, description = "The chunk exceeds the limits", body = ErrorBody),
+        (status = 500, description = "The stored chunk is corrupt", body = ErrorBody),
+        (status = 503, description = "Storage unavailable", body = ErrorBody),
+    )
+)]
+pub async fn get_root_chunk(
+    state: State<Arc<App>>,
+    target: NodeTarget,
+    query: Result<Query<ChunkQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    get_chunk(state, target, query, headers).await
+}

@@ -1,0 +1,294 @@
+//! The decoded chunk cache: decoded chunks (inner chunks, for sharded
+//! arrays) and shard indexes, shared by every request, bounded in bytes
+//! (moka, weighed by decoded size).
+//!
+//! Keys are `(mount, store key, part)`: the whole chunk stored under the
+//! key, the shard index stored in it, or one inner chunk of it. Whole chunks
+//! and shard indexes carry the storage version (ETag) they were read at and
+//! when that was last confirmed; the mount's
+//! [`RecheckPolicy`](crate::storage::mount::RecheckPolicy) says when a use
+//! must confirm it again (TensorStore's `recheck_cached_data`). An inner
+//! chunk carries the *stamp* of the shard index it was read through: a
+//! shard index read anew (after a change or an invalidation) gets a new
+//! stamp, so every inner chunk cached under the old one stops matching at
+//! once, without a scan of the cache.
+//!
+//! Invalidation: every write through zarrd (store-protocol PUT and DELETE,
+//! slice writes — anything through `Mount::put`/`Mount::delete`) calls
+//! [`ChunkCache::invalidate`] for its key. A read that raced with a write
+//! cannot leave stale data behind: readers note [`ChunkCache::generation`]
+//! before reading storage, and [`ChunkCache::insert`] drops the entry again
+//! when any invalidation happened meanwhile.
+//!
+//! Missing chunks are cached too (as "absent"), so fill-value reads of a
+//! sparse array do not hit storage again.
+//!
+//! Concurrency: every method takes `&self` and may be called from any
+//! thread; moka is lock-free for reads.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::storage::mount::RecheckPolicy;
+use crate::zarr::chunk::ChunkData;
+use crate::zarr::codec::array_to_bytes::sharding::ShardIndex;
+
+/// What part of a stored value an entry holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// The whole decoded chunk.
+    Chunk,
+    /// The shard index.
+    Index,
+    /// One inner chunk of the shard (coordinates inside the shard).
+    Inner(Vec<u64>),
+}
+
+/// A cache key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    /// The mount's name.
+    pub mount: Arc<str>,
+    /// The full store key in the mount.
+    pub key: Arc<str>,
+    /// Which part.
+    pub part: Part,
+}
+
+/// Where a cached value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The storage ETag it was read at; `None`: the key did not exist.
+    pub etag: Option<String>,
+    /// When that was last confirmed.
+    pub checked: Instant,
+}
+
+impl Version {
+    /// Whether a use now must revalidate first under `policy`.
+    #[must_use]
+    pub fn needs_recheck(&self, policy: RecheckPolicy) -> bool {
+        match policy {
+            RecheckPolicy::Never => false,
+            RecheckPolicy::Always => true,
+            RecheckPolicy::After(d) => self.checked.elapsed() >= d,
+        }
+    }
+}
+
+/// A cached value.
+#[derive(Debug, Clone)]
+pub enum Cached {
+    /// A whole chunk (`None`: the key is missing: the fill value).
+    Chunk { version: Version, data: Option<Arc<ChunkData>> },
+    /// A shard index (`None`: the shard is missing) and its stamp.
+    Index { version: Version, stamp: u64, index: Option<Arc<ShardIndex>> },
+    /// An inner chunk read through the index with `stamp` (`None`: empty,
+    /// the fill value).
+    Inner { stamp: u64, data: Option<Arc<ChunkData>> },
+}
+
+/// Counters and sizes, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Lookups that found a usable entry.
+    pub hits: u64,
+    /// Lookups that did not (absent, stale or of another version).
+    pub misses: u64,
+    /// Entries dropped by invalidation.
+    pub invalidations: u64,
+    /// Entries held now.
+    pub entries: u64,
+    /// Their weight in bytes (decoded size plus a small overhead).
+    pub bytes: u64,
+    /// The budget in bytes.
+    pub capacity: u64,
+}
+
+/// The cache (see the module documentation).
+#[derive(Debug)]
+pub struct ChunkCache {
+    cache: Option<moka::sync::Cache<CacheKey, Arc<Cached>>>,
+    capacity: u64,
+    generation: AtomicU64,
+    stamps: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    invalidations: AtomicU64,
+}
+
+const ENTRY_OVERHEAD: usize = 128;
+
+fn data_weight(d: &ChunkData) -> usize {
+    match d {
+        ChunkData::Fixed(b) => b.len(),
+        ChunkData::Variable(items) => items.iter().map(|i| i.len() + 24).sum(),
+    }
+}
+
+fn weight(k: &CacheKey, v: &Arc<Cached>) -> u32 {
+    let data = match &**v {
+        Cached::Chunk { data, .. } | Cached::Inner { data, .. } => data.as_deref().map_or(0, data_weight),
+        Cached::Index { index, .. } => {
+            index.as_ref().map_or(0, |i| i.chunks_per_shard().iter().product::<u64>() as usize * 16)
+        }
+    };
+    let w = data + k.key.len() + ENTRY_OVERHEAD;
+    u32::try_from(w).unwrap_or(u32::MAX)
+}
+
+impl ChunkCache {
+    /// A cache of `capacity` bytes (0: nothing is cached, every lookup
+    /// misses).
+    #[must_use]
+    pub fn new(capacity: u64) -> Self {
+        let cache = (capacity > 0).then(|| moka::sync::Cache::builder().max_capacity(capacity).weigher(weight).build());
+        Self {
+            cache,
+            capacity,
+            generation: AtomicU64::new(0),
+            stamps: AtomicU64::new(1),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            invalidations: AtomicU64::new(0),
+        }
+    }
+
+    /// The budget in bytes.
+    #[must_use]
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The invalidation counter; note it before reading storage and pass it
+    /// to [`ChunkCache::insert`].
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// A fresh stamp for a shard index read from storage.
+    #[must_use]
+    pub fn new_stamp(&self) -> u64 {
+        self.stamps.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The entry for `key`, if any (not yet checked for freshness: the
+    /// caller does that and reports with [`ChunkCache::record`]).
+    #[must_use]
+    pub fn get(&self, key: &CacheKey) -> Option<Arc<Cached>> {
+        self.cache.as_ref()?.get(key)
+    }
+
+    /// Counts a lookup as a hit or a miss.
+    pub fn record(&self, hit: bool) {
+        let counter = if hit { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Stores `value`, unless an invalidation happened since `generation`
+    /// was read (then the value may predate a write and is dropped).
+    pub fn insert(&self, key: CacheKey, value: Cached, generation: u64) {
+        let Some(cache) = &self.cache else { return };
+        if self.generation() != generation {
+            return;
+        }
+        cache.insert(key.clone(), Arc::new(value));
+        if self.generation() != generation {
+            cache.invalidate(&key);
+        }
+    }
+
+    /// Drops what is cached for `key` in `mount`: the whole chunk and the
+    /// shard index (which retires the inner chunks read through it).
+    pub fn invalidate(&self, mount: &str, key: &str) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        let Some(cache) = &self.cache else { return };
+        let (mount, key): (Arc<str>, Arc<str>) = (mount.into(), key.into());
+        for part in [Part::Chunk, Part::Index] {
+            let k = CacheKey { mount: mount.clone(), key: key.clone(), part };
+            if cache.remove(&k).is_some() {
+                self.invalidations.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The counters and sizes now.
+    #[must_use]
+    pub fn stats(&self) -> CacheStats {
+        let (entries, bytes) = self.cache.as_ref().map_or((0, 0), |c| {
+            c.run_pending_tasks();
+            (c.entry_count(), c.weighted_size())
+        });
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            invalidations: self.invalidations.load(Ordering::Relaxed),
+            entries,
+            bytes,
+            capacity: self.capacity,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: &str, part: Part) -> CacheKey {
+        CacheKey { mount: "m".into(), key: k.into(), part }
+    }
+
+    fn chunk(bytes: usize) -> Cached {
+        Cached::Chunk {
+            version: Version { etag: Some("\"1\"".into()), checked: Instant::now() },
+            data: Some(Arc::new(ChunkData::Fixed(vec![7; bytes]))),
+        }
+    }
+
+    #[test]
+    fn invalidation_removes_the_chunk_and_index_and_blocks_racing_inserts() {
+        let c = ChunkCache::new(1 << 20);
+        let g = c.generation();
+        c.insert(key("a/c/0", Part::Chunk), chunk(100), g);
+        assert!(c.get(&key("a/c/0", Part::Chunk)).is_some());
+        let before = c.generation();
+        c.invalidate("m", "a/c/0");
+        assert!(c.get(&key("a/c/0", Part::Chunk)).is_none());
+        // A reader that started before the invalidation cannot insert.
+        c.insert(key("a/c/0", Part::Chunk), chunk(100), before);
+        assert!(c.get(&key("a/c/0", Part::Chunk)).is_none());
+        let s = c.stats();
+        assert_eq!(s.invalidations, 1);
+        assert_eq!(s.entries, 0);
+    }
+
+    #[test]
+    fn bounded_by_bytes_and_counts() {
+        let c = ChunkCache::new(10_000);
+        for i in 0..50 {
+            c.insert(key(&format!("k{i}"), Part::Chunk), chunk(1000), c.generation());
+        }
+        let s = c.stats();
+        assert!(s.bytes <= 10_000, "{s:?}");
+        assert!(s.entries < 50, "{s:?}");
+        c.record(true);
+        c.record(false);
+        c.record(false);
+        let s = c.stats();
+        assert_eq!((s.hits, s.misses), (1, 2));
+        let off = ChunkCache::new(0);
+        off.insert(key("x", Part::Chunk), chunk(1), off.generation());
+        assert!(off.get(&key("x", Part::Chunk)).is_none());
+    }
+
+    #[test]
+    fn recheck_policies() {
+        let v = Version { etag: None, checked: Instant::now() };
+        assert!(!v.needs_recheck(RecheckPolicy::Never));
+        assert!(v.needs_recheck(RecheckPolicy::Always));
+        assert!(!v.needs_recheck(RecheckPolicy::After(std::time::Duration::from_secs(60))));
+        assert!(v.needs_recheck(RecheckPolicy::After(std::time::Duration::ZERO)));
+    }
+}

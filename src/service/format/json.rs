@@ -1,0 +1,321 @@
+//! JSON rendering of decoded elements: nested lists, outermost dimension
+//! first (numpy's `tolist()` shape), written piece by piece so a large
+//! answer streams.
+//!
+//! Elements, by data type:
+//!
+//! - `bool`: `true` / `false`; integers (`int4` included): numbers;
+//! - floats (`float16`, `bfloat16`, `float32`, `float64`): the shortest
+//!   decimal that reads back as the same value; NaN and the infinities as the
+//!   strings Zarr's `fill_value` uses: `"NaN"`, `"Infinity"`, `"-Infinity"`;
+//! - complex: `[re, im]`, each a float as above;
+//! - `datetime64` / `timedelta64`: the integer count of units (NaT is
+//!   -9223372036854775808);
+//! - `string`, `fixed_length_utf32`: strings (`fixed_length_utf32` without
+//!   its trailing NULs, as numpy reads it; invalid code points as U+FFFD);
+//! - `bytes`, `null_terminated_bytes` (trailing NULs removed, as numpy reads
+//!   it) and raw bits (`r<n>`, `|V<n>`): standard base64 with padding;
+//! - structured records: an object from field name to value, a field with a
+//!   subarray shape as nested lists.
+//!
+//! - `float8_*`: numbers as floats above (their exact values).
+
+use std::io::Write;
+
+use base64::Engine;
+use half::{bf16, f16};
+
+use crate::zarr::data_type::DataType;
+
+/// Writes the nested-list structure of an array of `shape` around elements
+/// given in C order, in as many pieces as the caller likes.
+#[derive(Debug, Clone)]
+pub struct JsonEncoder {
+    data_type: DataType,
+    shape: Vec<u64>,
+    idx: Vec<u64>,
+    pos: u64,
+    total: u64,
+}
+
+impl JsonEncoder {
+    /// An encoder for `shape` elements of `data_type`.
+    #[must_use]
+    pub fn new(data_type: DataType, shape: Vec<u64>) -> Self {
+        let total = shape.iter().product();
+        let idx = vec![0; shape.len()];
+        Self { data_type, shape, idx, pos: 0, total }
+    }
+
+    /// How many elements are still expected.
+    #[must_use]
+    pub fn remaining(&self) -> u64 {
+        self.total - self.pos
+    }
+
+    fn before(&mut self, out: &mut Vec<u8>) {
+        let rank = self.shape.len();
+        if self.pos == 0 {
+            out.resize(out.len() + rank, b'[');
+            return;
+        }
+        // Dimensions (other than the outermost) that just wrapped to 0.
+        let k = (1..rank).rev().take_while(|&d| self.idx[d] == 0).count();
+        out.resize(out.len() + k, b']');
+        out.push(b',');
+        out.resize(out.len() + k, b'[');
+    }
+
+    fn after(&mut self) {
+        self.pos += 1;
+        for d in (0..self.shape.len()).rev() {
+            self.idx[d] += 1;
+            if self.idx[d] < self.shape[d] || d == 0 {
+                break;
+            }
+            self.idx[d] = 0;
+        }
+    }
+
+    /// Writes packed fixed-size elements (a whole number of them).
+    pub fn fixed(&mut self, elements: &[u8], out: &mut Vec<u8>) {
+        let size = self.data_type.size().unwrap_or(1).max(1);
+        let dt = self.data_type.clone();
+        for e in elements.chunks_exact(size) {
+            self.before(out);
+            write_fixed(&dt, e, out);
+            self.after();
+        }
+    }
+
+    /// Writes variable-length elements.
+    pub fn variable(&mut self, elements: &[Vec<u8>], out: &mut Vec<u8>) {
+        let dt = self.data_type.clone();
+        for e in elements {
+            self.before(out);
+            write_variable(&dt, e, out);
+            self.after();
+        }
+    }
+
+    /// Closes the structure; for an empty array, writes all of it
+    /// (`[[], []]` for shape `[2, 0]`).
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.total == 0 {
+            write_empty(&self.shape, out);
+        } else {
+            out.resize(out.len() + self.shape.len(), b']');
+        }
+    }
+}
+
+/// How many brackets the JSON of an empty array of `shape` has: the
+/// product of the dimensions before the first zero (bounded by the
+/// caller's limits before [`JsonEncoder::finish`] writes them).
+#[must_use]
+pub fn empty_size(shape: &[u64]) -> u64 {
+    shape.iter().take_while(|&&d| d != 0).fold(1u64, |a, &d| a.saturating_mul(d))
+}
+
+fn write_empty(shape: &[u64], out: &mut Vec<u8>) {
+    match shape.split_first() {
+        None => out.extend_from_slice(b"null"),
+        Some((0, _)) => out.extend_from_slice(b"[]"),
+        Some((&n, rest)) => {
+            out.push(b'[');
+            for i in 0..n {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_empty(rest, out);
+            }
+            out.push(b']');
+        }
+    }
+}
+
+fn write_f64(v: f64, out: &mut Vec<u8>) {
+    if v.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if v.is_infinite() {
+        out.extend_from_slice(if v > 0.0 { b"\"Infinity\"" } else { b"\"-Infinity\"" });
+    } else {
+        let _ = write!(out, "{v:?}");
+    }
+}
+
+fn write_f32(v: f32, out: &mut Vec<u8>) {
+    if v.is_finite() {
+        // f32's own shortest form, so a float32 reads back exactly.
+        let _ = write!(out, "{v:?}");
+    } else {
+        write_f64(f64::from(v), out);
+    }
+}
+
+fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[..N]);
+    a
+}
+
+fn write_base64(b: &[u8], out: &mut Vec<u8>) {
+    out.push(b'"');
+    out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(b).as_bytes());
+    out.push(b'"');
+}
+
+fn write_str(s: &str, out: &mut Vec<u8>) {
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Writes one fixed-size element (`b` is exactly its bytes).
+pub fn write_fixed(dt: &DataType, b: &[u8], out: &mut Vec<u8>) {
+    match dt {
+        DataType::Bool => out.extend_from_slice(if b[0] != 0 { b"true" } else { b"false" }),
+        DataType::Int8 | DataType::Int4 => {
+            let _ = write!(out, "{}", i8::from_le_bytes(arr(b)));
+        }
+        DataType::Int16 => {
+            let _ = write!(out, "{}", i16::from_le_bytes(arr(b)));
+        }
+        DataType::Int32 => {
+            let _ = write!(out, "{}", i32::from_le_bytes(arr(b)));
+        }
+        DataType::Int64 | DataType::DateTime64(_) | DataType::TimeDelta64(_) => {
+            let _ = write!(out, "{}", i64::from_le_bytes(arr(b)));
+        }
+        DataType::UInt8 => {
+            let _ = write!(out, "{}", b[0]);
+        }
+        DataType::UInt16 => {
+            let _ = write!(out, "{}", u16::from_le_bytes(arr(b)));
+        }
+        DataType::UInt32 => {
+            let _ = write!(out, "{}", u32::from_le_bytes(arr(b)));
+        }
+        DataType::UInt64 => {
+            let _ = write!(out, "{}", u64::from_le_bytes(arr(b)));
+        }
+        DataType::Float16 => write_f32(f16::from_le_bytes(arr(b)).to_f32(), out),
+        DataType::BFloat16 => write_f32(bf16::from_le_bytes(arr(b)).to_f32(), out),
+        DataType::Float32 => write_f32(f32::from_le_bytes(arr(b)), out),
+        DataType::Float64 => write_f64(f64::from_le_bytes(arr(b)), out),
+        DataType::Complex64 => {
+            out.push(b'[');
+            write_f32(f32::from_le_bytes(arr(b)), out);
+            out.push(b',');
+            write_f32(f32::from_le_bytes(arr(&b[4..])), out);
+            out.push(b']');
+        }
+        DataType::Complex128 => {
+            out.push(b'[');
+            write_f64(f64::from_le_bytes(arr(b)), out);
+            out.push(b',');
+            write_f64(f64::from_le_bytes(arr(&b[8..])), out);
+            out.push(b']');
+        }
+        DataType::FixedBytes(_) => {
+            let end = b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
+            write_base64(&b[..end], out);
+        }
+        DataType::Float8(kind) => write_f64(kind.to_f64(b[0]), out),
+        DataType::RawBits(_) => write_base64(b, out),
+        DataType::FixedUtf32(_) => {
+            let mut s: String = b
+                .chunks_exact(4)
+                .map(|c| char::from_u32(u32::from_le_bytes(arr(c))).unwrap_or(char::REPLACEMENT_CHARACTER))
+                .collect();
+            s.truncate(s.trim_end_matches('\0').len());
+            write_str(&s, out);
+        }
+        DataType::Structured { fields, .. } => {
+            out.push(b'{');
+            for (i, f) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(&f.name, out);
+                out.push(b':');
+                let size = f.data_type.size().unwrap_or(0);
+                let count = usize::try_from(f.subarray.iter().product::<u64>()).unwrap_or(0);
+                let bytes = b.get(f.offset..f.offset + size * count).unwrap_or(&[]);
+                if f.subarray.is_empty() {
+                    write_fixed(&f.data_type, bytes, out);
+                } else {
+                    let mut enc = JsonEncoder::new((*f.data_type).clone(), f.subarray.clone());
+                    enc.fixed(bytes, out);
+                    enc.finish(out);
+                }
+            }
+            out.push(b'}');
+        }
+        DataType::String | DataType::Bytes => write_variable(dt, b, out),
+    }
+}
+
+/// Writes one variable-length element.
+pub fn write_variable(dt: &DataType, b: &[u8], out: &mut Vec<u8>) {
+    match dt {
+        DataType::String => write_str(&String::from_utf8_lossy(b), out),
+        _ => write_base64(b, out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(dt: DataType, shape: Vec<u64>, bytes: &[u8], pieces: usize) -> String {
+        let size = dt.size().unwrap();
+        let mut enc = JsonEncoder::new(dt, shape);
+        let mut out = Vec::new();
+        let n = bytes.len() / size;
+        let per = n.div_ceil(pieces.max(1)).max(1);
+        for part in bytes.chunks(per * size) {
+            enc.fixed(part, &mut out);
+        }
+        enc.finish(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn nesting_matches_tolist_in_any_number_of_pieces() {
+        let data: Vec<u8> = (0u8..24).collect();
+        for pieces in [1, 2, 5, 24] {
+            assert_eq!(
+                render(DataType::UInt8, vec![2, 3, 4], &data, pieces),
+                "[[[0,1,2,3],[4,5,6,7],[8,9,10,11]],[[12,13,14,15],[16,17,18,19],[20,21,22,23]]]"
+            );
+        }
+        assert_eq!(render(DataType::UInt8, vec![], &[7], 1), "7");
+        assert_eq!(render(DataType::UInt8, vec![3], &[1, 2, 3], 2), "[1,2,3]");
+        assert_eq!(render(DataType::UInt8, vec![2, 0], &[], 1), "[[],[]]");
+        assert_eq!(render(DataType::UInt8, vec![0, 5], &[], 1), "[]");
+        assert_eq!(empty_size(&[3, 4, 0, 2]), 12);
+    }
+
+    #[test]
+    fn element_renderings() {
+        let f: Vec<u8> =
+            [1.5f32, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.1].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(render(DataType::Float32, vec![5], &f, 1), r#"[1.5,"NaN","Infinity","-Infinity",0.1]"#);
+        let c: Vec<u8> = [1.0f64, -2.5].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(render(DataType::Complex128, vec![1], &c, 1), "[[1.0,-2.5]]");
+        let h: Vec<u8> = f16::from_f32(0.5).to_le_bytes().to_vec();
+        assert_eq!(render(DataType::Float16, vec![], &h, 1), "0.5");
+        assert_eq!(render(DataType::Bool, vec![2], &[1, 0], 1), "[true,false]");
+        assert_eq!(render(DataType::Int4, vec![2], &[0xf9, 7], 1), "[-7,7]");
+        assert_eq!(render(DataType::FixedBytes(4), vec![1], b"ab\0\0", 1), r#"["YWI="]"#);
+        let u: Vec<u8> = ['h', 'i', '\0'].iter().flat_map(|&c| u32::from(c).to_le_bytes()).collect();
+        assert_eq!(render(DataType::FixedUtf32(3), vec![1], &u, 1), r#"["hi"]"#);
+        let mut out = Vec::new();
+        let mut enc = JsonEncoder::new(DataType::String, vec![2]);
+        enc.variable(&[b"a\"b".to_vec(), "é".as_bytes().to_vec()], &mut out);
+        enc.finish(&mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), r#"["a\"b","é"]"#);
+        let mut out = Vec::new();
+        write_variable(&DataType::Bytes, &[0, 255], &mut out);
+        assert_eq!(out, b"\"AP8=\"");
+    }
+}

@@ -1,0 +1,1358 @@
+//! Slice reads and decoded chunk reads, streamed slab by slab.
+//!
+//! A read is checked whole before anything is sent (array metadata, the
+//! selection against the shape, the field, the format, the size limits),
+//! then produced as a sequence of *slabs*: contiguous runs of the output in
+//! C order, each at most `limits.read_slab_bytes` of decoded elements.
+//!
+//! - Basic and orthogonal selections are split along the outermost output
+//!   dimension whose rows fit the budget; the positions along it are grouped
+//!   by the chunk they fall in, so a slab starts and ends on chunk
+//!   boundaries wherever the budget allows. Coordinate selections are split
+//!   into runs of points.
+//! - For a slab, every dimension's selected indices are projected onto the
+//!   chunk grid (per chunk: runs of `(output position, index in chunk,
+//!   length, step)`), and only the chunks the selection touches are read —
+//!   a strided or listed selection never reads the chunks between.
+//! - The unit of decoding (and caching) is the chunk, or for sharded arrays
+//!   the inner chunk: a shard's index is read by range (cached), then only
+//!   the inner chunks needed, their byte ranges coalesced as the engine's
+//!   partial shard reads do, conditioned on the index's ETag so a shard
+//!   rewritten in between is detected and read again.
+//! - Chunks are fetched concurrently (bounded); decoding and copying run on
+//!   the CPU pool ([`super::cpu`]), one task per chunk, which drops the
+//!   decoded chunk as soon as its part is copied (unless cached).
+//! - A producer task sends each slab's bytes through a channel of one, so a
+//!   read holds about three slabs (one being written to the socket, one
+//!   queued, one being assembled) plus the chunks being decoded, whatever
+//!   its size. A client that goes away stops the producer.
+//!
+//! Errors found before the first slab is sent (every check, and any error
+//! in the first slab) are ordinary error answers. An error in a later slab
+//! (a missing chunk with `fill_missing=false`, a corrupt chunk, storage
+//! failing) can only abort the body: the connection is closed, and the body
+//! is shorter than its `Content-Length` (raw, npy) or is invalid JSON.
+//!
+//! Missing chunks read as the fill value unless the mount
+//! (`fill_missing_data_reads = false`) or the request (`fill_missing=false`)
+//! says otherwise; then the read fails naming the first missing chunk's key
+//! (for sharded arrays: an inner chunk absent from its shard counts as
+//! missing, named with its shard's key).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use tokio::sync::mpsc;
+
+use super::chunk_cache::{CacheKey, Cached, ChunkCache, Part, Version};
+use super::format::json::{empty_size, JsonEncoder};
+use super::format::{npy, numpy_descr, zarr_name, OutputFormat};
+use super::node::{self, ArrayNode, NodePath};
+use super::{cpu, App, ServiceError, ServiceResult};
+use crate::storage::mount::RecheckPolicy;
+use crate::storage::request::ByteRange;
+use crate::storage::{Mount, ReadRequest, StorageError, StoreKey};
+use crate::zarr::byte_range::ByteRangeRequest;
+use crate::zarr::chunk::{ChunkData, ChunkRepr};
+use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
+use crate::zarr::data_type::DataType;
+use crate::zarr::field::FieldView;
+use crate::zarr::selection::{DimIndexer, Selection, SelectionMode, SelectionSpec};
+
+/// Byte ranges of inner chunks at most this far apart are read together.
+const COALESCE_GAP: u64 = 4096;
+
+/// What a slice read asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ReadParams {
+    /// The selection, as parsed.
+    pub selection: SelectionSpec,
+    /// A field of a structured array.
+    pub field: Option<String>,
+    /// The output format.
+    pub format: OutputFormat,
+    /// Overrides the mount's `fill_missing_data_reads`.
+    pub fill_missing: Option<bool>,
+}
+
+/// What a decoded chunk read asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ChunkParams {
+    /// Chunk grid coordinates (of the shard, for sharded arrays).
+    pub coords: Vec<u64>,
+    /// Inner chunk coordinates inside the shard (sharded arrays only).
+    pub inner: Option<Vec<u64>>,
+    /// A field of a structured array.
+    pub field: Option<String>,
+    /// The output format.
+    pub format: OutputFormat,
+    /// Overrides the mount's `fill_missing_data_reads`.
+    pub fill_missing: Option<bool>,
+}
+
+/// The pieces of one message of a read's body.
+pub type Pieces = Vec<Bytes>;
+
+/// A read, checked and started: what the answer's headers say, the first
+/// slab (already produced, so its errors are ordinary answers) and the rest
+/// of the body.
+#[derive(Debug)]
+pub struct DataRead {
+    /// Output shape (the selection's, plus a field's subarray shape).
+    pub shape: Vec<u64>,
+    /// Output element type.
+    pub data_type: DataType,
+    /// Output format.
+    pub format: OutputFormat,
+    /// Exact body length (raw and npy).
+    pub content_length: Option<u64>,
+    /// The first message of the body.
+    pub first: Pieces,
+    /// The rest of the body (`None`: the first message was all of it).
+    pub rest: Option<mpsc::Receiver<ServiceResult<Pieces>>>,
+}
+
+/// A slab's (or chunk's) elements.
+#[derive(Debug)]
+enum SlabData {
+    Fixed(Vec<u8>),
+    Variable(Vec<Vec<u8>>),
+}
+
+/// One run of a dimension's selected indices inside one chunk: output
+/// positions `out .. out + len` take chunk indices `inn, inn + step, ...`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    out: u64,
+    inn: u64,
+    len: u64,
+    step: i64,
+}
+
+/// The part of one dimension's selection inside one chunk (along that
+/// dimension).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DimGroup {
+    unit: u64,
+    runs: Vec<Run>,
+}
+
+/// Groups the indices at `positions` of `ix` by the chunk (extent `c`) they
+/// fall in; output positions are relative to `positions.start`.
+fn dim_groups(ix: &DimIndexer, positions: Range<u64>, c: u64) -> Vec<DimGroup> {
+    let mut groups: BTreeMap<u64, Vec<Run>> = BTreeMap::new();
+    let base = positions.start;
+    for p in positions {
+        let idx = ix.get(p);
+        let (unit, inn) = (idx / c, idx % c);
+        let out = p - base;
+        let runs = groups.entry(unit).or_default();
+        if let Some(r) = runs.last_mut() {
+            if r.out + r.len == out {
+                let delta = i128::from(inn) - i128::from(r.inn);
+                if r.len == 1 {
+                    if let Ok(step) = i64::try_from(delta) {
+                        r.step = step;
+                        r.len = 2;
+                        continue;
+                    }
+                } else if delta == i128::from(r.step) * i128::from(r.len) {
+                    r.len += 1;
+                    continue;
+                }
+            }
+        }
+        runs.push(Run { out, inn, len: 1, step: 1 });
+    }
+    groups.into_iter().map(|(unit, runs)| DimGroup { unit, runs }).collect()
+}
+
+/// Calls `f(src, dst, n)` for every run of `n` consecutive elements to copy
+/// from a chunk (strides `ss`) into a slab (strides `ds`).
+fn for_each_copy(runs: &[&[Run]], ss: &[u64], ds: &[u64], f: &mut impl FnMut(u64, u64, u64)) {
+    fn rec(d: usize, runs: &[&[Run]], ss: &[u64], ds: &[u64], so: u64, dof: u64, f: &mut impl FnMut(u64, u64, u64)) {
+        let last = d + 1 == runs.len();
+        for r in runs[d] {
+            if last && r.step == 1 && ds[d] == 1 && ss[d] == 1 {
+                f(so + r.inn, dof + r.out, r.len);
+                continue;
+            }
+            for j in 0..r.len {
+                // In the chunk by construction (the indexer's indices are).
+                let inn = u64::try_from(i128::from(r.inn) + i128::from(r.step) * i128::from(j)).unwrap_or(0);
+                let (s, o) = (so + inn * ss[d], dof + (r.out + j) * ds[d]);
+                if last {
+                    f(s, o, 1);
+                } else {
+                    rec(d + 1, runs, ss, ds, s, o, f);
+                }
+            }
+        }
+    }
+    if runs.is_empty() {
+        f(0, 0, 1);
+    } else {
+        rec(0, runs, ss, ds, 0, 0, f);
+    }
+}
+
+fn strides(shape: &[u64]) -> Vec<u64> {
+    let mut s = vec![1u64; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// How one chunk's elements land in a slab.
+#[derive(Debug, Clone)]
+enum UnitCopy {
+    /// Per dimension, the group (index into the slab's groups).
+    Outer { groups: Arc<Vec<Vec<DimGroup>>>, pick: Vec<usize>, dst_strides: Arc<Vec<u64>> },
+    /// `(slab position, flat index in the chunk)` pairs.
+    Points(Vec<(u64, u64)>),
+}
+
+impl UnitCopy {
+    /// Calls `f(src, dst, n)` for every run to copy.
+    fn each(&self, unit_strides: &[u64], f: &mut impl FnMut(u64, u64, u64)) {
+        match self {
+            Self::Outer { groups, pick, dst_strides } => {
+                let runs: Vec<&[Run]> = pick.iter().enumerate().map(|(d, &g)| groups[d][g].runs.as_slice()).collect();
+                for_each_copy(&runs, unit_strides, dst_strides, f);
+            }
+            Self::Points(pairs) => {
+                for &(dst, src) in pairs {
+                    f(src, dst, 1);
+                }
+            }
+        }
+    }
+}
+
+/// Where a read's chunks come from, and how they are cached.
+#[derive(Debug)]
+struct Source {
+    mount: Arc<Mount>,
+    mount_name: Arc<str>,
+    array: Arc<ArrayNode>,
+    cache: Arc<ChunkCache>,
+    recheck: RecheckPolicy,
+    fill_missing: bool,
+    /// Whether decoded data read now may enter the cache.
+    fill_cache: bool,
+    /// Decoding unit shape: the chunk, or the inner chunk when sharded.
+    unit_shape: Vec<u64>,
+    unit_strides: Vec<u64>,
+}
+
+/// A whole chunk: cached, or its stored bytes still to decode.
+enum Fetched {
+    Ready(Option<Arc<ChunkData>>),
+    Stored { bytes: Bytes, etag: String, generation: u64 },
+}
+
+fn corrupt(key: &str, reason: impl std::fmt::Display) -> ServiceError {
+    ServiceError::CorruptChunk { key: key.to_string(), reason: reason.to_string() }
+}
+
+fn storage_range(r: &ByteRangeRequest) -> Option<ByteRange> {
+    match r {
+        ByteRangeRequest::Bounded(r) if r.end > r.start => Some(ByteRange::Bounded { first: r.start, last: r.end - 1 }),
+        ByteRangeRequest::Bounded(_) => None,
+        ByteRangeRequest::Suffix(n) => Some(ByteRange::Suffix(*n)),
+    }
+}
+
+impl Source {
+    fn cache_key(&self, key: &StoreKey, part: Part) -> CacheKey {
+        CacheKey { mount: self.mount_name.clone(), key: key.as_str().into(), part }
+    }
+
+    /// The current ETag of `key` (`None`: missing).
+    async fn etag(&self, key: &StoreKey) -> ServiceResult<Option<String>> {
+        match self.mount.storage().head(key).await {
+            Ok(meta) => Ok(Some(meta.etag)),
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether the cached `version` of `key` may be used now (revalidating
+    /// by ETag when the policy asks; a confirmed entry is stored again with
+    /// the new check time by `refresh`).
+    async fn usable(&self, key: &StoreKey, version: &Version) -> ServiceResult<bool> {
+        if !version.needs_recheck(self.recheck) {
+            return Ok(true);
+        }
+        Ok(self.etag(key).await? == version.etag)
+    }
+
+    async fn chunk(&self, key: &StoreKey) -> ServiceResult<Fetched> {
+        let ck = self.cache_key(key, Part::Chunk);
+        if let Some(entry) = self.cache.get(&ck) {
+            if let Cached::Chunk { version, data } = &*entry {
+                let g = self.cache.generation();
+                if self.usable(key, version).await? {
+                    self.cache.record(true);
+                    if version.needs_recheck(self.recheck) {
+                        let version = Version { etag: version.etag.clone(), checked: Instant::now() };
+                        self.cache.insert(ck, Cached::Chunk { version, data: data.clone() }, g);
+                    }
+                    return Ok(Fetched::Ready(data.clone()));
+                }
+            }
+        }
+        self.cache.record(false);
+        let generation = self.cache.generation();
+        match self.mount.storage().read(key, &ReadRequest::default()).await {
+            Ok(outcome) => Ok(Fetched::Stored { bytes: outcome.body, etag: outcome.meta.etag, generation }),
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => {
+                if self.fill_cache {
+                    let version = Version { etag: None, checked: Instant::now() };
+                    self.cache.insert(ck, Cached::Chunk { version, data: None }, generation);
+                }
+                Ok(Fetched::Ready(None))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Decodes stored chunk bytes (on the CPU pool's thread) and caches them.
+    fn decode_chunk(
+        &self,
+        key: &StoreKey,
+        bytes: Bytes,
+        etag: String,
+        generation: u64,
+    ) -> ServiceResult<Arc<ChunkData>> {
+        let data = self.array.desc.decode_chunk(Vec::from(bytes)).map_err(|e| corrupt(key.as_str(), e))?;
+        let data = Arc::new(data);
+        if self.fill_cache {
+            let version = Version { etag: Some(etag), checked: Instant::now() };
+            self.cache.insert(
+                self.cache_key(key, Part::Chunk),
+                Cached::Chunk { version, data: Some(data.clone()) },
+                generation,
+            );
+        }
+        Ok(data)
+    }
+
+    /// The shard index of `key`: its ETag, stamp and entries (`None`: the
+    /// shard is missing).
+    async fn shard_index(
+        &self,
+        key: &StoreKey,
+        sharding: &ShardingCodec,
+        fresh: bool,
+    ) -> ServiceResult<(Option<String>, u64, Option<Arc<ShardIndex>>)> {
+        let ck = self.cache_key(key, Part::Index);
+        if !fresh {
+            if let Some(entry) = self.cache.get(&ck) {
+                if let Cached::Index { version, stamp, index } = &*entry {
+                    let g = self.cache.generation();
+                    if self.usable(key, version).await? {
+                        if version.needs_recheck(self.recheck) {
+                            let v = Version { etag: version.etag.clone(), checked: Instant::now() };
+                            self.cache.insert(ck, Cached::Index { version: v, stamp: *stamp, index: index.clone() }, g);
+                        }
+                        return Ok((version.etag.clone(), *stamp, index.clone()));
+                    }
+                }
+            }
+        }
+        let generation = self.cache.generation();
+        let request = ReadRequest { range: storage_range(&sharding.index_byte_range()), ..ReadRequest::default() };
+        let (etag, index) = match self.mount.storage().read(key, &request).await {
+            Ok(outcome) => {
+                if outcome.body.len() as u64 != sharding.index_size() {
+                    return Err(corrupt(
+                        key.as_str(),
+                        format!(
+                            "the shard is {} bytes, shorter than its {}-byte index",
+                            outcome.body.len(),
+                            sharding.index_size()
+                        ),
+                    ));
+                }
+                let index = sharding.decode_index(Vec::from(outcome.body)).map_err(|e| corrupt(key.as_str(), e))?;
+                (Some(outcome.meta.etag), Some(Arc::new(index)))
+            }
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => (None, None),
+            Err(StorageError::RangeNotSatisfiable { size, .. }) => {
+                return Err(corrupt(
+                    key.as_str(),
+                    format!("the shard is {size} bytes, shorter than its {}-byte index", sharding.index_size()),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let stamp = self.cache.new_stamp();
+        let version = Version { etag: etag.clone(), checked: Instant::now() };
+        self.cache.insert(ck, Cached::Index { version, stamp, index: index.clone() }, generation);
+        Ok((etag, stamp, index))
+    }
+}
+
+/// The fill value written into missing parts, when it is not all zeros (a
+/// fresh buffer is zeros already) or the type is variable-length.
+fn needs_fill(fill: &[u8], variable: bool) -> bool {
+    variable || fill.iter().any(|&b| b != 0)
+}
+
+/// Copies `data` (one decoded unit) into `slab` as `spec` says.
+fn copy_unit(
+    data: &ChunkData,
+    unit_elems: u64,
+    unit_strides: &[u64],
+    spec: &UnitCopy,
+    slab: &Mutex<SlabData>,
+    es: usize,
+    key: &str,
+) -> ServiceResult<()> {
+    let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match (data, &mut *guard) {
+        (ChunkData::Fixed(src), SlabData::Fixed(dst)) => {
+            if src.len() as u64 != unit_elems * es as u64 {
+                return Err(corrupt(
+                    key,
+                    format!("decoded to {} bytes, expected {}", src.len(), unit_elems * es as u64),
+                ));
+            }
+            #[allow(clippy::cast_possible_truncation)] // within the buffers, checked above and by construction
+            spec.each(unit_strides, &mut |s, d, n| {
+                let (s, d, n) = (s as usize * es, d as usize * es, n as usize * es);
+                dst[d..d + n].copy_from_slice(&src[s..s + n]);
+            });
+        }
+        (ChunkData::Variable(src), SlabData::Variable(dst)) => {
+            if src.len() as u64 != unit_elems {
+                return Err(corrupt(key, format!("decoded to {} elements, expected {unit_elems}", src.len())));
+            }
+            #[allow(clippy::cast_possible_truncation)]
+            spec.each(unit_strides, &mut |s, d, n| {
+                let (s, d, n) = (s as usize, d as usize, n as usize);
+                dst[d..d + n].clone_from_slice(&src[s..s + n]);
+            });
+        }
+        _ => return Err(corrupt(key, "decoded to the wrong kind of elements")),
+    }
+    Ok(())
+}
+
+/// Writes the fill value where `spec` would copy.
+fn fill_unit(fill: &[u8], unit_strides: &[u64], spec: &UnitCopy, slab: &Mutex<SlabData>) {
+    let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let es = fill.len();
+    #[allow(clippy::cast_possible_truncation)]
+    match &mut *guard {
+        SlabData::Fixed(dst) => spec.each(unit_strides, &mut |_, d, n| {
+            for i in 0..n as usize {
+                let at = (d as usize + i) * es;
+                dst[at..at + es].copy_from_slice(fill);
+            }
+        }),
+        SlabData::Variable(dst) => spec.each(unit_strides, &mut |_, d, n| {
+            for item in &mut dst[d as usize..(d + n) as usize] {
+                item.clone_from(&fill.to_vec());
+            }
+        }),
+    }
+}
+
+/// Missing units met while assembling a slab (with fill_missing off):
+/// grid coordinates and a description naming the key.
+type Missing = Mutex<Vec<(Vec<u64>, String)>>;
+
+/// One slab: where it sits, and the chunks it reads.
+#[derive(Debug, Clone)]
+struct SlabJob {
+    /// Elements in the slab.
+    len: u64,
+    /// Per touched unit: its grid coordinates and how it lands.
+    units: Vec<(Vec<u64>, UnitCopy)>,
+}
+
+/// The whole read, checked.
+#[derive(Debug)]
+struct Plan {
+    src: Arc<Source>,
+    sel: Selection,
+    /// Record size (0 for variable-length types).
+    es: usize,
+    variable: bool,
+    field: Option<FieldView>,
+    format: OutputFormat,
+    out_type: DataType,
+    out_shape: Vec<u64>,
+    budget: u64,
+    /// Outer mode: the split dimension and the segments along it.
+    k: usize,
+    segments: Vec<Range<u64>>,
+    /// Outer mode: the groups of the dimensions after `k` (every slab's).
+    tail_groups: Vec<Vec<DimGroup>>,
+}
+
+impl Plan {
+    fn lens(&self) -> Vec<u64> {
+        self.sel.dims.iter().map(DimIndexer::len).collect()
+    }
+
+    fn elem_estimate(&self) -> u64 {
+        if self.variable {
+            32
+        } else {
+            self.es as u64
+        }
+    }
+
+    /// Prepares the split: the dimension `k` and its segments.
+    fn split(&mut self) {
+        let unit = self.src.unit_shape.clone();
+        if self.sel.mode == SelectionMode::Coordinate || self.sel.dims.is_empty() {
+            return;
+        }
+        let lens = self.lens();
+        let es = self.elem_estimate();
+        let rank = lens.len();
+        let row = |d: usize| lens[d + 1..].iter().fold(es, |a, &l| a.saturating_mul(l));
+        let k = (0..rank).find(|&d| row(d) <= self.budget).unwrap_or(rank - 1);
+        let row_bytes = row(k).max(1);
+        let max_rows = (self.budget / row_bytes).max(1);
+        // Maximal runs of positions along k inside one chunk, cut to the
+        // budget, then merged greedily while they fit: slabs end on chunk
+        // boundaries wherever the budget allows.
+        let ix = &self.sel.dims[k];
+        let c = unit[k];
+        let mut segments: Vec<Range<u64>> = Vec::new();
+        let mut p = 0u64;
+        while p < lens[k] {
+            let u = ix.get(p) / c;
+            let mut e = p + 1;
+            while e < lens[k] && ix.get(e) / c == u {
+                e += 1;
+            }
+            let mut s = p;
+            while s < e {
+                let end = (s + max_rows).min(e);
+                match segments.last_mut() {
+                    Some(last) if last.end == s && end - last.start <= max_rows => last.end = end,
+                    _ => segments.push(s..end),
+                }
+                s = end;
+            }
+            p = e;
+        }
+        self.k = k;
+        self.segments = segments;
+        self.tail_groups = (k + 1..rank).map(|d| dim_groups(&self.sel.dims[d], 0..lens[d], unit[d])).collect();
+    }
+
+    /// Every slab, in output order.
+    fn slabs(self: &Arc<Self>) -> Box<dyn Iterator<Item = SlabJob> + Send> {
+        let plan = self.clone();
+        if self.sel.mode == SelectionMode::Coordinate {
+            let total = self.sel.num_elements();
+            let per = (self.budget / self.elem_estimate().max(1)).max(1);
+            let starts = (0..total).step_by(usize::try_from(per).unwrap_or(usize::MAX));
+            return Box::new(starts.map(move |a| plan.points_slab(a..(a + per).min(total))));
+        }
+        if self.sel.dims.is_empty() {
+            // A scalar: one unit, one element.
+            let groups = Arc::new(Vec::new());
+            let spec = UnitCopy::Outer { groups, pick: Vec::new(), dst_strides: Arc::new(Vec::new()) };
+            return Box::new(std::iter::once(SlabJob { len: 1, units: vec![(Vec::new(), spec)] }));
+        }
+        if self.sel.num_elements() == 0 {
+            return Box::new(std::iter::empty());
+        }
+        let lens = self.lens();
+        let k = self.k;
+        let prefix_count: u64 = lens[..k].iter().product();
+        let nseg = self.segments.len();
+        let it = (0..prefix_count).flat_map(move |pi| (0..nseg).map(move |si| (pi, si)));
+        Box::new(it.map(move |(pi, si)| plan.outer_slab(pi, si)))
+    }
+
+    fn outer_slab(&self, prefix_index: u64, seg: usize) -> SlabJob {
+        let lens = self.lens();
+        let k = self.k;
+        let unit = &self.src.unit_shape;
+        // The prefix position of each dimension before k.
+        let mut prefix = vec![0u64; k];
+        let mut rest = prefix_index;
+        for d in (0..k).rev() {
+            prefix[d] = rest % lens[d];
+            rest /= lens[d];
+        }
+        let range = self.segments[seg].clone();
+        let mut groups: Vec<Vec<DimGroup>> = Vec::with_capacity(lens.len());
+        for (d, &p) in prefix.iter().enumerate() {
+            groups.push(dim_groups(&self.sel.dims[d], p..p + 1, unit[d]));
+        }
+        groups.push(dim_groups(&self.sel.dims[k], range.clone(), unit[k]));
+        groups.extend(self.tail_groups.iter().cloned());
+        let mut slab_shape = vec![1u64; k];
+        slab_shape.push(range.end - range.start);
+        slab_shape.extend_from_slice(&lens[k + 1..]);
+        let len = slab_shape.iter().product();
+        let dst_strides = Arc::new(strides(&slab_shape));
+        let groups = Arc::new(groups);
+        let mut units = Vec::new();
+        let counts: Vec<usize> = groups.iter().map(Vec::len).collect();
+        let mut pick = vec![0usize; counts.len()];
+        'outer: loop {
+            let coords: Vec<u64> = pick.iter().enumerate().map(|(d, &g)| groups[d][g].unit).collect();
+            units.push((
+                coords,
+                UnitCopy::Outer { groups: groups.clone(), pick: pick.clone(), dst_strides: dst_strides.clone() },
+            ));
+            for d in (0..pick.len()).rev() {
+                pick[d] += 1;
+                if pick[d] < counts[d] {
+                    continue 'outer;
+                }
+                pick[d] = 0;
+            }
+            break;
+        }
+        SlabJob { len, units }
+    }
+
+    fn points_slab(&self, range: Range<u64>) -> SlabJob {
+        let unit = &self.src.unit_shape;
+        let mut by_unit: BTreeMap<Vec<u64>, Vec<(u64, u64)>> = BTreeMap::new();
+        for p in range.clone() {
+            let mut coords = Vec::with_capacity(unit.len());
+            let mut flat = 0u64;
+            for (d, ix) in self.sel.dims.iter().enumerate() {
+                let idx = ix.get(p);
+                coords.push(idx / unit[d]);
+                flat += (idx % unit[d]) * self.src.unit_strides[d];
+            }
+            by_unit.entry(coords).or_default().push((p - range.start, flat));
+        }
+        let units = by_unit.into_iter().map(|(c, pairs)| (c, UnitCopy::Points(pairs))).collect();
+        SlabJob { len: range.end - range.start, units }
+    }
+}
+
+fn concurrency() -> usize {
+    (rayon::current_num_threads() * 4).max(8)
+}
+
+/// Reads one slab's units into a fresh buffer.
+async fn assemble(plan: &Arc<Plan>, job: SlabJob) -> ServiceResult<SlabData> {
+    let src = &plan.src;
+    let n = usize::try_from(job.len).map_err(|_| ServiceError::BadRequest("slab too large".into()))?;
+    let data =
+        if plan.variable { SlabData::Variable(vec![Vec::new(); n]) } else { SlabData::Fixed(vec![0u8; n * plan.es]) };
+    let slab = Arc::new(Mutex::new(data));
+    let missing: Arc<Missing> = Arc::new(Mutex::new(Vec::new()));
+    match src.array.desc.sharding.clone() {
+        None => {
+            stream::iter(job.units)
+                .map(|(coords, spec)| {
+                    let (slab, missing, plan) = (slab.clone(), missing.clone(), plan.clone());
+                    async move { read_chunk_unit(&plan, coords, spec, slab, missing).await }
+                })
+                .buffer_unordered(concurrency())
+                .try_collect::<Vec<()>>()
+                .await?;
+        }
+        Some(sharding) => {
+            let cps = sharding.chunks_per_shard().to_vec();
+            let mut shards: BTreeMap<Vec<u64>, Vec<(Vec<u64>, UnitCopy)>> = BTreeMap::new();
+            for (coords, spec) in job.units {
+                let shard: Vec<u64> = coords.iter().zip(&cps).map(|(u, n)| u / n).collect();
+                let inner: Vec<u64> = coords.iter().zip(&cps).map(|(u, n)| u % n).collect();
+                shards.entry(shard).or_default().push((inner, spec));
+            }
+            stream::iter(shards)
+                .map(|(shard, inners)| {
+                    let (slab, missing, plan, sharding) =
+                        (slab.clone(), missing.clone(), plan.clone(), sharding.clone());
+                    async move { read_shard_units(&plan, &sharding, shard, inners, slab, missing).await }
+                })
+                .buffer_unordered(concurrency())
+                .try_collect::<Vec<()>>()
+                .await?;
+        }
+    }
+    let missing = std::mem::take(&mut *missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    if let Some((_, what)) = missing.into_iter().min() {
+        return Err(ServiceError::MissingChunk(what));
+    }
+    let slab = Arc::try_unwrap(slab).map_err(|_| ServiceError::Internal("slab still shared".into()))?;
+    Ok(slab.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+/// A missing unit: filled, or noted as missing.
+fn on_missing(plan: &Plan, coords: Vec<u64>, what: String, spec: &UnitCopy, slab: &Mutex<SlabData>, missing: &Missing) {
+    let src = &plan.src;
+    if !src.fill_missing {
+        missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((coords, what));
+    } else if needs_fill(&src.array.desc.fill_value, plan.variable) {
+        fill_unit(&src.array.desc.fill_value, &src.unit_strides, spec, slab);
+    }
+}
+
+async fn read_chunk_unit(
+    plan: &Arc<Plan>,
+    coords: Vec<u64>,
+    spec: UnitCopy,
+    slab: Arc<Mutex<SlabData>>,
+    missing: Arc<Missing>,
+) -> ServiceResult<()> {
+    let src = plan.src.clone();
+    let key = src.array.chunk_key(&coords)?;
+    let es = plan.es.max(1);
+    let unit_elems: u64 = src.unit_shape.iter().product();
+    match src.chunk(&key).await? {
+        Fetched::Ready(None) => {
+            let what = format!("chunk {coords:?} (key `{key}`) is missing");
+            let plan = plan.clone();
+            // Filling runs off the async threads too: it may be a large copy.
+            cpu::run(move || on_missing(&plan, coords, what, &spec, &slab, &missing))
+                .await
+                .map_err(|e| ServiceError::Internal(e.to_string()))
+        }
+        Fetched::Ready(Some(data)) => {
+            cpu::run(move || copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, key.as_str()))
+                .await
+                .map_err(|e| ServiceError::Internal(e.to_string()))?
+        }
+        Fetched::Stored { bytes, etag, generation } => cpu::run(move || {
+            let data = src.decode_chunk(&key, bytes, etag, generation)?;
+            copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, key.as_str())
+        })
+        .await
+        .map_err(|e| ServiceError::Internal(e.to_string()))?,
+    }
+}
+
+async fn read_shard_units(
+    plan: &Arc<Plan>,
+    sharding: &Arc<ShardingCodec>,
+    shard: Vec<u64>,
+    inners: Vec<(Vec<u64>, UnitCopy)>,
+    slab: Arc<Mutex<SlabData>>,
+    missing: Arc<Missing>,
+) -> ServiceResult<()> {
+    let src = plan.src.clone();
+    let key = src.array.chunk_key(&shard)?;
+    let mut fresh = false;
+    // A shard rewritten between reading its index and its inner chunks is
+    // read again (once more; then the error stands).
+    for attempt in 0..3 {
+        let (etag, stamp, index) = src.shard_index(&key, sharding, fresh).await?;
+        match read_shard_once(plan, sharding, &shard, &key, etag, stamp, index, &inners, &slab, &missing).await {
+            Err(ServiceError::Storage(StorageError::PreconditionFailed { .. })) if attempt < 2 => fresh = true,
+            other => return other,
+        }
+    }
+    Err(corrupt(key.as_str(), "the shard kept changing while it was read"))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn read_shard_once(
+    plan: &Arc<Plan>,
+    sharding: &Arc<ShardingCodec>,
+    shard: &[u64],
+    key: &StoreKey,
+    etag: Option<String>,
+    stamp: u64,
+    index: Option<Arc<ShardIndex>>,
+    inners: &[(Vec<u64>, UnitCopy)],
+    slab: &Arc<Mutex<SlabData>>,
+    missing: &Arc<Missing>,
+) -> ServiceResult<()> {
+    let src = plan.src.clone();
+    let es = plan.es.max(1);
+    let unit_elems: u64 = src.unit_shape.iter().product();
+    let global = |inner: &[u64]| -> Vec<u64> {
+        inner.iter().zip(shard).zip(sharding.chunks_per_shard()).map(|((i, s), n)| s * n + i).collect()
+    };
+    let mut copies = Vec::new();
+    let mut needed: Vec<(usize, Range<u64>)> = Vec::new();
+    for (i, (inner, spec)) in inners.iter().enumerate() {
+        let range = index.as_ref().and_then(|ix| ix.inner_range(inner));
+        let Some(range) = range else {
+            let what = if index.is_some() {
+                format!("inner chunk {inner:?} of shard {shard:?} (key `{key}`) is missing")
+            } else {
+                format!("shard {shard:?} (key `{key}`) is missing")
+            };
+            let (plan, spec, slab, missing, coords) =
+                (plan.clone(), spec.clone(), slab.clone(), missing.clone(), global(inner));
+            copies.push(tokio::spawn(async move {
+                cpu::run(move || {
+                    on_missing(&plan, coords, what, &spec, &slab, &missing);
+                    Ok(())
+                })
+                .await
+            }));
+            continue;
+        };
+        let ck = src.cache_key(key, Part::Inner(inner.clone()));
+        if let Some(entry) = src.cache.get(&ck) {
+            if let Cached::Inner { stamp: s, data: Some(data) } = &*entry {
+                if *s == stamp {
+                    src.cache.record(true);
+                    let (data, spec, slab, src, key) =
+                        (data.clone(), spec.clone(), slab.clone(), src.clone(), key.to_string());
+                    copies.push(tokio::spawn(async move {
+                        cpu::run(move || copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, &key)).await
+                    }));
+                    continue;
+                }
+            }
+        }
+        src.cache.record(false);
+        needed.push((i, range));
+    }
+    let generation = src.cache.generation();
+    let ranges: Vec<Range<u64>> = needed.iter().map(|(_, r)| r.clone()).collect();
+    let reads = coalesce_ranges(&ranges, COALESCE_GAP);
+    let etag_list = etag.clone().map(|e| vec![e]);
+    let read_ranges: Vec<Range<u64>> = reads.iter().map(|r| r.range.clone()).collect();
+    let fetched: Vec<(Range<u64>, Bytes)> = stream::iter(read_ranges)
+        .map(|range| {
+            let request = ReadRequest {
+                range: storage_range(&ByteRangeRequest::Bounded(range.clone())),
+                preconditions: crate::storage::Preconditions { if_match: etag_list.clone(), ..Default::default() },
+                head_only: false,
+            };
+            let (src, key) = (src.clone(), key.clone());
+            async move { fetch_range(&src, &key, range, request).await }
+        })
+        .buffered(concurrency())
+        .try_collect()
+        .await?;
+    for (read, (range, bytes)) in reads.iter().zip(fetched) {
+        for &m in &read.members {
+            let (i, r) = &needed[m];
+            let (inner, spec) = &inners[*i];
+            let (lo, hi) = (r.start - range.start, r.end - range.start);
+            if hi > bytes.len() as u64 {
+                return Err(corrupt(
+                    key.as_str(),
+                    format!("inner chunk {inner:?}: bytes {}..{} are past the end of the shard", r.start, r.end),
+                ));
+            }
+            #[allow(clippy::cast_possible_truncation)] // hi <= bytes.len()
+            let part = bytes.slice(lo as usize..hi as usize);
+            let (src, sharding, inner, spec, slab, key) =
+                (src.clone(), sharding.clone(), inner.clone(), spec.clone(), slab.clone(), key.to_string());
+            copies.push(tokio::spawn(async move {
+                cpu::run(move || {
+                    let data = sharding.decode_inner_chunk(Vec::from(part), &inner).map_err(|e| corrupt(&key, e))?;
+                    let data = Arc::new(data);
+                    if src.fill_cache {
+                        let ck = CacheKey {
+                            mount: src.mount_name.clone(),
+                            key: key.as_str().into(),
+                            part: Part::Inner(inner),
+                        };
+                        src.cache.insert(ck, Cached::Inner { stamp, data: Some(data.clone()) }, generation);
+                    }
+                    copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, &key)
+                })
+                .await
+            }));
+        }
+    }
+    for c in copies {
+        c.await
+            .map_err(|e| ServiceError::Internal(e.to_string()))?
+            .map_err(|e| ServiceError::Internal(e.to_string()))??;
+    }
+    Ok(())
+}
+
+/// Reads `range` of a shard (conditioned on the index's ETag).
+async fn fetch_range(
+    src: &Source,
+    key: &StoreKey,
+    range: Range<u64>,
+    request: ReadRequest,
+) -> ServiceResult<(Range<u64>, Bytes)> {
+    if range.is_empty() {
+        return Ok((range, Bytes::new()));
+    }
+    match src.mount.storage().read(key, &request).await {
+        Ok(o) => Ok((range, o.body)),
+        Err(StorageError::RangeNotSatisfiable { size, .. }) => Err(corrupt(
+            key.as_str(),
+            format!("bytes {}..{} are past the end of the {size}-byte shard", range.start, range.end),
+        )),
+        // The shard vanished after its index was read: read it again.
+        Err(StorageError::NotFound { .. }) => Err(ServiceError::Storage(StorageError::PreconditionFailed {
+            key: key.to_string(),
+            reason: "the shard was deleted while it was read".into(),
+        })),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Encodes one slab in the output format (field projection first).
+fn encode_parts(field: Option<&FieldView>, data: SlabData, json: Option<&mut JsonEncoder>) -> ServiceResult<Pieces> {
+    Ok(match data {
+        SlabData::Fixed(bytes) => {
+            let bytes = match field {
+                Some(f) => f.extract(&bytes).map_err(|e| ServiceError::Internal(e.to_string()))?,
+                None => bytes,
+            };
+            match json {
+                Some(enc) => {
+                    let mut out = Vec::with_capacity(bytes.len() * 4);
+                    enc.fixed(&bytes, &mut out);
+                    vec![Bytes::from(out)]
+                }
+                None => vec![Bytes::from(bytes)],
+            }
+        }
+        SlabData::Variable(items) => {
+            let mut out = Vec::new();
+            if let Some(enc) = json {
+                enc.variable(&items, &mut out);
+            }
+            vec![Bytes::from(out)]
+        }
+    })
+}
+
+/// Opens the array and the source of its chunks.
+async fn open(app: &Arc<App>, mount: &str, path: &NodePath, fill_missing: Option<bool>) -> ServiceResult<Source> {
+    let array = node::open_array(app, mount, path).await?;
+    let m = app.mount(mount)?.clone();
+    let unit_shape = match &array.desc.sharding {
+        Some(s) => s.inner_chunk_shape().to_vec(),
+        None => array.desc.chunk_shape.clone(),
+    };
+    Ok(Source {
+        mount_name: mount.into(),
+        recheck: m.recheck_policy(),
+        fill_missing: fill_missing.unwrap_or_else(|| m.fill_missing_data_reads()),
+        mount: m,
+        cache: app.chunk_cache().clone(),
+        fill_cache: true,
+        unit_strides: strides(&unit_shape),
+        unit_shape,
+        array,
+    })
+}
+
+/// The output type and shape, after an optional field.
+fn output_of(
+    dt: &DataType,
+    shape: Vec<u64>,
+    field: Option<&str>,
+) -> ServiceResult<(Option<FieldView>, DataType, Vec<u64>)> {
+    match field {
+        None => Ok((None, dt.clone(), shape)),
+        Some(name) => {
+            let f =
+                FieldView::of(dt, name).map_err(|e| ServiceError::InvalidSelection(format!("field `{name}`: {e}")))?;
+            let shape = f.shape(&shape);
+            let t = f.data_type.clone();
+            Ok((Some(f), t, shape))
+        }
+    }
+}
+
+/// Checks the size limits; the exact body length for raw and npy.
+fn check_limits(app: &App, format: OutputFormat, out_type: &DataType, out_shape: &[u64]) -> ServiceResult<Option<u64>> {
+    let limits = &app.config().limits;
+    let elements = out_shape.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+    let es = out_type.size().map_or(16, |s| s as u64);
+    let bytes = elements.saturating_mul(es);
+    if bytes > limits.max_selection_bytes {
+        return Err(ServiceError::SelectionTooLarge(format!(
+            "the selection is {bytes} bytes ({elements} elements of {}, shape {out_shape:?}), more than limits.max_selection_bytes = {}",
+            zarr_name(out_type),
+            limits.max_selection_bytes
+        )));
+    }
+    if format == OutputFormat::Json {
+        let n = elements.max(empty_size(out_shape));
+        if n > limits.max_json_elements {
+            return Err(ServiceError::SelectionTooLarge(format!(
+                "the selection has {n} elements, more than limits.max_json_elements = {} for format=json; use raw or npy",
+                limits.max_json_elements
+            )));
+        }
+    }
+    format.check(out_type).map_err(|e| ServiceError::UnsupportedFormat(e.0))?;
+    Ok(match format {
+        OutputFormat::Raw => Some(bytes),
+        OutputFormat::Npy => Some(npy_header(out_type, out_shape).len() as u64 + bytes),
+        OutputFormat::Json => None,
+    })
+}
+
+fn npy_header(dt: &DataType, shape: &[u64]) -> Vec<u8> {
+    npy::header(&numpy_descr(dt).unwrap_or_else(|| "|V1".into()), shape)
+}
+
+/// Reads a selection of an array.
+///
+/// # Errors
+/// Unknown mount or node, a group, invalid or unsupported metadata; a
+/// selection that is malformed, of the wrong rank or out of bounds (400
+/// naming the dimension); an unknown field; a format that cannot hold the
+/// type; a selection over the limits (413); in the first slab: a missing
+/// chunk with `fill_missing=false`, a corrupt chunk, a storage failure.
+pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadParams) -> ServiceResult<DataRead> {
+    let mut src = open(app, mount, path, params.fill_missing).await?;
+    let desc = &src.array.desc;
+    let sel = params
+        .selection
+        .resolve(&desc.shape, desc.dimension_names.as_deref())
+        .map_err(|e| ServiceError::InvalidSelection(e.to_string()))?;
+    let (field, out_type, out_shape) = output_of(&desc.data_type, sel.result_shape(), params.field.as_deref())?;
+    let content_length = check_limits(app, params.format, &out_type, &out_shape)?;
+    let es = desc.data_type.size().unwrap_or(0);
+    let variable = desc.data_type.is_variable();
+    // A scan larger than half the cache would only evict hot chunks.
+    let total = sel.num_elements().saturating_mul(es.max(16) as u64);
+    src.fill_cache = total <= src.cache.capacity() / 2;
+    let mut plan = Plan {
+        src: Arc::new(src),
+        sel,
+        es,
+        variable,
+        field,
+        format: params.format,
+        out_type: out_type.clone(),
+        out_shape: out_shape.clone(),
+        budget: app.config().limits.read_slab_bytes,
+        k: 0,
+        segments: Vec::new(),
+        tail_groups: Vec::new(),
+    };
+    plan.split();
+    start(Arc::new(plan), content_length).await
+}
+
+/// Starts the producer; waits for its first message.
+async fn start(plan: Arc<Plan>, content_length: Option<u64>) -> ServiceResult<DataRead> {
+    let (tx, mut rx) = mpsc::channel::<ServiceResult<Pieces>>(1);
+    let header = match plan.format {
+        OutputFormat::Npy => vec![Bytes::from(npy_header(&plan.out_type, &plan.out_shape))],
+        _ => Vec::new(),
+    };
+    let producer = plan.clone();
+    tokio::spawn(async move {
+        let cache = producer.src.cache.clone();
+        produce(producer, tx, header).await;
+        log_cache(&cache);
+    });
+    let first = match rx.recv().await {
+        Some(Ok(pieces)) => pieces,
+        Some(Err(e)) => return Err(e),
+        None => return Err(ServiceError::Internal("the read stopped before its first slab".into())),
+    };
+    Ok(DataRead {
+        shape: plan.out_shape.clone(),
+        data_type: plan.out_type.clone(),
+        format: plan.format,
+        content_length,
+        first,
+        rest: Some(rx),
+    })
+}
+
+/// Produces every slab of `plan` into `tx` (the first message also carries
+/// `pending`, the format's header).
+async fn produce(plan: Arc<Plan>, tx: mpsc::Sender<ServiceResult<Pieces>>, header: Pieces) {
+    let mut json =
+        (plan.format == OutputFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
+    let mut pending = header;
+    let mut slabs = plan.slabs().peekable();
+    loop {
+        let Some(job) = slabs.next() else {
+            if let Some(enc) = json.as_mut() {
+                let mut out = Vec::new();
+                enc.finish(&mut out);
+                pending.push(Bytes::from(out));
+            }
+            let _ = tx.send(Ok(pending)).await;
+            return;
+        };
+        let result = async {
+            let data = assemble(&plan, job).await?;
+            let p = plan.clone();
+            let mut enc = json.take();
+            let (enc, pieces) = cpu::run(move || {
+                let pieces = encode_parts(p.field.as_ref(), data, enc.as_mut());
+                (enc, pieces)
+            })
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))?;
+            json = enc;
+            pieces
+        }
+        .await;
+        match result {
+            Ok(pieces) => {
+                pending.extend(pieces);
+                if slabs.peek().is_none() {
+                    if let Some(enc) = json.as_mut() {
+                        let mut out = Vec::new();
+                        enc.finish(&mut out);
+                        pending.push(Bytes::from(out));
+                    }
+                    let _ = tx.send(Ok(std::mem::take(&mut pending))).await;
+                    return;
+                }
+                if tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
+                    return; // The client went away.
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        }
+    }
+}
+
+/// The cache's figures, at debug level (`RUST_LOG=zarrd::cache=debug`).
+fn log_cache(cache: &ChunkCache) {
+    if tracing::enabled!(target: "zarrd::cache", tracing::Level::DEBUG) {
+        let st = cache.stats();
+        tracing::debug!(
+            target: "zarrd::cache",
+            hits = st.hits,
+            misses = st.misses,
+            invalidations = st.invalidations,
+            entries = st.entries,
+            bytes = st.bytes,
+            capacity = st.capacity,
+            "decoded chunk cache"
+        );
+    }
+}
+
+/// Parses a coordinate list (`1,2,3`) for `what`.
+///
+/// # Errors
+/// A value that is not a non-negative integer, naming its position.
+pub fn parse_coords(text: &str, what: &str) -> ServiceResult<Vec<u64>> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .enumerate()
+        .map(|(i, s)| {
+            s.trim().parse::<u64>().map_err(|_| {
+                ServiceError::InvalidSelection(format!(
+                    "{what}: dimension {i}: expected a non-negative integer, got `{}`",
+                    s.trim()
+                ))
+            })
+        })
+        .collect()
+}
+
+fn check_coords(coords: &[u64], grid: &[u64], what: &str) -> ServiceResult<()> {
+    if coords.len() != grid.len() {
+        return Err(ServiceError::InvalidSelection(format!(
+            "{what}: {} coordinates given, the grid has {} dimensions",
+            coords.len(),
+            grid.len()
+        )));
+    }
+    for (d, (&c, &n)) in coords.iter().zip(grid).enumerate() {
+        if c >= n {
+            return Err(ServiceError::InvalidSelection(format!(
+                "{what}: dimension {d}: chunk {c} is outside the grid ({n} chunks along it)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Reads one decoded chunk (a whole chunk or shard, or one inner chunk of
+/// a shard), full size as stored (edge chunks include the part past the
+/// array's end, holding whatever was written there: usually the fill value).
+///
+/// # Errors
+/// As [`read`]; coordinates of the wrong rank or outside the grid (400
+/// naming the dimension); `inner` on an array that is not sharded.
+pub async fn read_chunk(app: &Arc<App>, mount: &str, path: &NodePath, params: ChunkParams) -> ServiceResult<DataRead> {
+    let src = Arc::new(open(app, mount, path, params.fill_missing).await?);
+    let desc = &src.array.desc;
+    check_coords(&params.coords, &desc.grid().grid_shape(), "coords")?;
+    let shape = match (&params.inner, &desc.sharding) {
+        (None, _) => desc.chunk_shape.clone(),
+        (Some(inner), Some(s)) => {
+            check_coords(inner, s.chunks_per_shard(), "inner")?;
+            s.inner_chunk_shape().to_vec()
+        }
+        (Some(_), None) => {
+            return Err(ServiceError::InvalidSelection(
+                "inner: the array is not sharded; address its chunks with coords alone".into(),
+            ))
+        }
+    };
+    let (field, out_type, out_shape) = output_of(&desc.data_type, shape.clone(), params.field.as_deref())?;
+    let content_length = check_limits(app, params.format, &out_type, &out_shape)?;
+    let key = src.array.chunk_key(&params.coords)?;
+    let data = match (&params.inner, &desc.sharding) {
+        (Some(inner), Some(sharding)) => read_one_inner(&src, sharding, &key, inner).await?,
+        _ => match src.chunk(&key).await? {
+            Fetched::Ready(d) => d,
+            Fetched::Stored { bytes, etag, generation } => {
+                let (s, k) = (src.clone(), key.clone());
+                Some(
+                    cpu::run(move || s.decode_chunk(&k, bytes, etag, generation))
+                        .await
+                        .map_err(|e| ServiceError::Internal(e.to_string()))??,
+                )
+            }
+        },
+    };
+    let data = match data {
+        Some(d) => d,
+        None if !src.fill_missing => {
+            return Err(ServiceError::MissingChunk(match &params.inner {
+                Some(i) => format!("inner chunk {i:?} of shard {:?} (key `{key}`) is missing", params.coords),
+                None => format!("chunk {:?} (key `{key}`) is missing", params.coords),
+            }))
+        }
+        None => {
+            let repr = ChunkRepr { shape, data_type: desc.data_type.clone(), fill_value: desc.fill_value.clone() };
+            Arc::new(ChunkData::filled(&repr))
+        }
+    };
+    let (format, ot, os) = (params.format, out_type.clone(), out_shape.clone());
+    let pieces = cpu::run(move || {
+        let mut pieces = Vec::new();
+        if format == OutputFormat::Npy {
+            pieces.push(Bytes::from(npy_header(&ot, &os)));
+        }
+        let mut json = (format == OutputFormat::Json).then(|| JsonEncoder::new(ot, os));
+        let slab = match &*data {
+            ChunkData::Fixed(b) => SlabData::Fixed(b.clone()),
+            ChunkData::Variable(items) => SlabData::Variable(items.clone()),
+        };
+        pieces.extend(encode_parts(field.as_ref(), slab, json.as_mut())?);
+        if let Some(enc) = json.as_mut() {
+            let mut out = Vec::new();
+            enc.finish(&mut out);
+            pieces.push(Bytes::from(out));
+        }
+        Ok::<_, ServiceError>(pieces)
+    })
+    .await
+    .map_err(|e| ServiceError::Internal(e.to_string()))??;
+    Ok(DataRead { shape: out_shape, data_type: out_type, format, content_length, first: pieces, rest: None })
+}
+
+/// One inner chunk of a shard, decoded (`None`: missing or empty).
+async fn read_one_inner(
+    src: &Arc<Source>,
+    sharding: &Arc<ShardingCodec>,
+    key: &StoreKey,
+    inner: &[u64],
+) -> ServiceResult<Option<Arc<ChunkData>>> {
+    let (etag, _, index) = src.shard_index(key, sharding, false).await?;
+    let Some(r) = index.as_ref().and_then(|ix| ix.inner_range(inner)) else {
+        return Ok(None);
+    };
+    let bytes = if r.is_empty() {
+        Bytes::new()
+    } else {
+        let request = ReadRequest {
+            range: storage_range(&ByteRangeRequest::Bounded(r.clone())),
+            preconditions: crate::storage::Preconditions { if_match: etag.map(|e| vec![e]), ..Default::default() },
+            head_only: false,
+        };
+        match src.mount.storage().read(key, &request).await {
+            Ok(o) if o.body.len() as u64 == r.end - r.start => o.body,
+            Ok(_) | Err(StorageError::RangeNotSatisfiable { .. }) => {
+                return Err(corrupt(
+                    key.as_str(),
+                    format!("inner chunk {inner:?}: bytes {}..{} are past the end of the shard", r.start, r.end),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let (sharding, inner, k) = (sharding.clone(), inner.to_vec(), key.to_string());
+    let data = cpu::run(move || sharding.decode_inner_chunk(Vec::from(bytes), &inner).map_err(|e| corrupt(&k, e)))
+        .await
+        .map_err(|e| ServiceError::Internal(e.to_string()))??;
+    Ok(Some(Arc::new(data)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dim_groups_make_runs_per_chunk() {
+        let ix = DimIndexer::Slice { start: 2, step: 1, len: 8 };
+        let g = dim_groups(&ix, 0..8, 4);
+        assert_eq!(
+            g,
+            vec![
+                DimGroup { unit: 0, runs: vec![Run { out: 0, inn: 2, len: 2, step: 1 }] },
+                DimGroup { unit: 1, runs: vec![Run { out: 2, inn: 0, len: 4, step: 1 }] },
+                DimGroup { unit: 2, runs: vec![Run { out: 6, inn: 0, len: 2, step: 1 }] },
+            ]
+        );
+        let ix = DimIndexer::Slice { start: 9, step: -3, len: 4 }; // 9, 6, 3, 0
+        let g = dim_groups(&ix, 0..4, 5);
+        assert_eq!(g[0], DimGroup { unit: 0, runs: vec![Run { out: 2, inn: 3, len: 2, step: -3 }] });
+        assert_eq!(g[1], DimGroup { unit: 1, runs: vec![Run { out: 0, inn: 4, len: 2, step: -3 }] });
+        let ix = DimIndexer::List(vec![7, 0, 7, 7, 1]);
+        let g = dim_groups(&ix, 1..5, 4);
+        assert_eq!(g[0].runs, vec![Run { out: 0, inn: 0, len: 1, step: 1 }, Run { out: 3, inn: 1, len: 1, step: 1 }]);
+        assert_eq!(g[1].runs, vec![Run { out: 1, inn: 3, len: 2, step: 0 }]);
+    }
+
+    #[test]
+    fn copies_follow_runs() {
+        // A 4x4 chunk; rows 1..3, columns 3, 1 (step -2).
+        let rows = [Run { out: 0, inn: 1, len: 2, step: 1 }];
+        let cols = [Run { out: 0, inn: 3, len: 2, step: -2 }];
+        let mut seen = Vec::new();
+        for_each_copy(&[&rows, &cols], &[4, 1], &[2, 1], &mut |s, d, n| seen.push((s, d, n)));
+        assert_eq!(seen, vec![(7, 0, 1), (5, 1, 1), (11, 2, 1), (9, 3, 1)]);
+        let cols = [Run { out: 0, inn: 0, len: 4, step: 1 }];
+        let mut seen = Vec::new();
+        for_each_copy(&[&rows, &cols], &[4, 1], &[4, 1], &mut |s, d, n| seen.push((s, d, n)));
+        assert_eq!(seen, vec![(4, 0, 4), (8, 4, 4)]);
+    }
+
+    #[test]
+    fn fields_name_the_choices() {
+        use crate::zarr::data_type::Field;
+        let field = |name: &str, offset, data_type, subarray| Field {
+            name: name.into(),
+            offset,
+            data_type: Box::new(data_type),
+            big_endian: false,
+            subarray,
+        };
+        let dt = DataType::Structured {
+            size: 6,
+            fields: vec![field("a", 0, DataType::UInt16, vec![]), field("b", 2, DataType::UInt8, vec![4])],
+        };
+        let (f, t, shape) = output_of(&dt, vec![3], Some("b")).unwrap();
+        assert_eq!((t, shape), (DataType::UInt8, vec![3, 4]));
+        assert_eq!(f.unwrap().extract(&[1, 0, 9, 8, 7, 6]).unwrap(), vec![9, 8, 7, 6]);
+        let e = output_of(&dt, vec![3], Some("z")).unwrap_err().to_string();
+        assert!(e.contains("field `z`") && e.contains("a, b"), "{e}");
+        assert!(output_of(&DataType::Int8, vec![], Some("a")).unwrap_err().to_string().contains("no fields"));
+    }
+}
