@@ -19,9 +19,9 @@
 //! assert!(cfg.mounts.contains_key("data"));
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
@@ -49,9 +49,143 @@ pub struct Config {
     pub cors: Cors,
     #[serde(default)]
     pub log: Log,
+    #[serde(default)]
+    pub auth: Auth,
+    /// Serve HTTPS directly (absent: plain HTTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Tls>,
     /// Named storage locations.
     #[serde(default)]
     pub mounts: BTreeMap<String, MountSpec>,
+}
+
+/// Bearer tokens and their scopes.
+///
+/// ```
+/// let cfg = zarrd::config::Config::from_toml_str(r#"
+///     [mounts.data]
+///     url = "memory://"
+///     [[auth.tokens]]
+///     name = "ci"
+///     sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+///     scopes = { data = ["write"], "*" = ["read"] }
+/// "#).unwrap();
+/// assert_eq!(cfg.auth.tokens[0].name, "ci");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Auth {
+    /// The accepted tokens. None configured: see `config/zarrd.example.toml`
+    /// for what anonymous callers may then do.
+    #[serde(default)]
+    pub tokens: Vec<TokenSpec>,
+}
+
+/// One bearer token: its name (logged), the SHA-256 of its value (never the
+/// value itself), and its scopes per mount (`"*"`: every mount).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSpec {
+    pub name: String,
+    pub sha256: TokenHash,
+    pub scopes: BTreeMap<String, Vec<Scope>>,
+}
+
+/// What a token may do on a mount. `admin` implies `write` implies `read`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// GET, HEAD, listings, slice reads.
+    Read,
+    /// PUT and DELETE of keys, slice writes.
+    Write,
+    /// Create, delete, resize, attributes, consolidate.
+    Admin,
+}
+
+impl Scope {
+    /// The lower-case name, as in the configuration.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Admin => "admin",
+        }
+    }
+}
+
+/// A SHA-256 digest, written as 64 hex digits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TokenHash(pub [u8; 32]);
+
+impl TokenHash {
+    /// The SHA-256 of `token`.
+    #[must_use]
+    pub fn of(token: &[u8]) -> Self {
+        let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(digest.as_ref());
+        Self(out)
+    }
+
+    /// Lower-case hex.
+    #[must_use]
+    pub fn to_hex(&self) -> String {
+        use std::fmt::Write as _;
+        self.0.iter().fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    }
+}
+
+impl std::fmt::Debug for TokenHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenHash({})", self.to_hex())
+    }
+}
+
+impl std::str::FromStr for TokenHash {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bytes = s.as_bytes();
+        if bytes.len() != 64 {
+            return Err(format!(
+                "expected 64 hex digits (a SHA-256 from `zarrd hash-token`), got {} characters",
+                s.len()
+            ));
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in bytes.chunks(2).enumerate() {
+            let hex = std::str::from_utf8(pair).ok().and_then(|p| u8::from_str_radix(p, 16).ok());
+            out[i] = hex.ok_or_else(|| format!("`{s}` is not hex"))?;
+        }
+        Ok(Self(out))
+    }
+}
+
+impl Serialize for TokenHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for TokenHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Certificate and key for direct HTTPS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// PEM file: the certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM file: the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// Request limits.
@@ -64,7 +198,7 @@ pub struct Limits {
     /// Most entries one listing answers (the rest are cut, and the answer says so).
     #[serde(default = "default_max_list")]
     pub max_list_entries: usize,
-    /// Largest selection one data or chunk read may ask for, in decoded
+    /// Largest selection one data or chunk read or slice write may cover, in decoded
     /// bytes (413 beyond). Reads stream, so this bounds response size and
     /// time, not memory.
     #[serde(default = "default_max_selection")]
@@ -77,6 +211,21 @@ pub struct Limits {
     /// per read is about two slabs plus the chunks being decoded.
     #[serde(default = "default_slab")]
     pub read_slab_bytes: u64,
+    /// Largest request body that is a document (JSON, XML) rather than array data (413 beyond).
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: u64,
+    /// Longest a request may take until its answer starts (504 beyond).
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_seconds: u64,
+    /// Requests served at once; more are answered 503 at once (health checks exempt).
+    #[serde(default = "default_max_concurrent")]
+    pub max_concurrent_requests: usize,
+    /// Longest a client may take to send a request's headers (the connection is closed).
+    #[serde(default = "default_header_timeout")]
+    pub header_read_timeout_seconds: u64,
+    /// Longest a request body may go without sending more bytes (408).
+    #[serde(default = "default_body_timeout")]
+    pub body_read_timeout_seconds: u64,
 }
 
 /// Caches.
@@ -171,6 +320,21 @@ const fn default_max_put() -> u64 {
 const fn default_max_list() -> usize {
     100_000
 }
+const fn default_max_body() -> u64 {
+    16 * 1024 * 1024
+}
+const fn default_request_timeout() -> u64 {
+    300
+}
+const fn default_max_concurrent() -> usize {
+    1024
+}
+const fn default_header_timeout() -> u64 {
+    10
+}
+const fn default_body_timeout() -> u64 {
+    30
+}
 fn default_origins() -> Vec<String> {
     vec!["*".to_string()]
 }
@@ -183,6 +347,11 @@ impl Default for Limits {
             max_selection_bytes: default_max_selection(),
             max_json_elements: default_max_json(),
             read_slab_bytes: default_slab(),
+            max_body_bytes: default_max_body(),
+            request_timeout_seconds: default_request_timeout(),
+            max_concurrent_requests: default_max_concurrent(),
+            header_read_timeout_seconds: default_header_timeout(),
+            body_read_timeout_seconds: default_body_timeout(),
         }
     }
 }
@@ -205,6 +374,8 @@ impl Default for Config {
             cache: Cache::default(),
             cors: Cors::default(),
             log: Log::default(),
+            auth: Auth::default(),
+            tls: None,
             mounts: BTreeMap::new(),
         }
     }
@@ -253,7 +424,9 @@ impl Config {
         let source = file.map_or_else(|| "environment".to_string(), |p| p.display().to_string());
         let cfg: Self =
             table.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("{source}: {}", e.to_string().trim_end()))?;
-        cfg.validate()?;
+        // Mounts may still come from the command line: the caller runs
+        // `validate` (which checks the mounts tokens name) once they are in.
+        cfg.validate_values()?;
         Ok(cfg)
     }
 
@@ -262,26 +435,83 @@ impl Config {
     /// # Errors
     /// The first problem found, naming the option.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.validate_values()?;
+        self.validate_token_mounts()
+    }
+
+    /// Everything [`Config::validate`] checks except that the mounts named in
+    /// token scopes exist.
+    fn validate_values(&self) -> anyhow::Result<()> {
         for name in self.mounts.keys() {
             if !valid_mount_name(name) {
                 bail!("mounts.{name}: invalid mount name (letters, digits, `-`, `_`, `.`; not starting with `.`)");
             }
         }
-        if self.limits.max_put_bytes == 0 {
-            bail!("limits.max_put_bytes: must be greater than 0");
-        }
-        if self.limits.max_list_entries == 0 {
-            bail!("limits.max_list_entries: must be greater than 0");
+        let l = &self.limits;
+        let positive = [
+            ("max_put_bytes", l.max_put_bytes),
+            ("max_list_entries", l.max_list_entries as u64),
+            ("max_body_bytes", l.max_body_bytes),
+            ("max_selection_bytes", l.max_selection_bytes),
+            ("request_timeout_seconds", l.request_timeout_seconds),
+            ("max_concurrent_requests", l.max_concurrent_requests as u64),
+            ("header_read_timeout_seconds", l.header_read_timeout_seconds),
+            ("body_read_timeout_seconds", l.body_read_timeout_seconds),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            bail!("limits.{name}: must be greater than 0");
         }
         if self.limits.read_slab_bytes < 4096 {
             bail!("limits.read_slab_bytes: must be at least 4096");
         }
+        self.validate_auth()?;
         if self.cors.allowed_origins.is_empty() {
             bail!("cors.allowed_origins: list at least one origin, or \"*\"");
         }
         for origin in &self.cors.allowed_origins {
             if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {
                 bail!("cors.allowed_origins: `{origin}` is not a valid origin");
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_auth(&self) -> anyhow::Result<()> {
+        let mut names = BTreeSet::new();
+        let mut hashes = BTreeSet::new();
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            let at = format!("auth.tokens[{i}]");
+            if t.name.is_empty() || !t.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+                bail!("{at}.name: `{}` is not a valid token name (letters, digits, `-`, `_`, `.`)", t.name);
+            }
+            if !names.insert(t.name.as_str()) {
+                bail!("{at}.name: `{}` is used by two tokens", t.name);
+            }
+            if !hashes.insert(t.sha256.0) {
+                bail!("{at}.sha256: the same hash is given for two tokens");
+            }
+            if t.scopes.is_empty() {
+                bail!("{at}.scopes: give at least one mount (or \"*\") and its scopes");
+            }
+            for (mount, scopes) in &t.scopes {
+                if scopes.is_empty() {
+                    bail!("{at}.scopes.{mount}: list at least one of read, write, admin");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_token_mounts(&self) -> anyhow::Result<()> {
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            for mount in t.scopes.keys() {
+                // Before `with_default_mount`: no mount configured means the embedded one.
+                let known = mount == "*"
+                    || self.mounts.contains_key(mount)
+                    || (self.mounts.is_empty() && mount == DEFAULT_MOUNT.0);
+                if !known {
+                    bail!("auth.tokens[{i}].scopes.{mount}: no mount named `{mount}` is configured");
+                }
             }
         }
         Ok(())
@@ -373,6 +603,75 @@ mod tests {
         assert!(e.contains("bind"), "{e}");
         let e = Config::from_toml_str("[limits]\nmax_put_bytes = 0").unwrap_err().to_string();
         assert!(e.contains("limits.max_put_bytes"), "{e}");
+    }
+
+    #[test]
+    fn auth_and_limits_are_checked_and_named() {
+        let token = |scopes: &str| {
+            format!(
+                "[mounts.data]\nurl = \"memory://\"\n[[auth.tokens]]\nname = \"ci\"\nsha256 = \"{}\"\nscopes = {scopes}\n",
+                TokenHash::of(b"a long enough secret").to_hex()
+            )
+        };
+        let c = Config::from_toml_str(&token(r#"{ data = ["write"], "*" = ["read"] }"#)).unwrap();
+        assert_eq!(c.auth.tokens[0].scopes["data"], vec![Scope::Write]);
+        let e = Config::from_toml_str(&token(r#"{ data = ["rwx"] }"#)).unwrap_err().to_string();
+        assert!(e.contains("rwx"), "{e}");
+        let e = Config::from_toml_str(&token(r#"{ nope = ["read"] }"#)).unwrap_err().to_string();
+        assert!(e.contains("auth.tokens[0].scopes.nope"), "{e}");
+        let e = Config::from_toml_str(&token(r#"{ data = [] }"#)).unwrap_err().to_string();
+        assert!(e.contains("auth.tokens[0].scopes.data"), "{e}");
+        let e = Config::from_toml_str(&token("{}")).unwrap_err().to_string();
+        assert!(e.contains("auth.tokens[0].scopes"), "{e}");
+        let bad_hash = "[[auth.tokens]]\nname = \"x\"\nsha256 = \"abc\"\nscopes = { data = [\"read\"] }";
+        let e = Config::from_toml_str(bad_hash).unwrap_err().to_string();
+        assert!(e.contains("sha256") && e.contains("64 hex digits"), "{e}");
+        let entry = |name: &str, secret: &[u8]| {
+            format!(
+                "[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{}\"\nscopes = {{ data = [\"read\"] }}\n",
+                TokenHash::of(secret).to_hex()
+            )
+        };
+        let e =
+            Config::from_toml_str(&format!("{}{}", entry("a", b"one"), entry("a", b"two"))).unwrap_err().to_string();
+        assert!(e.contains("auth.tokens[1].name"), "{e}");
+        let e =
+            Config::from_toml_str(&format!("{}{}", entry("a", b"one"), entry("b", b"one"))).unwrap_err().to_string();
+        assert!(e.contains("auth.tokens[1].sha256"), "{e}");
+        let e = Config::from_toml_str(&entry("a b", b"one")).unwrap_err().to_string();
+        assert!(e.contains("auth.tokens[0].name"), "{e}");
+        // The embedded default mount may be named before it exists.
+        let env_token = format!(
+            "[{{ name = \"ci\", sha256 = \"{}\", scopes = {{ data = [\"read\"] }} }}]",
+            TokenHash::of(b"x").to_hex()
+        );
+        let c = Config::load(None, env(&[("ZARRD_AUTH__TOKENS", &env_token)])).unwrap();
+        assert_eq!(c.auth.tokens[0].name, "ci");
+        for name in [
+            "max_body_bytes",
+            "request_timeout_seconds",
+            "max_concurrent_requests",
+            "header_read_timeout_seconds",
+            "body_read_timeout_seconds",
+            "max_selection_bytes",
+        ] {
+            let e = Config::from_toml_str(&format!("[limits]\n{name} = 0")).unwrap_err().to_string();
+            assert!(e.contains(&format!("limits.{name}")), "{e}");
+        }
+        let c = Config::from_toml_str("[tls]\ncert = \"c.pem\"\nkey = \"k.pem\"").unwrap();
+        assert_eq!(c.tls.unwrap().key, PathBuf::from("k.pem"));
+        let e = Config::from_toml_str("[tls]\ncert = \"c.pem\"").unwrap_err().to_string();
+        assert!(e.contains("key"), "{e}");
+    }
+
+    #[test]
+    fn token_hash_is_sha256_hex() {
+        // SHA-256("test"), as `printf test | sha256sum` prints it.
+        let h = TokenHash::of(b"test");
+        assert_eq!(h.to_hex(), "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08");
+        assert_eq!(h.to_hex().parse::<TokenHash>().unwrap(), h);
+        assert_eq!(h.to_hex().to_uppercase().parse::<TokenHash>().unwrap(), h);
+        assert!("zz".repeat(32).parse::<TokenHash>().unwrap_err().contains("not hex"));
     }
 
     #[test]

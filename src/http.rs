@@ -1,12 +1,15 @@
-//! The HTTP face: routers, middleware (CORS, request log), error mapping and
-//! the OpenAPI document.
+//! The HTTP face: routers, middleware (CORS, request log, and the [`guard`]:
+//! access rules, authentication, limits), error mapping and the OpenAPI
+//! document.
 //!
 //! [`router`] builds the whole application without a socket, so tests drive
 //! it with `tower::ServiceExt::oneshot`; `main.rs` serves it.
 
 pub mod api;
+pub mod auth;
 pub mod dav;
 pub mod error;
+pub mod guard;
 pub mod health;
 pub mod openapi;
 pub mod store;
@@ -38,13 +41,19 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// (PROPFIND, MKCOL) through its fallback, which OpenAPI cannot describe;
 /// the mount root (`/zarr/{mount}` and `/zarr/{mount}/`) is the same handler
 /// with an empty key.
+///
+/// Every route template needs an entry in [`auth::RULES`] (a unit test
+/// checks the documented ones and [`MOUNT_ROOT_ROUTES`]); a request to a
+/// template without one is refused.
 pub fn routes() -> OpenApiRouter<Arc<App>> {
     let (_, store_paths, store) = routes!(store::get_key, store::put_key, store::delete_key);
     let store = store.fallback(store::other_method);
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes((Vec::new(), store_paths, store.clone()))
-        .route("/zarr/{mount}", store.clone())
-        .route("/zarr/{mount}/", store)
+    let mut router =
+        OpenApiRouter::with_openapi(openapi::ApiDoc::openapi()).routes((Vec::new(), store_paths, store.clone()));
+    for path in MOUNT_ROOT_ROUTES {
+        router = router.route(path, store.clone());
+    }
+    router
         .routes(routes!(api::nodes::list_mounts))
         .routes(routes!(api::nodes::get_root_node, api::nodes::put_root_node, api::nodes::delete_root_node))
         .routes(routes!(api::nodes::get_node, api::nodes::put_node, api::nodes::delete_node))
@@ -65,11 +74,32 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(openapi::serve))
 }
 
+/// Routes registered without an OpenAPI operation of their own: the mount
+/// root, served by the store handlers with an empty key.
+pub const MOUNT_ROOT_ROUTES: [&str; 2] = ["/zarr/{mount}", "/zarr/{mount}/"];
+
 /// The whole application.
 pub fn router(app: Arc<App>) -> Router {
-    let cors = cors_layer(&app.config().cors.allowed_origins);
     let (router, _) = routes().split_for_parts();
-    router.fallback(health::not_found).layer(middleware::from_fn(log_request)).layer(cors).with_state(app)
+    serve_routes(router, app)
+}
+
+/// `routes` with the fallback and every layer of the application (tests
+/// use it to put extra routes behind the same guard).
+///
+/// Order, outermost first: CORS (a preflight is answered before
+/// authentication: browsers send no credentials on one), the request log,
+/// then, after routing, [`guard`] (rules, limits, authentication).
+pub fn serve_routes(routes: Router<Arc<App>>, app: Arc<App>) -> Router {
+    let cors = cors_layer(&app.config().cors.allowed_origins);
+    let body_limit = usize::try_from(app.config().limits.max_body_bytes).unwrap_or(usize::MAX);
+    routes
+        .layer(guard::GuardLayer::new(Arc::clone(&app)))
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .fallback(health::not_found)
+        .layer(middleware::from_fn(log_request))
+        .layer(cors)
+        .with_state(app)
 }
 
 fn cors_layer(origins: &[String]) -> CorsLayer {
@@ -116,7 +146,8 @@ fn cors_layer(origins: &[String]) -> CorsLayer {
 
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
 
-/// One log line per request: method, path, status, bytes, latency, request id.
+/// One log line per request: method, path, status, bytes, latency, request
+/// id, and the name of the caller's token (`-` without one).
 ///
 /// Cheap when the request log is off (`RUST_LOG=warn`): then only server
 /// errors are logged and nothing is formatted for the rest.
@@ -151,10 +182,12 @@ async fn log_request(mut req: Request, next: Next) -> Response {
                 .unwrap_or(0);
             let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
             let request_id = id.to_str().unwrap_or("-");
+            // The token's name (never its value), when the request came with a valid one.
+            let token = resp.extensions().get::<auth::TokenName>().map_or("-", |t| &*t.0);
             if status >= 500 {
-                tracing::warn!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id, "request");
+                tracing::warn!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id, token, "request");
             } else {
-                tracing::info!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id, "request");
+                tracing::info!(target: "zarrd::request", %method, path, status, bytes, latency_us, request_id, token, "request");
             }
         }
     }

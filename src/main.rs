@@ -38,6 +38,10 @@ enum Command {
     },
     /// Print the OpenAPI document (what openapi/openapi.json holds).
     Openapi,
+    /// Read a bearer token from stdin and print its SHA-256, the value for
+    /// `sha256` in an `[[auth.tokens]]` entry. A trailing newline is not
+    /// part of the token. Make tokens random, e.g. `openssl rand -hex 32`.
+    HashToken,
 }
 
 #[derive(clap::Args, Debug, Default)]
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::CheckConfig { file } => check_config(&file),
+        Command::HashToken => hash_token(),
         Command::Serve(args) => serve(&args),
     };
     match result {
@@ -105,6 +110,26 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = load(args)?;
     zarrd::server::init_logging(config.log.format);
     runtime()?.block_on(zarrd::server::run(config))
+}
+
+/// Tokens shorter than this are refused: a SHA-256 of a short token is
+/// quickly found by trying candidates.
+const MIN_TOKEN_LEN: usize = 16;
+
+fn hash_token() -> anyhow::Result<()> {
+    let mut input = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut input)?;
+    let token = input.strip_suffix('\n').map_or(input.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+    if token.is_empty() {
+        anyhow::bail!("no token on stdin (e.g. `openssl rand -hex 32 | tee token.txt | zarrd hash-token`)");
+    }
+    if token.len() < MIN_TOKEN_LEN || token.chars().any(char::is_whitespace) {
+        anyhow::bail!(
+            "a token must be at least {MIN_TOKEN_LEN} characters without spaces (e.g. `openssl rand -hex 32`)"
+        );
+    }
+    println!("{}", zarrd::config::TokenHash::of(token.as_bytes()).to_hex());
+    Ok(())
 }
 
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {

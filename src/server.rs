@@ -1,14 +1,29 @@
 //! Serving: bind, log, serve until SIGINT/SIGTERM, then let in-flight
 //! requests finish (up to `shutdown_grace_seconds`).
+//!
+//! Connections are served with hyper-util directly (not `axum::serve`), for
+//! what axum's server does not offer: the header read timeout (slowloris),
+//! TLS with HTTP/2 by ALPN, and the peer address on every request.
 
+use std::convert::Infallible;
+use std::future::Future as _;
 use std::io::Write as _;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use anyhow::Context;
-use std::net::SocketAddr;
-
-use tokio::net::{TcpListener, TcpSocket};
+use anyhow::Context as _;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use axum::routing::future::RouteFuture;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio_rustls::TlsAcceptor;
 
 use crate::config::{Config, LogFormat};
 use crate::service::App;
@@ -29,11 +44,12 @@ pub fn init_logging(format: LogFormat) {
 
 /// Builds the app from `config`, checks every mount answers, and serves.
 ///
-/// Prints `zarrd listening on http://ADDR` on stdout once listening (tests
-/// and scripts read the port from it).
+/// Prints `zarrd listening on http://ADDR` (or `https://`) on stdout once
+/// listening (tests and scripts read the port from it).
 ///
 /// # Errors
-/// A mount that cannot be built or does not answer, or a bind failure.
+/// A mount that cannot be built or does not answer, unreadable TLS files,
+/// or a bind failure.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let grace = Duration::from_secs(config.shutdown_grace_seconds);
     let bind = config.bind;
@@ -42,21 +58,34 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // the process (the default action) nor be lost (tokio registers a signal
     // only when its stream is created).
     let shutdown = shutdown_signal().context("cannot install signal handlers")?;
+    let connections = Arc::new(Connections::new(&config)?);
     let app = Arc::new(App::from_config(config)?);
     let failing = app.probe_mounts().await;
     if let Some((mount, reason)) = failing.first() {
         anyhow::bail!("mount `{mount}` is unreachable: {reason}");
     }
     for m in app.mounts() {
-        tracing::info!(mount = m.name(), url = m.url(), read_only = m.read_only(), "mount ready");
+        tracing::info!(
+            mount = m.name(),
+            url = m.url(),
+            read_only = m.read_only(),
+            anonymous_read = m.anonymous_read(),
+            "mount ready"
+        );
+    }
+    let (level, message) = access_summary(&crate::http::auth::Authenticator::new(app.config()));
+    if level == tracing::Level::WARN {
+        tracing::warn!(%bind, "{message}");
+    } else {
+        tracing::info!(%bind, "{message}");
     }
     let workers = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let listeners = bind_listeners(bind, workers).with_context(|| format!("cannot listen on {bind}"))?;
     let addr = listeners[0].local_addr()?;
-    tracing::info!(%addr, workers, "listening");
+    tracing::info!(%addr, workers, tls = connections.tls.is_some(), "listening");
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "zarrd listening on http://{addr}")?;
+        writeln!(out, "zarrd listening on {}://{addr}", connections.scheme())?;
         out.flush()?;
     }
     let router = crate::http::router(app);
@@ -65,8 +94,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .into_iter()
         .enumerate()
         .map(|(i, listener)| {
-            let (router, rx) = (router.clone(), rx.clone());
-            std::thread::Builder::new().name(format!("zarrd-worker-{i}")).spawn(move || serve_on(listener, router, rx))
+            let (router, rx, connections) = (router.clone(), rx.clone(), Arc::clone(&connections));
+            std::thread::Builder::new()
+                .name(format!("zarrd-worker-{i}"))
+                .spawn(move || serve_on(listener, router, connections, rx))
         })
         .collect::<std::io::Result<Vec<_>>>()?;
     let mut server = tokio::task::spawn_blocking(move || {
@@ -84,6 +115,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What the start-up log says about access: a warning when anyone who can
+/// connect may read everything.
+fn access_summary(auth: &crate::http::auth::Authenticator) -> (tracing::Level, String) {
+    let names: Vec<&str> = auth.token_names().collect();
+    if auth.open_reads() {
+        let message = "no auth tokens configured and the bind address is not loopback: anyone who can connect \
+                       may read every mount, nobody may write (configure [auth] tokens)";
+        (tracing::Level::WARN, message.to_string())
+    } else if names.is_empty() {
+        (tracing::Level::INFO, "no auth tokens configured: loopback clients may read and write every mount".into())
+    } else {
+        (tracing::Level::INFO, format!("bearer tokens configured: {}", names.join(", ")))
+    }
 }
 
 /// One listening socket per worker on the same address (`SO_REUSEPORT`: the
@@ -114,22 +160,290 @@ fn bind_listeners(bind: SocketAddr, workers: usize) -> std::io::Result<Vec<std::
 fn serve_on(
     listener: std::net::TcpListener,
     router: axum::Router,
+    connections: Arc<Connections>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
+        serve_listener(listener, router, connections, async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+        .await
+    })
+}
+
+/// How accepted connections are served: HTTP/1.1, or HTTP/2 when TLS's
+/// ALPN chose it, over TLS when configured, with
+/// `limits.header_read_timeout_seconds` for the TLS handshake, for each
+/// HTTP/1.1 request's headers (which also closes idle keep-alive
+/// connections) and for the HTTP/2 connection preface; unresponsive HTTP/2
+/// connections are found by pings.
+///
+/// The protocol is never sniffed from the first bytes (hyper-util's auto
+/// mode): that read has no timeout, so a client sending nothing would hold
+/// its connection forever. Plain-text HTTP/2 (h2c) is therefore not offered;
+/// no Zarr client uses it.
+pub struct Connections {
+    http1: auto::Builder<TokioExecutor>,
+    http2: auto::Builder<TokioExecutor>,
+    tls: Option<TlsAcceptor>,
+    handshake_timeout: Duration,
+}
+
+impl std::fmt::Debug for Connections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connections").field("tls", &self.tls.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl Connections {
+    /// From `config.limits` and `config.tls` (whose files are read now).
+    ///
+    /// # Errors
+    /// Unreadable or invalid certificate or key, naming the file.
+    pub fn new(config: &Config) -> anyhow::Result<Self> {
+        let header_timeout = Duration::from_secs(config.limits.header_read_timeout_seconds);
+        let mut http1 = auto::Builder::new(TokioExecutor::new()).http1_only();
+        http1.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
+        let mut http2 = auto::Builder::new(TokioExecutor::new()).http2_only();
+        // Pings close HTTP/2 connections whose client stopped answering.
+        http2
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(header_timeout);
+        let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;
+        Ok(Self { http1, http2, tls, handshake_timeout: header_timeout })
+    }
+
+    /// `https` or `http`.
+    #[must_use]
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+}
+
+/// A rustls acceptor offering HTTP/2 and HTTP/1.1 by ALPN.
+fn tls_acceptor(tls: &crate::config::Tls) -> anyhow::Result<TlsAcceptor> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let cert_file = tls.cert.display();
+    let certs = CertificateDer::pem_file_iter(&tls.cert)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| anyhow::anyhow!("tls.cert: {cert_file}: {e}"))?;
+    if certs.is_empty() {
+        anyhow::bail!("tls.cert: {cert_file}: no PEM certificate in the file");
+    }
+    let key =
+        PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| anyhow::anyhow!("tls.key: {}: {e}", tls.key.display()))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .with_context(|| {
+            format!("tls: the key in {} does not suit the certificate in {cert_file}", tls.key.display())
+        })?;
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(server)))
+}
+
+/// Serves `listener` until `stop` resolves, then lets open connections
+/// finish their requests (idle ones close at once) and returns when all
+/// have closed. Each request carries the peer address as
+/// [`ConnectInfo<SocketAddr>`] (the loopback rule of [`crate::http::auth`]).
+///
+/// # Errors
+/// None today: accept errors are logged and retried.
+pub async fn serve_listener(
+    listener: TcpListener,
+    router: axum::Router,
+    connections: Arc<Connections>,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // Every connection task holds a sender; `recv` answers `None` once all are gone.
+    let (open_tx, mut open_rx) = tokio::sync::mpsc::channel::<()>(1);
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut stop => break,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                continue
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: wait rather than spin.
+                tracing::error!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
         // TCP_NODELAY, as nginx sets on keep-alive connections: a response
         // written in several segments must not wait for the client's delayed ACK.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            let _ = tcp.set_nodelay(true);
+        let _ = tcp.set_nodelay(true);
+        let service = PeerService { router: router.clone(), peer };
+        let (connections, stop, open) = (Arc::clone(&connections), stop_rx.clone(), open_tx.clone());
+        tokio::spawn(async move {
+            let _open = open;
+            serve_connection(&connections, tcp, service, stop).await;
         });
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|stop| *stop).await;
-            })
-            .await
-    })
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    drop(open_tx);
+    let _ = open_rx.recv().await;
+    Ok(())
+}
+
+async fn serve_connection(
+    connections: &Connections,
+    tcp: TcpStream,
+    service: PeerService,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(acceptor) = &connections.tls else {
+        return drive(&connections.http1, TokioIo::new(tcp), service, &mut stop).await;
+    };
+    let handshake = tokio::select! {
+        h = tokio::time::timeout(connections.handshake_timeout, acceptor.accept(tcp)) => h,
+        () = stopped(&mut stop) => return,
+    };
+    match handshake {
+        Ok(Ok(tls)) if tls.get_ref().1.alpn_protocol() == Some(b"h2") => {
+            // HTTP/2 has no header read timeout: bound the wait for the
+            // client's connection preface instead.
+            let io = PrefaceDeadline::new(tls, connections.handshake_timeout);
+            drive(&connections.http2, TokioIo::new(io), service, &mut stop).await;
+        }
+        Ok(Ok(tls)) => drive(&connections.http1, TokioIo::new(tls), service, &mut stop).await,
+        Ok(Err(e)) => tracing::debug!(peer = %service.peer, error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!(peer = %service.peer, "TLS handshake timed out"),
+    }
+}
+
+async fn drive<I>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: I,
+    service: PeerService,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        () = stopped(stop) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4) is 24 bytes.
+const H2_PREFACE_LEN: usize = 24;
+
+/// A stream whose first [`H2_PREFACE_LEN`] bytes must arrive before a
+/// deadline; reads fail with `TimedOut` after it. Transparent afterwards.
+/// (The deadline is boxed so the stream stays `Unpin`, as hyper needs; one
+/// allocation per HTTP/2 connection.)
+struct PrefaceDeadline<S> {
+    inner: S,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    remaining: usize,
+}
+
+impl<S> PrefaceDeadline<S> {
+    fn new(inner: S, timeout: Duration) -> Self {
+        Self { inner, deadline: Box::pin(tokio::time::sleep(timeout)), remaining: H2_PREFACE_LEN }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for PrefaceDeadline<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.remaining == 0 {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                this.remaining = this.remaining.saturating_sub(buf.filled().len() - before);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if this.deadline.as_mut().poll(cx).is_ready() => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no HTTP/2 connection preface within limits.header_read_timeout_seconds",
+            ))),
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for PrefaceDeadline<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The router, with the peer address put in each request.
+#[derive(Clone)]
+struct PeerService {
+    router: axum::Router,
+    peer: SocketAddr,
+}
+
+impl hyper::service::Service<Request<Incoming>> for PeerService {
+    type Response = axum::response::Response;
+    type Error = Infallible;
+    type Future = RouteFuture<Infallible>;
+
+    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+        tower::Service::call(&mut self.router.clone(), req)
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM. The handlers are installed when
@@ -152,4 +466,32 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     Ok(async {
         let _ = tokio::signal::ctrl_c().await;
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Scope, TokenHash, TokenSpec};
+    use crate::http::auth::Authenticator;
+
+    #[test]
+    fn start_up_says_who_may_do_what() {
+        let mut config = Config { bind: "0.0.0.0:8080".parse().unwrap(), ..Config::default() };
+        let (level, message) = access_summary(&Authenticator::new(&config));
+        assert_eq!(level, tracing::Level::WARN);
+        assert!(message.contains("anyone who can connect may read"), "{message}");
+        config.bind = "127.0.0.1:8080".parse().unwrap();
+        let (level, message) = access_summary(&Authenticator::new(&config));
+        assert_eq!(level, tracing::Level::INFO);
+        assert!(message.contains("loopback"), "{message}");
+        config.bind = "[::]:8080".parse().unwrap();
+        config.auth.tokens = vec![TokenSpec {
+            name: "ci".into(),
+            sha256: TokenHash::of(b"x"),
+            scopes: [("*".to_string(), vec![Scope::Read])].into(),
+        }];
+        let (level, message) = access_summary(&Authenticator::new(&config));
+        assert_eq!(level, tracing::Level::INFO);
+        assert!(message.ends_with("ci"), "{message}");
+    }
 }

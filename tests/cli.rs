@@ -358,3 +358,107 @@ async fn openapi_command_prints_the_document() {
     let doc: serde_json::Value = serde_json::from_str(&stdout).expect("OpenAPI JSON");
     assert!(doc["paths"].get("/zarr/{mount}/{key}").is_some());
 }
+
+#[tokio::test]
+async fn hash_token_prints_the_sha256_of_stdin() {
+    async fn hash(input: &str) -> (ExitStatus, String, String) {
+        let mut cmd = zarrd();
+        cmd.arg("hash-token").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn zarrd");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).await.unwrap();
+        drop(stdin);
+        let out = tokio::time::timeout(EXIT_TIMEOUT, child.wait_with_output()).await.expect("exit").unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+    // `printf 0123456789abcdef | sha256sum`; the trailing newline is not part of the token.
+    let expected = "9f9f5111f7b27a781f1f1ddde5ebc2dd2b796bfc7365c9c28b548e564176929f";
+    for input in ["0123456789abcdef", "0123456789abcdef\n"] {
+        let (status, out, err) = hash(input).await;
+        assert!(status.success(), "{err}");
+        assert_eq!(out.trim(), expected);
+    }
+    for bad in ["", "short\n", "has a space in it ok\n"] {
+        let (status, out, err) = hash(bad).await;
+        assert!(!status.success() && out.is_empty(), "{bad:?} accepted");
+        assert!(err.contains("token"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn tokens_never_appear_in_the_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "s3cr3t-t0ken-value-do-not-log-1234";
+    let wrong = "wr0ng-t0ken-value-do-not-log-5678";
+    let config = dir.path().join("zarrd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mounts.data]\nurl = \"memory://\"\n[[auth.tokens]]\nname = \"ci-bot\"\nsha256 = \"{}\"\nscopes = {{ data = [\"write\"] }}\n",
+            zarrd::config::TokenHash::of(token.as_bytes()).to_hex()
+        ),
+    )
+    .unwrap();
+    let mut cmd = serve_cmd(&["--config", path_str(&config)]);
+    // Everything, from every crate.
+    cmd.env("RUST_LOG", "trace");
+    let server = Server::start(cmd).await;
+    let client = common::client();
+    let auth = |t: &str| format!("Bearer {t}");
+    let r = client.put(server.url("/zarr/data/k")).header("authorization", auth(token)).body("v").send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let r = client.get(server.url("/zarr/data/k")).header("authorization", auth(token)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client.get(server.url("/zarr/data/k")).header("authorization", auth(wrong)).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r =
+        client.put(server.url("/zarr/data/boom")).header("authorization", auth(wrong)).body("v").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r =
+        client.get(server.url("/zarr/data/k")).header("authorization", format!("Basic {token}")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let stderr = server.stderr.clone();
+    server.stop().await;
+    let logs = stderr.lock().unwrap().clone();
+    // The logs were captured: the token's name and the request lines are there...
+    assert!(logs.contains("ci-bot"), "the token name is not logged:\n{logs}");
+    assert!(
+        logs.lines().any(|l| l.contains("path=\"/zarr/data/k\" status=200") && l.contains("token=\"ci-bot\"")),
+        "request lines do not name the token:\n{logs}"
+    );
+    assert!(logs.matches("/zarr/data/k").count() >= 3, "request lines missing:\n{logs}");
+    assert!(logs.contains("401"), "{logs}");
+    // ...the token values are not, nor any recognisable part of them.
+    for secret in [token, wrong] {
+        assert!(!logs.contains(secret), "a token value is in the logs");
+        assert!(!logs.contains(&secret[..12]), "part of a token value is in the logs");
+    }
+}
+
+#[tokio::test]
+async fn token_scopes_may_name_mounts_from_the_command_line_but_not_unknown_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = zarrd::config::TokenHash::of(b"cli-token-0123456789").to_hex();
+    let tokens =
+        |mount: &str| format!("[{{ name = \"t\", sha256 = \"{hash}\", scopes = {{ {mount} = [\"write\"] }} }}]");
+    let mount = format!("x={}", path_str(dir.path()));
+    let mut cmd = serve_cmd(&["--mount", &mount]);
+    cmd.env("ZARRD_AUTH__TOKENS", tokens("x"));
+    let server = Server::start(cmd).await;
+    let client = common::client();
+    let url = server.url("/zarr/x/k");
+    assert_eq!(client.put(&url).body("v").send().await.unwrap().status(), 401);
+    let r = client.put(&url).header("authorization", "Bearer cli-token-0123456789").body("v").send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    server.stop().await;
+
+    let mut cmd = serve_cmd(&["--mount", &mount]);
+    cmd.env("ZARRD_AUTH__TOKENS", tokens("y"));
+    let (status, _, err) = run(cmd).await;
+    assert!(!status.success());
+    assert!(err.contains("auth.tokens[0].scopes.y"), "{err}");
+}

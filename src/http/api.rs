@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use super::error::ApiError;
 use crate::service::node::NodePath;
-use crate::service::{App, ServiceError};
+use crate::service::App;
 
 /// The mount and node path of a `/api/v1/<resource>/{mount}[/{*path}]`
 /// route (the path is the root when the route has none).
@@ -78,8 +78,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     }
 }
 
-/// A JSON request body, at most `limits.max_put_bytes`; not JSON is a 400
-/// naming the line and column, too large a 413.
+/// A JSON request body, at most `limits.max_body_bytes` (a document, not
+/// array data); not JSON is a 400 naming the line and column, too large a
+/// 413 naming the limit, a stalled body a 408.
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
 
@@ -87,10 +88,9 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
-        let limit = app.config().limits.max_put_bytes;
-        let bytes = axum::body::to_bytes(req.into_body(), usize::try_from(limit).unwrap_or(usize::MAX))
-            .await
-            .map_err(|_| ApiError::from(ServiceError::PayloadTooLarge { limit }))?;
+        let limit = app.config().limits.max_body_bytes;
+        let (parts, body) = req.into_parts();
+        let bytes = crate::http::store::read_body(&parts.headers, body, limit, "limits.max_body_bytes").await?;
         serde_json::from_slice(&bytes)
             .map(Self)
             .map_err(|e| ApiError::bad_request("invalid_body", format!("request body: {e}")))

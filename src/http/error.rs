@@ -70,6 +70,22 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// A failed request-body read: 408 `body_timeout` when the body stopped
+    /// arriving ([`super::guard::BodyTimeout`]), else 400 `body_read_failed`.
+    #[must_use]
+    pub fn body_error(e: &(dyn std::error::Error + 'static)) -> Self {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(c) = cause {
+            if let Some(t) = c.downcast_ref::<super::guard::BodyTimeout>() {
+                return Self::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", t.to_string());
+            }
+            cause = c.source();
+        }
+        Self::bad_request("body_read_failed", format!("reading the body failed: {e}"))
+    }
+}
+
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
         let message = e.to_string();
@@ -158,5 +174,22 @@ impl IntoResponse for ApiError {
         };
         resp.headers_mut().extend(self.headers.into_iter().map(|(k, v)| (Some(k), v)));
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_and_body_errors() {
+        let e = ApiError::from(ServiceError::SelectionTooLarge("2 bytes".into()));
+        assert_eq!((e.status, e.code), (StatusCode::PAYLOAD_TOO_LARGE, "selection_too_large"));
+        let timeout = axum::Error::new(super::super::guard::BodyTimeout(3));
+        let e = ApiError::body_error(&timeout);
+        assert_eq!((e.status, e.code), (StatusCode::REQUEST_TIMEOUT, "body_timeout"));
+        assert!(e.message.contains("limits.body_read_timeout_seconds"), "{}", e.message);
+        let other = axum::Error::new(std::io::Error::other("reset"));
+        assert_eq!(ApiError::body_error(&other).code, "body_read_failed");
     }
 }

@@ -15,8 +15,15 @@ use std::sync::{Arc, OnceLock};
 
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use utoipa::openapi::OpenApi as OpenApiDoc;
-use utoipa::OpenApi;
+use utoipa::openapi::content::ContentBuilder;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::response::ResponseBuilder;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{OpenApi as OpenApiDoc, Ref, RefOr};
+use utoipa::{Modify, OpenApi};
+
+use super::auth::{self, Need};
+use crate::config::Scope;
 
 use super::dav::{JsonEntry, JsonListing};
 use super::error::{ErrorBody, ErrorDetail};
@@ -32,6 +39,7 @@ use super::health::{FailingMount, Health};
         license(name = "MIT OR Apache-2.0")
     ),
     components(schemas(ErrorBody, ErrorDetail, Health, FailingMount, JsonListing, JsonEntry)),
+    modifiers(&BearerScheme),
     tags(
         (name = "store", description = "The Zarr store protocol: keys over HTTP, for zarr-python, TensorStore, zarrita.js and neuroglancer"),
         (name = "nodes", description = "Mounts, arrays and groups: describe, create, resize, attributes, delete"),
@@ -41,12 +49,78 @@ use super::health::{FailingMount, Health};
 )]
 pub struct ApiDoc;
 
+/// The `bearer` security scheme.
+struct BearerScheme;
+
+impl Modify for BearerScheme {
+    fn modify(&self, openapi: &mut OpenApiDoc) {
+        let scheme = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some(
+            "A token from the `[auth]` configuration, with scopes per mount: `read`, `write` (implies read), \
+             `admin` (create, delete, resize, attributes; implies write). Reads may be anonymous on mounts with \
+             `anonymous_read`, and with no tokens configured (every mount readable; from loopback peers of a \
+             loopback-bound server, everything is allowed).",
+        ));
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("bearer", SecurityScheme::Http(scheme.build()));
+    }
+}
+
+/// Security requirements and 401/403 answers from [`auth::RULES`], so the
+/// document says what the guard enforces: reads may be anonymous, the rest
+/// need a token with the scope (listed as the role, as OpenAPI 3.1 allows).
+fn secure(path: &str, method: &str, op: &mut Operation) {
+    let need = auth::rule(path).and_then(|r| r.need(&method.parse().expect("static method name")));
+    let scope = match need {
+        None | Some(Need::Public) => return,
+        Some(Need::Caller) => None,
+        Some(Need::Mount(scope)) => Some(scope),
+    };
+    let bearer = SecurityRequirement::new("bearer", scope.map(Scope::as_str));
+    op.security = Some(match scope {
+        Some(Scope::Write | Scope::Admin) => vec![bearer],
+        Some(Scope::Read) | None => vec![bearer, SecurityRequirement::default()],
+    });
+    let error = |description: &str| {
+        let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build();
+        RefOr::T(ResponseBuilder::new().description(description).content("application/json", content).build())
+    };
+    let responses = &mut op.responses.responses;
+    responses.insert("401".into(), error("No token where one is needed, or a token that is not valid"));
+    if scope.is_some() {
+        responses.insert("403".into(), error("The token lacks the scope on this mount"));
+    }
+    if matches!(method, "PUT" | "POST" | "PATCH") {
+        responses.insert("408".into(), error("The body stopped arriving for `limits.body_read_timeout_seconds`"));
+    }
+    responses.insert("503".into(), error("Overloaded (`Retry-After`), or storage unavailable"));
+    responses.insert("504".into(), error("The request took longer than `limits.request_timeout_seconds`"));
+}
+
 /// The whole document: [`ApiDoc`] plus every registered route, with
-/// catch-all segments renamed and the crate version filled in.
+/// security from the access rules, catch-all segments renamed and the crate
+/// version filled in.
 #[must_use]
 pub fn document() -> OpenApiDoc {
     let (_, mut doc) = super::routes().split_for_parts();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+    for (path, item) in &mut doc.paths.paths {
+        let ops = [
+            ("GET", &mut item.get),
+            ("PUT", &mut item.put),
+            ("POST", &mut item.post),
+            ("DELETE", &mut item.delete),
+            ("PATCH", &mut item.patch),
+            ("HEAD", &mut item.head),
+            ("OPTIONS", &mut item.options),
+        ];
+        for (method, op) in ops {
+            if let Some(op) = op.as_mut() {
+                secure(path, method, op);
+            }
+        }
+    }
     let paths = std::mem::take(&mut doc.paths.paths);
     doc.paths.paths = paths.into_iter().map(|(path, item)| (path.replace("{*", "{"), item)).collect();
     doc

@@ -190,9 +190,10 @@ fn redirect_to_listing(uri: &Uri) -> Response {
     resp
 }
 
-/// Reads a request body, refusing more than `limit` bytes.
-pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> ApiResult<Bytes> {
-    let too_large = || ApiError::from(ServiceError::PayloadTooLarge { limit });
+/// Reads a request body, refusing more than `limit` bytes (the value of
+/// the configuration option `option`, named in the 413).
+pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'static str) -> ApiResult<Bytes> {
+    let too_large = || ApiError::from(ServiceError::PayloadTooLarge { limit, option });
     if let Some(len) = header_str(headers, &header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok()) {
         if len > limit {
             return Err(too_large());
@@ -201,8 +202,7 @@ pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Ap
     let mut buf = BytesMut::new();
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::bad_request("body_read_failed", format!("reading the body failed: {e}")))?;
+        let chunk = chunk.map_err(|e| ApiError::body_error(&e))?;
         if (buf.len() + chunk.len()) as u64 > limit {
             return Err(too_large());
         }
@@ -249,7 +249,7 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
     } else {
         PutCondition::None
     };
-    let bytes = read_body(&headers, body, app.config().limits.max_put_bytes).await?;
+    let bytes = read_body(&headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes").await?;
     let outcome = store::write(&app, &mount, &key, bytes, &condition).await?;
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::NO_CONTENT };
     let mut resp = status.into_response();

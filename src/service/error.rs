@@ -19,8 +19,9 @@ pub enum ServiceError {
     InvalidMetadata { key: String, source: MetadataError },
     #[error("{0}")]
     BadRequest(String),
-    #[error("request body is larger than the limit of {limit} bytes")]
-    PayloadTooLarge { limit: u64 },
+    /// A request body over a configured limit (the option named).
+    #[error("the request body is larger than {option} ({limit} bytes)")]
+    PayloadTooLarge { limit: u64, option: &'static str },
     /// The key names a prefix ("directory"), not an object: the HTTP layer
     /// redirects to its listing (`.../key/`).
     #[error("{0} is a prefix, not a key: list it at {0}/")]

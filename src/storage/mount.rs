@@ -47,6 +47,9 @@ pub struct MountSpec {
     /// Create a missing local directory instead of failing at start.
     #[serde(default)]
     pub create: bool,
+    /// Let callers without a token read (when tokens are configured).
+    #[serde(default)]
+    pub anonymous_read: bool,
     /// Backend options (`object_store` configuration keys).
     #[serde(default)]
     pub options: BTreeMap<String, String>,
@@ -183,6 +186,7 @@ impl MountSpec {
             url: url.to_string(),
             read_only: false,
             create: false,
+            anonymous_read: false,
             options: BTreeMap::new(),
             recheck_cached_metadata: RecheckPolicy::Always,
             recheck_cached_data: None,
@@ -211,6 +215,7 @@ pub struct Mount {
     url: String,
     read_only: bool,
     recheck_metadata: RecheckPolicy,
+    anonymous_read: bool,
     storage: Arc<dyn Storage>,
     write_locks: Vec<Mutex<()>>,
     recheck: RecheckPolicy,
@@ -316,6 +321,7 @@ impl Mount {
         mount.recheck = spec.recheck_cached_data.unwrap_or_else(|| RecheckPolicy::default_for(&spec.url));
         mount.fill_missing = spec.fill_missing_data_reads;
         mount.recheck_metadata = spec.recheck_cached_metadata;
+        mount.anonymous_read = spec.anonymous_read;
         Ok(mount)
     }
 
@@ -327,6 +333,7 @@ impl Mount {
             url: url.to_string(),
             read_only,
             recheck_metadata: RecheckPolicy::Always,
+            anonymous_read: false,
             storage,
             write_locks: (0..WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
             recheck: RecheckPolicy::default_for(url),
@@ -367,6 +374,13 @@ impl Mount {
         if let Some(f) = self.listener.0.get() {
             f(key);
         }
+    }
+
+    /// Sets whether callers without a token may read this mount.
+    #[must_use]
+    pub fn with_anonymous_read(mut self, anonymous_read: bool) -> Self {
+        self.anonymous_read = anonymous_read;
+        self
     }
 
     fn reject_options(name: &str, spec: &MountSpec, scheme: &str) -> Result<(), MountError> {
@@ -429,6 +443,12 @@ impl Mount {
     #[must_use]
     pub fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// True when callers without a token may read (`anonymous_read`).
+    #[must_use]
+    pub fn anonymous_read(&self) -> bool {
+        self.anonymous_read
     }
 
     /// The backend, for reads and listings.

@@ -24,7 +24,8 @@ use zarrd::storage::{Mount, MountSpec};
 /// The longest any single request or wait in these tests may take.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `limits.max_put_bytes` of the conformance servers (small, so 413 is cheap).
+/// `limits.max_put_bytes` and `limits.max_body_bytes` of the conformance
+/// servers (small, so 413 is cheap).
 pub const MAX_PUT: u64 = 64 * 1024;
 
 /// The S3 endpoint of a running S3-compatible server (moto), set by the harness.
@@ -65,18 +66,21 @@ pub fn client() -> reqwest::Client {
         .expect("reqwest client")
 }
 
-/// The test configuration: small PUT limit, everything else default.
+/// The test configuration: small body limits (data and documents),
+/// everything else default.
 #[must_use]
 pub fn test_config() -> Config {
     let mut config = Config::default();
     config.limits.max_put_bytes = MAX_PUT;
+    config.limits.max_body_bytes = MAX_PUT;
     config
 }
 
 /// Set to show the server's logs (filtered by `RUST_LOG`) in test output.
 pub const LOG_VAR: &str = "ZARRD_TEST_LOG";
 
-/// Serves `app` on 127.0.0.1 at an ephemeral port.
+/// Serves `app` on 127.0.0.1 at an ephemeral port, as `zarrd serve` does
+/// (over TLS when `app.config().tls` is set).
 pub async fn serve_app(app: App) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     if std::env::var_os(LOG_VAR).is_some() {
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -85,9 +89,11 @@ pub async fn serve_app(app: App) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     }
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
     let addr = listener.local_addr().expect("local addr");
+    // The server's own connection handling (timeouts, TLS, peer addresses).
+    let connections = Arc::new(zarrd::server::Connections::new(app.config()).expect("connection settings"));
     let router = zarrd::http::router(Arc::new(app));
     let task = tokio::spawn(async move {
-        axum::serve(listener, router).await.expect("serve");
+        zarrd::server::serve_listener(listener, router, connections, std::future::pending()).await.expect("serve");
     });
     (addr, task)
 }
@@ -212,6 +218,11 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// Reads a whole reqwest response.
+    pub async fn from_response(resp: reqwest::Response) -> Self {
+        Self::from(resp).await
+    }
+
     async fn from(resp: reqwest::Response) -> Self {
         let status = resp.status().as_u16();
         let headers = resp

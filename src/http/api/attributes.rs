@@ -60,7 +60,7 @@ pub async fn get_attributes(State(app): State<Arc<App>>, target: NodeTarget) -> 
         (status = 400, description = "Body not a JSON object", body = ErrorBody),
         (status = 404, description = "No such mount or node", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
-        (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
+        (status = 413, description = "Body larger than `limits.max_body_bytes`", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
@@ -90,7 +90,7 @@ pub async fn put_attributes(
         (status = 400, description = "Body not a JSON object", body = ErrorBody),
         (status = 404, description = "No such mount or node", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
-        (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
+        (status = 413, description = "Body larger than `limits.max_body_bytes`", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )

@@ -6,13 +6,15 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiQuery, JsonBody, NodeTarget};
+use crate::config::Scope;
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::http::guard::Access;
 use crate::service::node::{self, ArrayNode, Node};
 use crate::service::nodes::{self as ops, OpenMode};
 use crate::service::App;
@@ -31,14 +33,21 @@ pub struct MountInfo {
 /// The mounts.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MountList {
-    /// Every mount, by name.
+    /// Every mount the caller may read, by name.
     pub mounts: Vec<MountInfo>,
 }
 
-/// The configured mounts.
+/// The mounts the caller may read (all of them for an anonymous caller when
+/// no token is configured; see the security scheme).
 #[utoipa::path(get, path = "/api/v1/mounts", tag = "nodes", responses((status = 200, description = "The mounts", body = MountList)))]
-pub async fn list_mounts(State(app): State<Arc<App>>) -> Json<MountList> {
-    let mounts = app.mounts().map(|m| MountInfo { name: m.name().to_string(), read_only: m.read_only() }).collect();
+pub async fn list_mounts(State(app): State<Arc<App>>, access: Option<Extension<Access>>) -> Json<MountList> {
+    // The guard puts the caller's access here (`Need::Caller`); without it, nothing is listed.
+    let readable = |name: &str| access.as_ref().is_some_and(|Extension(a)| a.may(&app, name, Scope::Read));
+    let mounts = app
+        .mounts()
+        .filter(|m| readable(m.name()))
+        .map(|m| MountInfo { name: m.name().to_string(), read_only: m.read_only() })
+        .collect();
     Json(MountList { mounts })
 }
 
@@ -440,7 +449,7 @@ async fn create(app: &App, target: &NodeTarget, q: &CreateQuery, body: &Value) -
         (status = 404, description = "No such mount; or missing node with `create=false`", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
         (status = 409, description = "The node exists (and `open` is false), or an ancestor is an array", body = ErrorBody),
-        (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
+        (status = 413, description = "Body larger than `limits.max_body_bytes`", body = ErrorBody),
         (status = 422, description = "Invalid metadata document", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
@@ -468,7 +477,7 @@ pub async fn put_node(
         (status = 404, description = "No such mount; or missing node with `create=false`", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
         (status = 409, description = "The node exists (and `open` is false)", body = ErrorBody),
-        (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
+        (status = 413, description = "Body larger than `limits.max_body_bytes`", body = ErrorBody),
         (status = 422, description = "Invalid metadata document", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )

@@ -55,7 +55,7 @@ pub struct ResizeResult {
         (status = 400, description = "Bad body: wrong rank, a guard (`expand_only`, `shrink_only`) violated, or not an array (each named)", body = ErrorBody),
         (status = 404, description = "No such mount or node", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
-        (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
+        (status = 413, description = "Body larger than `limits.max_body_bytes`", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )

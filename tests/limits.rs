@@ -1,0 +1,238 @@
+//! Limits and protection, each against a real server on loopback:
+//! document body size, body read timeout (a stalled body is 408, a steady
+//! trickle is fine), request timeout (504), the global concurrency limit
+//! (503 + `Retry-After`, health exempt), and slow clients (the header read
+//! timeout closes them; a normal client is served meanwhile).
+//! (`max_put_bytes` is in the store conformance suite, `max_selection_bytes`
+//! a unit test of `App::check_selection_bytes`.)
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::{client, parse_response, serve_app, Reply};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use zarrd::config::Config;
+use zarrd::service::App;
+use zarrd::storage::{Mount, MountSpec};
+
+fn app(config: Config) -> App {
+    App::with_mounts(config, vec![Mount::build("data", &MountSpec::from_url("memory://")).unwrap()])
+}
+
+async fn start(config: Config) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    serve_app(app(config)).await
+}
+
+/// Sends the head of a PUT of `length` bytes and waits for `100 Continue`:
+/// the handler is then running and waiting for the body.
+async fn put_waiting_for_body(addr: SocketAddr, key: &str, length: usize) -> TcpStream {
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "PUT /zarr/data/{key} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 256];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0, "connection closed before 100 Continue");
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("no 100 Continue within 10 s");
+    assert!(got.starts_with(b"HTTP/1.1 100"), "{}", String::from_utf8_lossy(&got));
+    conn
+}
+
+/// Reads the answer until the server closes the connection (bounded).
+async fn answer(mut conn: TcpStream) -> Reply {
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match conn.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await
+    .expect("no answer within 15 s");
+    parse_response(&buf, false)
+}
+
+#[tokio::test]
+async fn a_stalled_body_is_408_and_a_steady_trickle_is_fine() {
+    let mut config = common::test_config();
+    config.limits.body_read_timeout_seconds = 1;
+    let (addr, _task) = start(config).await;
+
+    let mut conn = put_waiting_for_body(addr, "stalled", 10).await;
+    conn.write_all(b"abc").await.unwrap();
+    let started = Instant::now();
+    let r = answer(conn).await;
+    r.expect_error(408, "body_timeout");
+    assert!(r.error_message().contains("limits.body_read_timeout_seconds"), "{r}");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(800) && waited < Duration::from_secs(10), "answered after {waited:?}");
+
+    // One byte every 300 ms: 3 s in all, three times the timeout, never idle for 1 s.
+    let mut conn = put_waiting_for_body(addr, "trickle", 10).await;
+    for _ in 0..10 {
+        conn.write_all(b"x").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    answer(conn).await.expect_status(201);
+    let r = client().get(format!("http://{addr}/zarr/data/trickle")).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"xxxxxxxxxx");
+}
+
+#[tokio::test]
+async fn a_request_over_the_time_limit_is_504() {
+    let mut config = common::test_config();
+    config.limits.request_timeout_seconds = 1;
+    let (addr, _task) = start(config).await;
+    let mut conn = put_waiting_for_body(addr, "slow", 10).await;
+    conn.write_all(b"abc").await.unwrap();
+    let started = Instant::now();
+    let r = answer(conn).await;
+    r.expect_error(504, "timeout");
+    assert!(r.error_message().contains("limits.request_timeout_seconds"), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Nothing was stored.
+    let r = client().get(format!("http://{addr}/zarr/data/slow")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn requests_past_the_concurrency_limit_are_shed_with_retry_after() {
+    let mut config = common::test_config();
+    config.limits.max_concurrent_requests = 2;
+    let (addr, _task) = start(config).await;
+    let base = format!("http://{addr}");
+    let c = client();
+
+    let mut first = put_waiting_for_body(addr, "one", 3).await;
+    let mut second = put_waiting_for_body(addr, "two", 3).await;
+    let started = Instant::now();
+    let r = Reply::from_response(c.get(format!("{base}/zarr/data/one")).send().await.unwrap()).await;
+    r.expect_error(503, "overloaded");
+    assert_eq!(r.must_header("retry-after"), "1");
+    assert!(r.error_message().contains("limits.max_concurrent_requests"), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(2), "shedding must not queue");
+    // Health checks are not counted.
+    assert_eq!(c.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(c.get(format!("{base}/readyz")).send().await.unwrap().status(), 200);
+
+    first.write_all(b"one").await.unwrap();
+    answer(first).await.expect_status(201);
+    let r = c.get(format!("{base}/zarr/data/one")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    second.write_all(b"two").await.unwrap();
+    answer(second).await.expect_status(201);
+}
+
+#[tokio::test]
+async fn document_bodies_over_max_body_bytes_are_413() {
+    let mut config = common::test_config();
+    config.limits.max_body_bytes = 1024;
+    let (addr, _task) = start(config).await;
+    let base = format!("http://{addr}");
+    let c = client();
+    let propfind = reqwest::Method::from_bytes(b"PROPFIND").unwrap();
+
+    let r = c.request(propfind.clone(), format!("{base}/zarr/data/")).body(vec![b' '; 2048]).send().await.unwrap();
+    let r = Reply::from_response(r).await;
+    r.expect_error(413, "payload_too_large");
+    assert!(r.error_message().contains("limits.max_body_bytes"), "{r}");
+    let r = c
+        .request(propfind, format!("{base}/zarr/data/"))
+        .header("depth", "1")
+        .body(vec![b' '; 100])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 207);
+    // Array data is bounded by max_put_bytes instead.
+    let r = c.put(format!("{base}/zarr/data/k")).body(vec![0u8; 4096]).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    // With a length: refused before the handler runs.
+    let r = c.put(format!("{base}/api/v1/attributes/data/a")).body(vec![b'x'; 2048]).send().await.unwrap();
+    let r = Reply::from_response(r).await;
+    r.expect_error(413, "payload_too_large");
+    assert!(r.error_message().contains("limits.max_body_bytes"), "{r}");
+    // Chunked, without a length: the extractor's limit.
+    let chunks = futures::stream::iter((0..4).map(|_| Ok::<_, std::io::Error>(vec![b'x'; 512])));
+    let r = c
+        .put(format!("{base}/api/v1/attributes/data/a"))
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    // The REST API's documents (an attribute update here) under the limit pass.
+    let r = c
+        .put(format!("{base}/api/v1/nodes/data/a"))
+        .body(r#"{"zarr_format": 3, "node_type": "group"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let attributes = format!(r#"{{"note": "{}"}}"#, "x".repeat(1000 - 12));
+    assert_eq!(attributes.len(), 1000);
+    let r = c.put(format!("{base}/api/v1/attributes/data/a")).body(attributes).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let r = Reply::from_response(c.get(format!("{base}/api/v1/attributes/data/a")).send().await.unwrap()).await;
+    assert_eq!(r.json()["note"].as_str().map(str::len), Some(1000 - 12), "{r}");
+}
+
+#[tokio::test]
+async fn two_hundred_slow_clients_do_not_stop_a_normal_one_and_are_cut_off() {
+    const SLOW: usize = 200;
+    let mut config = common::test_config();
+    config.limits.header_read_timeout_seconds = 2;
+    let (addr, _task) = start(config).await;
+    let started = Instant::now();
+    let mut slow = Vec::with_capacity(SLOW);
+    for i in 0..SLOW {
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        // Half of them send half a request head, never finished; the others nothing at all.
+        if i % 2 == 0 {
+            conn.write_all(format!("GET /zarr/data/{i} HTTP/1.1\r\nHost: {addr}\r\nX-Slow: ").as_bytes())
+                .await
+                .unwrap();
+        }
+        slow.push(conn);
+    }
+    let c = client();
+    let t = Instant::now();
+    let r = c.put(format!("http://{addr}/zarr/data/normal")).body("ok").send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let r = c.get(format!("http://{addr}/zarr/data/normal")).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"ok");
+    assert!(t.elapsed() < Duration::from_secs(2), "a normal client waited {:?}", t.elapsed());
+
+    // Every slow connection is closed by the server after the header timeout.
+    let closed = futures::future::join_all(slow.into_iter().map(|mut conn| async move {
+        let mut buf = [0u8; 1024];
+        tokio::time::timeout(Duration::from_secs(15), async {
+            loop {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }))
+    .await;
+    let open = closed.iter().filter(|c| !**c).count();
+    assert_eq!(open, 0, "{open} slow connections still open 15 s after the header timeout");
+    assert!(started.elapsed() >= Duration::from_millis(1800), "closed before the timeout: {:?}", started.elapsed());
+}
