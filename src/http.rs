@@ -8,9 +8,11 @@
 pub mod api;
 pub mod auth;
 pub mod dav;
+pub mod docs;
 pub mod error;
 pub mod guard;
 pub mod health;
+pub mod metrics;
 pub mod openapi;
 pub mod store;
 
@@ -18,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderName, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -29,6 +31,7 @@ use utoipa_axum::routes;
 
 use utoipa::OpenApi;
 
+use crate::metrics::HttpMetrics;
 use crate::service::App;
 
 /// The request-id header, read from the client when present and echoed back.
@@ -72,6 +75,10 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi::serve))
+        .routes(routes!(docs::docs_redirect))
+        .routes(routes!(docs::docs_index))
+        .routes(routes!(docs::docs_file))
+        .routes(routes!(metrics::metrics))
 }
 
 /// Routes registered without an OpenAPI operation of their own: the mount
@@ -93,11 +100,13 @@ pub fn router(app: Arc<App>) -> Router {
 pub fn serve_routes(routes: Router<Arc<App>>, app: Arc<App>) -> Router {
     let cors = cors_layer(&app.config().cors.allowed_origins);
     let body_limit = usize::try_from(app.config().limits.max_body_bytes).unwrap_or(usize::MAX);
+    let figures = Arc::new(HttpMetrics::new(auth::RULES.iter().map(|r| r.template)));
     routes
         .layer(guard::GuardLayer::new(Arc::clone(&app)))
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .fallback(health::not_found)
-        .layer(middleware::from_fn(log_request))
+        .layer(axum::Extension(Arc::clone(&figures)))
+        .layer(middleware::from_fn_with_state(figures, log_request))
         .layer(cors)
         .with_state(app)
 }
@@ -146,13 +155,28 @@ fn cors_layer(origins: &[String]) -> CorsLayer {
 
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
 
-/// One log line per request: method, path, status, bytes, latency, request
-/// id, and the name of the caller's token (`-` without one).
+/// One log line per request (method, path, status, bytes, latency, request
+/// id, and the name of the caller's token, `-` without one), and the
+/// request's [`HttpMetrics`]: count by status, latency until the response
+/// head, body bytes in and out.
 ///
 /// Cheap when the request log is off (`RUST_LOG=warn`): then only server
 /// errors are logged and nothing is formatted for the rest.
-async fn log_request(mut req: Request, next: Next) -> Response {
+async fn log_request(State(figures): State<Arc<HttpMetrics>>, mut req: Request, next: Next) -> Response {
     let start = Instant::now();
+    let slot = figures.slot(req.extensions().get::<MatchedPath>().map(MatchedPath::as_str), req.method().as_str());
+    let head = req.method() == Method::HEAD;
+    if !axum::body::HttpBody::is_end_stream(req.body()) {
+        let counter = Arc::clone(&figures);
+        req = req.map(|body| {
+            metrics::Counted::body(
+                body,
+                Arc::new(move |n| {
+                    counter.at(slot).bytes_in.fetch_add(n, Ordering::Relaxed);
+                }),
+            )
+        });
+    }
     let id = match req.headers().get(&REQUEST_ID) {
         Some(v) if !v.is_empty() && v.len() <= 128 => v.clone(),
         _ => {
@@ -170,6 +194,27 @@ async fn log_request(mut req: Request, next: Next) -> Response {
     };
     let mut resp = next.run(req).await;
     let status = resp.status().as_u16();
+    figures.at(slot).answered(status, start.elapsed());
+    if !head && !matches!(status, 204 | 304) {
+        let known = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .or_else(|| axum::body::HttpBody::size_hint(resp.body()).exact());
+        if let Some(n) = known {
+            figures.at(slot).bytes_out.fetch_add(n, Ordering::Relaxed);
+        } else {
+            let counter = Arc::clone(&figures);
+            resp = resp.map(|body| {
+                metrics::Counted::body(
+                    body,
+                    Arc::new(move |n| {
+                        counter.at(slot).bytes_out.fetch_add(n, Ordering::Relaxed);
+                    }),
+                )
+            });
+        }
+    }
     if let (Some(method), Some(uri)) = (method, uri) {
         if info || status >= 500 {
             let path = uri.path();

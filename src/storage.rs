@@ -13,6 +13,7 @@
 pub mod error;
 pub mod key;
 pub mod local;
+pub mod measured;
 pub mod mount;
 pub mod object;
 pub mod request;
@@ -142,6 +143,19 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// The backend's failure.
     async fn probe(&self) -> StorageResult<()>;
+
+    /// What an in-process object cache of this backend holds, if it has one
+    /// (for metrics).
+    fn cache_usage(&self) -> Option<CacheUsage> {
+        None
+    }
+}
+
+/// Entries and bytes held by a backend's object cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheUsage {
+    pub entries: u64,
+    pub bytes: u64,
 }
 
 /// Wraps an ETag in the HTTP form (quoted), leaving an already quoted one alone.

@@ -47,6 +47,24 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// The kind, as a metrics label ([`crate::metrics::STORAGE_ERROR_KINDS`]).
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } => "not_found",
+            Self::IsPrefix { .. } => "is_prefix",
+            Self::AlreadyExists { .. } => "already_exists",
+            Self::PreconditionFailed { .. } => "precondition_failed",
+            Self::NotModified { .. } => "not_modified",
+            Self::RangeNotSatisfiable { .. } => "range_not_satisfiable",
+            Self::Conflict { .. } => "conflict",
+            Self::InvalidKey { .. } => "invalid_key",
+            Self::PermissionDenied { .. } => "permission_denied",
+            Self::NotSupported { .. } => "not_supported",
+            Self::Unavailable { .. } => "unavailable",
+        }
+    }
+
     /// Classifies an `object_store` error, naming `key`.
     #[must_use]
     pub fn from_object_store(key: &str, err: object_store::Error) -> Self {

@@ -331,6 +331,14 @@ impl Storage for LocalBackend {
             Err(e) => Err(StorageError::Unavailable { reason: format!("{}: {e}", root.display()) }),
         }
     }
+
+    fn cache_usage(&self) -> Option<super::CacheUsage> {
+        self.cache.as_ref().map(|c| {
+            // moka's counts lag until its housekeeping runs.
+            c.run_pending_tasks();
+            super::CacheUsage { entries: c.entry_count(), bytes: c.weighted_size() }
+        })
+    }
 }
 
 #[cfg(test)]

@@ -28,8 +28,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
 use super::local::{LocalBackend, ObjectCacheSettings};
+use super::measured::Measured;
 use super::object::ObjectBackend;
 use super::{KeyPrefix, PutCondition, PutOutcome, Storage, StorageError, StorageResult, StoreKey};
+use crate::metrics::StorageMetrics;
 
 /// Number of lock stripes per mount serialising writes to one key.
 const WRITE_STRIPES: usize = 256;
@@ -217,6 +219,7 @@ pub struct Mount {
     recheck_metadata: RecheckPolicy,
     anonymous_read: bool,
     storage: Arc<dyn Storage>,
+    metrics: Arc<StorageMetrics>,
     write_locks: Vec<Mutex<()>>,
     recheck: RecheckPolicy,
     fill_missing: bool,
@@ -325,16 +328,19 @@ impl Mount {
         Ok(mount)
     }
 
-    /// Wraps an existing backend (tests, embedding).
+    /// Wraps an existing backend (tests, embedding), measured
+    /// ([`Mount::metrics`]).
     #[must_use]
     pub fn from_storage(name: &str, url: &str, read_only: bool, storage: Arc<dyn Storage>) -> Self {
+        let metrics = Arc::new(StorageMetrics::default());
         Self {
             name: name.to_string(),
             url: url.to_string(),
             read_only,
             recheck_metadata: RecheckPolicy::Always,
             anonymous_read: false,
-            storage,
+            storage: Arc::new(Measured::new(storage, Arc::clone(&metrics))),
+            metrics,
             write_locks: (0..WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
             recheck: RecheckPolicy::default_for(url),
             fill_missing: true,
@@ -449,6 +455,12 @@ impl Mount {
     #[must_use]
     pub fn anonymous_read(&self) -> bool {
         self.anonymous_read
+    }
+
+    /// The storage figures of this mount (latency and errors per operation).
+    #[must_use]
+    pub fn metrics(&self) -> &StorageMetrics {
+        &self.metrics
     }
 
     /// The backend, for reads and listings.

@@ -1,0 +1,109 @@
+//! A [`Storage`] wrapper that measures every operation of the backend it
+//! wraps: latency and errors by kind, per mount ([`StorageMetrics`]).
+//!
+//! Every mount's backend is wrapped ([`super::Mount::from_storage`]), so all
+//! storage access is measured without the layers above knowing.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{
+    KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage, StorageResult,
+    StoreKey,
+};
+use crate::metrics::{StorageMetrics, StorageOp};
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Measured {
+    inner: Arc<dyn Storage>,
+    metrics: Arc<StorageMetrics>,
+}
+
+impl Measured {
+    /// Wraps `inner`, recording into `metrics`.
+    #[must_use]
+    pub fn new(inner: Arc<dyn Storage>, metrics: Arc<StorageMetrics>) -> Self {
+        Self { inner, metrics }
+    }
+
+    fn record<T>(&self, op: StorageOp, start: Instant, result: StorageResult<T>) -> StorageResult<T> {
+        let figures = self.metrics.op(op);
+        figures.latency.observe(start.elapsed());
+        if let Err(e) = &result {
+            figures.error(e.kind());
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Storage for Measured {
+    async fn read(&self, key: &StoreKey, request: &ReadRequest) -> StorageResult<ReadOutcome> {
+        let start = Instant::now();
+        self.record(StorageOp::Read, start, self.inner.read(key, request).await)
+    }
+
+    async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {
+        let start = Instant::now();
+        self.record(StorageOp::Head, start, self.inner.head(key).await)
+    }
+
+    async fn put(&self, key: &StoreKey, body: Bytes, condition: &PutCondition) -> StorageResult<PutOutcome> {
+        let start = Instant::now();
+        self.record(StorageOp::Put, start, self.inner.put(key, body, condition).await)
+    }
+
+    async fn delete(&self, key: &StoreKey) -> StorageResult<()> {
+        let start = Instant::now();
+        self.record(StorageOp::Delete, start, self.inner.delete(key).await)
+    }
+
+    async fn list(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>> {
+        let start = Instant::now();
+        self.record(StorageOp::List, start, self.inner.list(prefix).await)
+    }
+
+    async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
+        let start = Instant::now();
+        self.record(StorageOp::ListRecursive, start, self.inner.list_recursive(prefix, limit).await)
+    }
+
+    async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
+        let start = Instant::now();
+        self.record(StorageOp::IsPrefix, start, self.inner.is_prefix(key).await)
+    }
+
+    async fn probe(&self) -> StorageResult<()> {
+        let start = Instant::now();
+        self.record(StorageOp::Probe, start, self.inner.probe().await)
+    }
+
+    fn cache_usage(&self) -> Option<super::CacheUsage> {
+        self.inner.cache_usage()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::object::ObjectBackend;
+
+    #[tokio::test]
+    async fn operations_and_errors_are_counted() {
+        let backend = ObjectBackend::new(Arc::new(object_store::memory::InMemory::new()), "").expect("backend");
+        let metrics = Arc::new(StorageMetrics::default());
+        let s = Measured::new(Arc::new(backend), Arc::clone(&metrics));
+        let key = StoreKey::new("a/b").expect("key");
+        assert!(s.read(&key, &ReadRequest::default()).await.is_err());
+        s.put(&key, Bytes::from_static(b"x"), &PutCondition::None).await.expect("put");
+        s.read(&key, &ReadRequest::default()).await.expect("read");
+        assert_eq!(metrics.op(StorageOp::Read).latency.count(), 2);
+        assert_eq!(metrics.op(StorageOp::Read).errors("not_found"), 1);
+        assert_eq!(metrics.op(StorageOp::Put).latency.count(), 1);
+        assert_eq!(metrics.op(StorageOp::Put).errors("not_found"), 0);
+    }
+}
