@@ -462,3 +462,65 @@ async fn token_scopes_may_name_mounts_from_the_command_line_but_not_unknown_ones
     assert!(!status.success());
     assert!(err.contains("auth.tokens[0].scopes.y"), "{err}");
 }
+
+/// The container image's configuration starts the binary: the test reads
+/// the Dockerfile itself (the configuration file it copies, its `CMD`, its
+/// `HEALTHCHECK` path, its build command) and runs what the image runs,
+/// with only the bind address moved to loopback and `/data` to a temporary
+/// directory (no container engine runs on the test machines).
+#[tokio::test]
+async fn the_container_image_configuration_starts_the_binary() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).expect("Dockerfile");
+    let instruction = |name: &str| -> String {
+        dockerfile
+            .lines()
+            .find_map(|l| l.strip_prefix(name).map(|rest| rest.trim().to_string()))
+            .unwrap_or_else(|| panic!("the Dockerfile has no {name}"))
+    };
+    // The build step is the README's.
+    let build = dockerfile.lines().find(|l| l.starts_with("RUN cargo build")).expect("a cargo build step");
+    let command = build.trim_start_matches("RUN ").split(" &&").next().unwrap().trim();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    assert!(readme.contains(&format!("`{command}`")), "README does not show the image's build command `{command}`");
+    // COPY config/docker.toml /etc/zarrd/zarrd.toml, and CMD [..., "/etc/zarrd/zarrd.toml"].
+    let copy = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY config/"))
+        .find(|rest| !rest.starts_with("./"))
+        .expect("the Dockerfile copies a configuration file");
+    let (source, target) = copy.split_once(' ').expect("COPY source target");
+    let source = root.join("config").join(source);
+    let cmd: Vec<String> = serde_json::from_str(&instruction("CMD")).expect("CMD is an exec-form array");
+    let args: Vec<String> = cmd
+        .iter()
+        .map(|a| if a == target.trim() { source.to_str().expect("UTF-8 path").to_string() } else { a.clone() })
+        .collect();
+    assert!(args.iter().any(|a| Path::new(a) == source), "CMD does not use {target}: {cmd:?}");
+    let health_url = dockerfile
+        .lines()
+        .skip_while(|l| !l.starts_with("HEALTHCHECK"))
+        .find_map(|l| l.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:8080/")).map(str::to_string))
+        .expect("a HEALTHCHECK with a URL");
+    let health_path = health_url.trim_start_matches("http://127.0.0.1:8080");
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let overrides =
+        [("ZARRD_BIND", "127.0.0.1:0".to_string()), ("ZARRD_MOUNTS__DATA__URL", path_str(&data).to_string())];
+    let mut check = zarrd();
+    check.arg("check-config").arg(&source).envs(overrides.iter().map(|(k, v)| (k, v)));
+    let (status, _, stderr) = run(check).await;
+    assert!(status.success(), "check-config {}: {stderr}", source.display());
+
+    let mut cmd = zarrd();
+    cmd.args(&args).envs(overrides.iter().map(|(k, v)| (k, v)));
+    let server = Server::start(cmd).await;
+    let client = common::client();
+    let r = client.get(server.url(health_path)).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the HEALTHCHECK path {health_path}");
+    assert!(data.is_dir(), "the /data mount is created (create = true)");
+    let r = client.get(server.url("/zarr/data/missing/zarr.json")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    server.stop().await;
+}
