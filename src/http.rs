@@ -31,7 +31,7 @@ use utoipa_axum::routes;
 
 use utoipa::OpenApi;
 
-use crate::metrics::HttpMetrics;
+use crate::metrics::{HttpMetrics, RouteMetrics};
 use crate::service::App;
 
 /// The request-id header, read from the client when present and echoed back.
@@ -153,6 +153,23 @@ fn cors_layer(origins: &[String]) -> CorsLayer {
         .max_age(Duration::from_secs(3600))
 }
 
+/// `body`, adding the length of each frame to the counter `pick` selects
+/// in `slot` of `figures`.
+fn counted(
+    body: axum::body::Body,
+    figures: &Arc<HttpMetrics>,
+    slot: usize,
+    pick: fn(&RouteMetrics) -> &AtomicU64,
+) -> axum::body::Body {
+    let figures = Arc::clone(figures);
+    metrics::Counted::body(
+        body,
+        Arc::new(move |n| {
+            pick(figures.at(slot)).fetch_add(n, Ordering::Relaxed);
+        }),
+    )
+}
+
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One log line per request (method, path, status, bytes, latency, request
@@ -167,15 +184,7 @@ async fn log_request(State(figures): State<Arc<HttpMetrics>>, mut req: Request, 
     let slot = figures.slot(req.extensions().get::<MatchedPath>().map(MatchedPath::as_str), req.method().as_str());
     let head = req.method() == Method::HEAD;
     if !axum::body::HttpBody::is_end_stream(req.body()) {
-        let counter = Arc::clone(&figures);
-        req = req.map(|body| {
-            metrics::Counted::body(
-                body,
-                Arc::new(move |n| {
-                    counter.at(slot).bytes_in.fetch_add(n, Ordering::Relaxed);
-                }),
-            )
-        });
+        req = req.map(|body| counted(body, &figures, slot, |r| &r.bytes_in));
     }
     let id = match req.headers().get(&REQUEST_ID) {
         Some(v) if !v.is_empty() && v.len() <= 128 => v.clone(),
@@ -204,15 +213,7 @@ async fn log_request(State(figures): State<Arc<HttpMetrics>>, mut req: Request, 
         if let Some(n) = known {
             figures.at(slot).bytes_out.fetch_add(n, Ordering::Relaxed);
         } else {
-            let counter = Arc::clone(&figures);
-            resp = resp.map(|body| {
-                metrics::Counted::body(
-                    body,
-                    Arc::new(move |n| {
-                        counter.at(slot).bytes_out.fetch_add(n, Ordering::Relaxed);
-                    }),
-                )
-            });
+            resp = resp.map(|body| counted(body, &figures, slot, |r| &r.bytes_out));
         }
     }
     if let (Some(method), Some(uri)) = (method, uri) {
