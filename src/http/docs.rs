@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use utoipa_swagger_ui::Config;
 
 use super::error::{ApiError, ErrorBody};
+use super::openapi::Binary;
 
 fn config() -> Arc<Config<'static>> {
     static CONFIG: OnceLock<Arc<Config<'static>>> = OnceLock::new();
@@ -61,7 +62,9 @@ pub async fn docs_index() -> Response {
 #[utoipa::path(get, path = "/docs/{*rest}", tag = "operations",
     params(("rest" = String, Path, description = "The file", example = "swagger-ui.css")),
     responses(
-        (status = 200, description = "The file", content_type = "application/octet-stream"),
+        (status = 200, description = "The file", content(
+            (String = "text/html"), (String = "text/css"), (String = "text/javascript"), (inline(Binary) = "image/png"),
+        )),
         (status = 404, description = "No such file", body = ErrorBody),
     ),
 )]

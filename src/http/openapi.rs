@@ -20,7 +20,7 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{OpenApi as OpenApiDoc, Ref, RefOr};
-use utoipa::{Modify, OpenApi};
+use utoipa::{Modify, OpenApi, ToSchema};
 
 use super::auth::{self, Need};
 use crate::config::Scope;
@@ -48,6 +48,13 @@ use super::health::{FailingMount, Health};
     )
 )]
 pub struct ApiDoc;
+
+// `Vec<u8>` would be documented as an array of integers (what a JSON body
+// of numbers looks like), so binary bodies are documented with this type.
+/// Bytes as they are (raw elements, an `.npy` file, a stored object).
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct Binary(pub Vec<u8>);
 
 /// The `bearer` security scheme.
 struct BearerScheme;
@@ -137,7 +144,7 @@ pub fn document_json() -> String {
 static DOCUMENT: OnceLock<Arc<str>> = OnceLock::new();
 
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
+#[utoipa::path(get, path = "/openapi.json", operation_id = "openapi", tag = "operations", responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
 pub async fn serve() -> Response {
     let body = DOCUMENT.get_or_init(|| document_json().into()).clone();
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.to_string()).into_response()

@@ -23,6 +23,7 @@ use percent_encoding::percent_decode_str;
 
 use super::dav;
 use super::error::{ApiError, ApiResult, ErrorBody};
+use super::openapi::Binary;
 use crate::service::store::{self, Depth};
 use crate::service::{App, ServiceError};
 use crate::storage::request::{IfRange, RangeHeader};
@@ -134,8 +135,17 @@ fn read_response(key: &StoreKey, out: ReadOutcome) -> Response {
         ("If-Modified-Since" = Option<String>, Header, description = "HTTP date: 304 when not modified since"),
     ),
     responses(
-        (status = 200, description = "The object's bytes, or a listing (HTML, or JSON on `Accept: application/json`)", content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 206, description = "The requested byte range", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 200, description = "The object's bytes (`application/json` for metadata documents: `zarr.json`, `.zarray`, `.zgroup`, `.zattrs`, `.zmetadata`), or a prefix's listing (HTML, or JSON on `Accept: application/json`)",
+            content(
+                (inline(Binary) = "application/octet-stream"),
+                (serde_json::Value = "application/json"),
+                (String = "text/html"),
+            )),
+        (status = 206, description = "The requested byte range (with the object's content type)",
+            content(
+                (inline(Binary) = "application/octet-stream"),
+                (inline(Binary) = "application/json"),
+            )),
         (status = 301, description = "The path names a prefix: its listing is at the same path with a trailing `/`"),
         (status = 304, description = "Not modified"),
         (status = 400, description = "Invalid key", body = ErrorBody),
@@ -222,7 +232,7 @@ pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: u64, optio
         ("If-Match" = Option<String>, Header, description = "Write only if the current ETag is one of these"),
         ("If-None-Match" = Option<String>, Header, description = "`*`: write only if the key does not exist"),
     ),
-    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The object's bytes; metadata documents are validated"),
+    request_body(content = inline(Binary), content_type = "application/octet-stream", description = "The object's bytes; metadata documents are validated"),
     responses(
         (status = 201, description = "Created"),
         (status = 204, description = "Replaced"),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
@@ -26,6 +26,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::NodeTarget;
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::http::openapi::Binary;
 use crate::service::format::{dtype_header, shape_header, OutputFormat};
 use crate::service::read::{self, ChunkParams, DataRead, ReadParams};
 use crate::service::App;
@@ -76,7 +77,7 @@ pub struct DataBody {
     /// slice string `"a:b:c"`, an object `{"start", "stop", "step"}`, a
     /// list of integers, `"..."` or `null` for the whole dimension), an
     /// object by dimension name, or the text form of `sel=`.
-    #[schema(value_type = Object, example = json!([[0, 5, 9], "2:10:2", "..."]))]
+    #[schema(value_type = Value, example = json!([[0, 5, 9], "2:10:2", "..."]))]
     #[serde(default)]
     pub selection: Value,
     /// `basic`, `orthogonal` or `coordinate`.
@@ -197,8 +198,8 @@ fn query_error(e: &QueryRejection) -> ApiError {
     responses(
         (status = 200, description = "The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)",
             content(
-                (Vec<u8> = "application/octet-stream"),
-                (Vec<u8> = "application/x-npy"),
+                (inline(Binary) = "application/octet-stream"),
+                (inline(Binary) = "application/x-npy"),
                 (Value = "application/json"),
             ),
             headers(
@@ -232,10 +233,21 @@ pub async fn get_data(
     tag = "data",
     params(("mount" = String, Path, description = "Mount name", example = "data"), DataQuery),
     responses(
-        (status = 200, description = "The selected elements", content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+        (status = 200, description = "The selected elements",
+            content(
+                (inline(Binary) = "application/octet-stream"),
+                (inline(Binary) = "application/x-npy"),
+                (Value = "application/json"),
+            ),
+            headers(
+                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
+                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
+                ("X-Zarr-Order" = String, description = "Always `C`"),
+            )),
         (status = 400, description = "Invalid selection, field or format", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The selection exceeds the limits", body = ErrorBody),
+        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
         (status = 500, description = "A stored chunk is corrupt", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
@@ -262,6 +274,23 @@ fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams
     })
 }
 
+/// A refused JSON body: 415 not JSON, 413 too large, 408 stalled (400 for
+/// another read failure), 400 not JSON, 422 JSON of the wrong shape (an
+/// unknown member, a wrong type).
+fn body_rejection(e: &JsonRejection) -> ApiError {
+    let message = || format!("invalid request body: {}", e.body_text());
+    match e {
+        JsonRejection::MissingJsonContentType(_) => {
+            ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message())
+        }
+        JsonRejection::BytesRejection(_) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message())
+        }
+        JsonRejection::BytesRejection(_) => ApiError::body_error(e),
+        _ => ApiError::new(e.status(), "invalid_body", message()),
+    }
+}
+
 /// Read a selection given in a JSON body (orthogonal and coordinate
 /// selections too long for a URL).
 #[utoipa::path(
@@ -275,12 +304,21 @@ fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams
     request_body(content = DataBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)",
-            content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+            content(
+                (inline(Binary) = "application/octet-stream"),
+                (inline(Binary) = "application/x-npy"),
+                (Value = "application/json"),
+            ),
+            headers(
+                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
+                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
+                ("X-Zarr-Order" = String, description = "Always `C`"),
+            )),
         (status = 400, description = "Malformed body or selection (naming the dimension); unknown field or format", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The body or the selection exceeds the limits", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
-        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape (an unknown member, a wrong type); stored metadata that is invalid or unsupported", body = ErrorBody),
         (status = 500, description = "A stored chunk is corrupt (naming its key)", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
@@ -291,15 +329,7 @@ pub async fn post_data(
     headers: HeaderMap,
     body: Result<Json<DataBody>, JsonRejection>,
 ) -> ApiResult<Response> {
-    let Json(body) = body.map_err(|e| {
-        let status = e.status();
-        let code = match status.as_u16() {
-            415 => "unsupported_media_type",
-            413 => "payload_too_large",
-            _ => "invalid_body",
-        };
-        ApiError::new(status, code, format!("invalid request body: {}", e.body_text()))
-    })?;
+    let Json(body) = body.map_err(|e| body_rejection(&e))?;
     let params = params_from_body(body, &headers)?;
     read_with(app, target, params).await
 }
@@ -312,11 +342,23 @@ pub async fn post_data(
     params(("mount" = String, Path, description = "Mount name", example = "data")),
     request_body(content = DataBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "The selected elements", content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+        (status = 200, description = "The selected elements",
+            content(
+                (inline(Binary) = "application/octet-stream"),
+                (inline(Binary) = "application/x-npy"),
+                (Value = "application/json"),
+            ),
+            headers(
+                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
+                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
+                ("X-Zarr-Order" = String, description = "Always `C`"),
+            )),
         (status = 400, description = "Malformed body or selection", body = ErrorBody),
-        (status = 404, description = "No such mount or array", body = ErrorBody),
-        (status = 413, description = "The selection exceeds the limits", body = ErrorBody),
+        (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
+        (status = 413, description = "The body or the selection exceeds the limits", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape (an unknown member, a wrong type); stored metadata that is invalid or unsupported", body = ErrorBody),
+        (status = 500, description = "A stored chunk is corrupt", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
@@ -342,7 +384,16 @@ pub async fn post_root_data(
     ),
     responses(
         (status = 200, description = "The decoded chunk, full chunk shape as stored (edge chunks included)",
-            content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+            content(
+                (inline(Binary) = "application/octet-stream"),
+                (inline(Binary) = "application/x-npy"),
+                (Value = "application/json"),
+            ),
+            headers(
+                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
+                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
+                ("X-Zarr-Order" = String, description = "Always `C`"),
+            )),
         (status = 400, description = "Coordinates of the wrong rank or outside the grid (naming the dimension); inner on an unsharded array; unknown field or format", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The chunk exceeds limits.max_selection_bytes", body = ErrorBody),
@@ -376,10 +427,21 @@ pub async fn get_chunk(
     tag = "data",
     params(("mount" = String, Path, description = "Mount name", example = "data"), ChunkQuery),
     responses(
-        (status = 200, description = "The decoded chunk", content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (Value = "application/json"))),
+        (status = 200, description = "The decoded chunk",
+            content(
+                (inline(Binary) = "application/octet-stream"),
+                (inline(Binary) = "application/x-npy"),
+                (Value = "application/json"),
+            ),
+            headers(
+                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
+                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
+                ("X-Zarr-Order" = String, description = "Always `C`"),
+            )),
         (status = 400, description = "Invalid coordinates, field or format", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The chunk exceeds the limits", body = ErrorBody),
+        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
         (status = 500, description = "The stored chunk is corrupt", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )

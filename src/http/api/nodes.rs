@@ -78,9 +78,11 @@ pub struct NodeInfo {
     /// Arrays: the shape.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shape: Option<Vec<u64>>,
-    /// Arrays: the data type as in the metadata (v3 name, or v2 `dtype`).
+    /// Arrays: the data type as in the metadata (v3 name, or v2 `dtype`):
+    /// a string (`"float32"`, `"<f4"`), or an object or a list for
+    /// parameterised and structured types.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub data_type: Option<Value>,
     /// Arrays: the (outer) chunk shape: the shape of what is stored under one key.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -95,9 +97,10 @@ pub struct NodeInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub codecs: Option<Value>,
-    /// Arrays: the fill value as in the metadata.
+    /// Arrays: the fill value as in the metadata (a number, a string such
+    /// as `"NaN"`, a list, or `null`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub fill_value: Option<Value>,
     /// Arrays: `C` or `F` element order within a chunk (v2 `order`; v3 from a
     /// `transpose` codec; absent for other permutations).
@@ -517,6 +520,7 @@ pub struct DeleteQuery {
         (status = 404, description = "No such mount or node", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
         (status = 409, description = "A group with children, without `recursive=true`", body = ErrorBody),
+        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
@@ -541,6 +545,7 @@ pub async fn delete_node(
         (status = 404, description = "No such mount or node", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
         (status = 409, description = "A group with children, without `recursive=true`", body = ErrorBody),
+        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]

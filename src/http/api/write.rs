@@ -16,6 +16,7 @@ use utoipa::IntoParams;
 
 use super::NodeTarget;
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::http::openapi::Binary;
 use crate::http::store::read_body;
 use crate::service::format::decode::BodyFormat;
 use crate::service::write::{self, WriteRequest};
@@ -110,14 +111,13 @@ async fn put(
     params(
         ("mount" = String, Path, description = "Mount name", example = "data"),
         ("path" = String, Path, description = "The array's path in the mount", example = "climate/temperature"),
-        ("Content-Type" = Option<String>, Header, description = "Body format when `format=` is absent: application/octet-stream, application/x-npy or application/json"),
         WriteQuery,
     ),
     request_body(
-        description = "The selection's elements (its result shape, C order) or one element to broadcast: raw little-endian bytes, an .npy file, or nested JSON lists",
+        description = "The selection's elements (its result shape, C order) or one element to broadcast: raw little-endian bytes, an .npy file, or nested JSON lists. The format is `format=`, else the `Content-Type`",
         content(
-            (Vec<u8> = "application/octet-stream"),
-            (Vec<u8> = "application/x-npy"),
+            (inline(Binary) = "application/octet-stream"),
+            (inline(Binary) = "application/x-npy"),
             (serde_json::Value = "application/json"),
         )
     ),
@@ -150,12 +150,15 @@ pub async fn put_data(
     tag = "data",
     params(
         ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("Content-Type" = Option<String>, Header, description = "Body format when `format=` is absent"),
         WriteQuery,
     ),
     request_body(
         description = "As for `PUT /api/v1/data/{mount}/{path}`",
-        content((Vec<u8> = "application/octet-stream"), (Vec<u8> = "application/x-npy"), (serde_json::Value = "application/json"))
+        content(
+            (inline(Binary) = "application/octet-stream"),
+            (inline(Binary) = "application/x-npy"),
+            (serde_json::Value = "application/json"),
+        )
     ),
     responses(
         (status = 204, description = "Written"),
@@ -164,6 +167,8 @@ pub async fn put_data(
         (status = 405, description = "Read-only mount", body = ErrorBody),
         (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
         (status = 415, description = "Unknown Content-Type", body = ErrorBody),
+        (status = 422, description = "The array's metadata is invalid or unsupported", body = ErrorBody),
+        (status = 500, description = "A stored chunk does not decode (named)", body = ErrorBody),
         (status = 503, description = "Storage unavailable, or other writers kept changing a chunk (retry)", body = ErrorBody),
     )
 )]
