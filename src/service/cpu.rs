@@ -26,20 +26,42 @@ where
 {
     let (tx, rx) = oneshot::channel();
     rayon::spawn(move || {
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        // The receiver may be gone (the request was cancelled): nothing to do.
+        let _ = tx.send(guarded(f));
+    });
+    match rx.await {
+        Ok(r) => r,
+        Err(_) => Err(CpuError("the CPU pool dropped the work".into())),
+    }
+}
+
+/// As [`run`], but runs `f` right here when `inline`: for work smaller than
+/// the hand-off to the pool and back (two thread wake-ups), such as copying
+/// a small selection out of a cached chunk. The caller bounds the work.
+///
+/// # Errors
+/// `CpuError` when `f` panicked.
+pub async fn run_or_inline<F, R>(inline: bool, f: F) -> Result<R, CpuError>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    if inline {
+        guarded(f)
+    } else {
+        run(f).await
+    }
+}
+
+fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, CpuError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        CpuError(
             p.downcast_ref::<&str>()
                 .map(ToString::to_string)
                 .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "panic".to_string())
-        });
-        // The receiver may be gone (the request was cancelled): nothing to do.
-        let _ = tx.send(result);
-    });
-    match rx.await {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(msg)) => Err(CpuError(msg)),
-        Err(_) => Err(CpuError("the CPU pool dropped the work".into())),
-    }
+                .unwrap_or_else(|| "panic".to_string()),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -54,5 +76,10 @@ mod tests {
         assert_eq!(run(|| 6 * 7).await.unwrap(), 42);
         let e = run(|| -> u8 { panic!("boom") }).await.unwrap_err();
         assert!(e.0.contains("boom"), "{e}");
+        let inline = run_or_inline(true, move || std::thread::current().id()).await.unwrap();
+        assert_eq!(here, inline);
+        assert_ne!(here, run_or_inline(false, move || std::thread::current().id()).await.unwrap());
+        let e = run_or_inline(true, || -> u8 { panic!("inline boom") }).await.unwrap_err();
+        assert!(e.0.contains("inline boom"), "{e}");
     }
 }

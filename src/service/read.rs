@@ -652,6 +652,9 @@ async fn assemble(plan: &Arc<Plan>, job: SlabJob) -> ServiceResult<SlabData> {
     let n = usize::try_from(job.len).map_err(|_| ServiceError::BadRequest("slab too large".into()))?;
     let data =
         if plan.variable { SlabData::Variable(vec![Vec::new(); n]) } else { SlabData::Fixed(vec![0u8; n * plan.es]) };
+    // Copies into a small slab from chunks already decoded cost less than
+    // the hand-off to the CPU pool: they run inline (a hot tile).
+    let inline = !plan.variable && n.saturating_mul(plan.es) <= INLINE_SLAB_BYTES;
     let slab = Arc::new(Mutex::new(data));
     let missing: Arc<Missing> = Arc::new(Mutex::new(Vec::new()));
     match src.array.desc.sharding.clone() {
@@ -659,7 +662,7 @@ async fn assemble(plan: &Arc<Plan>, job: SlabJob) -> ServiceResult<SlabData> {
             stream::iter(job.units)
                 .map(|(coords, spec)| {
                     let (slab, missing, plan) = (slab.clone(), missing.clone(), plan.clone());
-                    async move { read_chunk_unit(&plan, coords, spec, slab, missing).await }
+                    async move { read_chunk_unit(&plan, coords, spec, slab, missing, inline).await }
                 })
                 .buffer_unordered(concurrency())
                 .try_collect::<Vec<()>>()
@@ -677,7 +680,7 @@ async fn assemble(plan: &Arc<Plan>, job: SlabJob) -> ServiceResult<SlabData> {
                 .map(|(shard, inners)| {
                     let (slab, missing, plan, sharding) =
                         (slab.clone(), missing.clone(), plan.clone(), sharding.clone());
-                    async move { read_shard_units(&plan, &sharding, shard, inners, slab, missing).await }
+                    async move { read_shard_units(&plan, &sharding, shard, inners, slab, missing, inline).await }
                 })
                 .buffer_unordered(concurrency())
                 .try_collect::<Vec<()>>()
@@ -702,12 +705,16 @@ fn on_missing(plan: &Plan, coords: Vec<u64>, what: String, spec: &UnitCopy, slab
     }
 }
 
+/// Slabs up to this size are filled inline from decoded chunks ([`cpu::run_or_inline`]).
+const INLINE_SLAB_BYTES: usize = 1 << 20;
+
 async fn read_chunk_unit(
     plan: &Arc<Plan>,
     coords: Vec<u64>,
     spec: UnitCopy,
     slab: Arc<Mutex<SlabData>>,
     missing: Arc<Missing>,
+    inline: bool,
 ) -> ServiceResult<()> {
     let src = plan.src.clone();
     let key = src.array.chunk_key(&coords)?;
@@ -718,15 +725,15 @@ async fn read_chunk_unit(
             let what = format!("chunk {coords:?} (key `{key}`) is missing");
             let plan = plan.clone();
             // Filling runs off the async threads too: it may be a large copy.
-            cpu::run(move || on_missing(&plan, coords, what, &spec, &slab, &missing))
+            cpu::run_or_inline(inline, move || on_missing(&plan, coords, what, &spec, &slab, &missing))
                 .await
                 .map_err(|e| ServiceError::Internal(e.to_string()))
         }
-        Fetched::Ready(Some(data)) => {
-            cpu::run(move || copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, key.as_str()))
-                .await
-                .map_err(|e| ServiceError::Internal(e.to_string()))?
-        }
+        Fetched::Ready(Some(data)) => cpu::run_or_inline(inline, move || {
+            copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, key.as_str())
+        })
+        .await
+        .map_err(|e| ServiceError::Internal(e.to_string()))?,
         Fetched::Stored { bytes, etag, generation } => cpu::run(move || {
             let data = src.decode_chunk(&key, bytes, etag, generation)?;
             copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, key.as_str())
@@ -743,6 +750,7 @@ async fn read_shard_units(
     inners: Vec<(Vec<u64>, UnitCopy)>,
     slab: Arc<Mutex<SlabData>>,
     missing: Arc<Missing>,
+    inline: bool,
 ) -> ServiceResult<()> {
     let src = plan.src.clone();
     let key = src.array.chunk_key(&shard)?;
@@ -751,7 +759,8 @@ async fn read_shard_units(
     // read again (once more; then the error stands).
     for attempt in 0..3 {
         let (etag, stamp, index) = src.shard_index(&key, sharding, fresh).await?;
-        match read_shard_once(plan, sharding, &shard, &key, etag, stamp, index, &inners, &slab, &missing).await {
+        match read_shard_once(plan, sharding, &shard, &key, etag, stamp, index, &inners, &slab, &missing, inline).await
+        {
             Err(ServiceError::Storage(StorageError::PreconditionFailed { .. })) if attempt < 2 => fresh = true,
             other => return other,
         }
@@ -771,6 +780,7 @@ async fn read_shard_once(
     inners: &[(Vec<u64>, UnitCopy)],
     slab: &Arc<Mutex<SlabData>>,
     missing: &Arc<Missing>,
+    inline: bool,
 ) -> ServiceResult<()> {
     let src = plan.src.clone();
     let es = plan.es.max(1);
@@ -806,9 +816,12 @@ async fn read_shard_once(
                     src.cache.record(true);
                     let (data, spec, slab, src, key) =
                         (data.clone(), spec.clone(), slab.clone(), src.clone(), key.to_string());
-                    copies.push(tokio::spawn(async move {
-                        cpu::run(move || copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, &key)).await
-                    }));
+                    let copy = move || copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, &key);
+                    if inline {
+                        cpu::run_or_inline(true, copy).await.map_err(|e| ServiceError::Internal(e.to_string()))??;
+                    } else {
+                        copies.push(tokio::spawn(async move { cpu::run(copy).await }));
+                    }
                     continue;
                 }
             }
