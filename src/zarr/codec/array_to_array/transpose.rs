@@ -104,6 +104,20 @@ fn for_each_source(in_shape: &[u64], perm: &[usize], mut f: impl FnMut(usize)) {
     }
 }
 
+/// The `N`-byte elements of `bytes` in the order [`for_each_source`] visits
+/// them. The element size is a constant so each copy is one load and one
+/// store: with a runtime size, a `memcpy` call per element made the codec
+/// run at half the speed of a plain loop.
+fn gather<const N: usize>(bytes: &[u8], in_shape: &[u64], perm: &[usize]) -> Vec<u8> {
+    let mut out = vec![0u8; bytes.len()];
+    let mut o = 0;
+    for_each_source(in_shape, perm, |i| {
+        out[o..o + N].copy_from_slice(&bytes[i * N..(i + 1) * N]);
+        o += N;
+    });
+    out
+}
+
 /// `transpose(data, perm)` for data of shape `in_shape` described by `repr`'s
 /// data type.
 fn permute(data: ChunkData, in_shape: &[u64], repr: &ChunkRepr, perm: &[usize]) -> CodecResult<ChunkData> {
@@ -122,12 +136,18 @@ fn permute(data: ChunkData, in_shape: &[u64], repr: &ChunkRepr, perm: &[usize]) 
                     format!("expected {} bytes, got {}", n.saturating_mul(size), bytes.len()),
                 ));
             }
-            let mut out = Vec::with_capacity(bytes.len());
-            match size {
-                1 => for_each_source(in_shape, perm, |i| out.push(bytes[i])),
-                _ => for_each_source(in_shape, perm, |i| out.extend_from_slice(&bytes[i * size..(i + 1) * size])),
-            }
-            Ok(ChunkData::Fixed(out))
+            Ok(ChunkData::Fixed(match size {
+                1 => gather::<1>(&bytes, in_shape, perm),
+                2 => gather::<2>(&bytes, in_shape, perm),
+                4 => gather::<4>(&bytes, in_shape, perm),
+                8 => gather::<8>(&bytes, in_shape, perm),
+                16 => gather::<16>(&bytes, in_shape, perm),
+                _ => {
+                    let mut out = Vec::with_capacity(bytes.len());
+                    for_each_source(in_shape, perm, |i| out.extend_from_slice(&bytes[i * size..(i + 1) * size]));
+                    out
+                }
+            }))
         }
         ChunkData::Variable(mut items) => {
             if items.len() != n {
@@ -201,7 +221,7 @@ mod tests {
             (
                 proptest::collection::vec(0u64..5, rank),
                 Just((0..rank).collect::<Vec<_>>()).prop_shuffle(),
-                prop_oneof![Just(1usize), Just(2), Just(8), Just(3)],
+                prop_oneof![Just(1usize), Just(2), Just(4), Just(8), Just(16), Just(3)],
             )
         })
     }
@@ -209,7 +229,14 @@ mod tests {
     proptest! {
         #[test]
         fn round_trip_and_reference((shape, order, size) in case()) {
-            let dt = match size { 1 => DataType::UInt8, 2 => DataType::UInt16, 8 => DataType::Float64, _ => DataType::FixedBytes(3) };
+            let dt = match size {
+                1 => DataType::UInt8,
+                2 => DataType::UInt16,
+                4 => DataType::Float32,
+                8 => DataType::Float64,
+                16 => DataType::Complex128,
+                _ => DataType::FixedBytes(3),
+            };
             let r = repr(&shape, dt);
             let n: u64 = shape.iter().product();
             let data: Vec<u8> = (0..n as usize * size).map(|i| (i * 7 % 256) as u8).collect();

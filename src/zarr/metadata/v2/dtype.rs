@@ -242,6 +242,9 @@ fn parse_str(s: &str, path: &str, got: &Value) -> Result<DataTypeV2> {
     if byte_order == ByteOrder::NotApplicable && data_type.endianness_matters() {
         return Err(bad(path, got, "multi-byte types need a byte order '<' or '>', not '|'"));
     }
+    // numpy reads "<i1" and ">S4" as "|i1" and "|S4", and that is what
+    // serialising writes: keep the parsed value equal to its canonical form.
+    let byte_order = if data_type.endianness_matters() { byte_order } else { ByteOrder::NotApplicable };
     Ok(DataTypeV2::Scalar { byte_order, data_type })
 }
 
@@ -375,6 +378,17 @@ mod tests {
             assert_eq!(dt.to_json(), json!(s), "{s}");
         }
         assert_eq!(parse(json!("<U3")).unwrap().item_size(), Some(12));
+    }
+
+    #[test]
+    fn one_byte_orders_are_canonical() {
+        // Found by fuzzing: "<i1" parsed as little-endian but serialised as
+        // "|i1", which parsed back as a different value.
+        for (written, canonical) in [("<i1", "|i1"), (">u1", "|u1"), ("<b1", "|b1"), (">S4", "|S4"), ("<V2", "|V2")] {
+            let dt = parse(json!(written)).unwrap();
+            assert_eq!(dt.to_json(), json!(canonical), "{written}");
+            assert_eq!(parse(dt.to_json()).unwrap(), dt, "{written}");
+        }
     }
 
     #[test]
