@@ -173,23 +173,7 @@ async fn sigterm_lets_an_in_flight_request_finish() {
 
     // A PUT whose handler is waiting for its body: `Expect: 100-continue`
     // makes the server say so (it answers 100 when the handler reads the body).
-    let mut conn = TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "PUT /zarr/data/inflight HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 10\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
-    );
-    conn.write_all(head.as_bytes()).await.unwrap();
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        let mut buf = [0u8; 256];
-        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = conn.read(&mut buf).await.unwrap();
-            assert!(n > 0, "connection closed before 100 Continue");
-            got.extend_from_slice(&buf[..n]);
-        }
-    })
-    .await
-    .expect("no 100 Continue");
-    assert!(got.starts_with(b"HTTP/1.1 100"), "{}", String::from_utf8_lossy(&got));
+    let mut conn = common::put_waiting_for_body(addr, "inflight", 10).await;
 
     server.sigterm().await;
     // Shutting down: new connections are refused (bounded wait)...

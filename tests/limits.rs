@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::put_waiting_for_body;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -24,29 +26,6 @@ fn app(config: Config) -> App {
 
 async fn start(config: Config) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     serve_app(app(config)).await
-}
-
-/// Sends the head of a PUT of `length` bytes and waits for `100 Continue`:
-/// the handler is then running and waiting for the body.
-async fn put_waiting_for_body(addr: SocketAddr, key: &str, length: usize) -> TcpStream {
-    let mut conn = TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "PUT /zarr/data/{key} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
-    );
-    conn.write_all(head.as_bytes()).await.unwrap();
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        let mut buf = [0u8; 256];
-        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = conn.read(&mut buf).await.unwrap();
-            assert!(n > 0, "connection closed before 100 Continue");
-            got.extend_from_slice(&buf[..n]);
-        }
-    })
-    .await
-    .expect("no 100 Continue within 10 s");
-    assert!(got.starts_with(b"HTTP/1.1 100"), "{}", String::from_utf8_lossy(&got));
-    conn
 }
 
 /// Reads the answer until the server closes the connection (bounded).

@@ -401,3 +401,26 @@ where
 pub fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| u8::try_from(i % 251).expect("< 251")).collect()
 }
+
+/// Sends the head of a PUT of `length` bytes and waits for `100 Continue`:
+/// the handler is then running and waiting for the body.
+pub async fn put_waiting_for_body(addr: SocketAddr, key: &str, length: usize) -> tokio::net::TcpStream {
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "PUT /zarr/data/{key} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut conn, head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut buf = [0u8; 256];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tokio::io::AsyncReadExt::read(&mut conn, &mut buf).await.unwrap();
+            assert!(n > 0, "connection closed before 100 Continue");
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("no 100 Continue within 10 s");
+    assert!(got.starts_with(b"HTTP/1.1 100"), "{}", String::from_utf8_lossy(&got));
+    conn
+}
