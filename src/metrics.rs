@@ -319,9 +319,16 @@ impl HttpMetrics {
     /// and method, for [`HttpMetrics::at`].
     #[must_use]
     pub fn slot(&self, template: Option<&str>, method: &str) -> usize {
-        let t = template
-            .and_then(|t| self.templates.iter().position(|known| *known == t))
-            .unwrap_or(self.templates.len() - 1);
+        self.slot_at(template.and_then(|t| self.templates.iter().position(|known| *known == t)), method)
+    }
+
+    /// The slot of the template at `index` in the list given to
+    /// [`HttpMetrics::new`] (`None` or out of range: [`UNMATCHED`]) and
+    /// method: what the request path uses, with the index its router found.
+    #[must_use]
+    pub fn slot_at(&self, index: Option<usize>, method: &str) -> usize {
+        let unmatched = self.templates.len() - 1;
+        let t = index.filter(|i| *i < unmatched).unwrap_or(unmatched);
         let m = HTTP_METHODS.iter().position(|known| *known == method).unwrap_or(HTTP_METHODS.len() - 1);
         t * HTTP_METHODS.len() + m
     }

@@ -17,7 +17,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::extract::ConnectInfo;
 use axum::http::Request;
-use axum::routing::future::RouteFuture;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -26,6 +25,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{Config, LogFormat};
+use crate::http::front::{Front, FrontFuture};
 use crate::service::App;
 
 /// Installs the tracing subscriber: `RUST_LOG` (default `info`), text or JSON.
@@ -159,7 +159,7 @@ fn bind_listeners(bind: SocketAddr, workers: usize) -> std::io::Result<Vec<std::
 /// than they balance on short requests.
 fn serve_on(
     listener: std::net::TcpListener,
-    router: axum::Router,
+    router: Front,
     connections: Arc<Connections>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -263,7 +263,7 @@ fn tls_acceptor(tls: &crate::config::Tls) -> anyhow::Result<TlsAcceptor> {
 /// None today: accept errors are logged and retried.
 pub async fn serve_listener(
     listener: TcpListener,
-    router: axum::Router,
+    router: Front,
     connections: Arc<Connections>,
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -431,18 +431,18 @@ async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
 /// The router, with the peer address put in each request.
 #[derive(Clone)]
 struct PeerService {
-    router: axum::Router,
+    router: Front,
     peer: SocketAddr,
 }
 
 impl hyper::service::Service<Request<Incoming>> for PeerService {
     type Response = axum::response::Response;
     type Error = Infallible;
-    type Future = RouteFuture<Infallible>;
+    type Future = FrontFuture;
 
     fn call(&self, mut req: Request<Incoming>) -> Self::Future {
         req.extensions_mut().insert(ConnectInfo(self.peer));
-        tower::Service::call(&mut self.router.clone(), req)
+        self.router.handle(req)
     }
 }
 

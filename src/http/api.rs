@@ -96,3 +96,56 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for JsonBody<T> {
             .map_err(|e| ApiError::bad_request("invalid_body", format!("request body: {e}")))
     }
 }
+
+/// A JSON request body that must say so: as [`JsonBody`], and besides a
+/// `Content-Type` other than `application/json` (or `application/*+json`)
+/// is 415, and JSON of the wrong shape (an unknown member, a wrong type) is
+/// 422 rather than 400.
+#[derive(Debug, Clone)]
+pub struct TypedJsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<App>> for TypedJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
+        let content_type = req.headers().get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        if !content_type.is_some_and(is_json_media_type) {
+            return Err(ApiError::new(
+                axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "invalid request body: expected a request with `Content-Type: application/json`",
+            ));
+        }
+        let limit = app.config().limits.max_body_bytes;
+        let (parts, body) = req.into_parts();
+        let bytes = crate::http::store::read_body(&parts.headers, body, limit, "limits.max_body_bytes").await?;
+        serde_json::from_slice(&bytes).map(Self).map_err(|e| {
+            let status = match e.classify() {
+                serde_json::error::Category::Data => axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                _ => axum::http::StatusCode::BAD_REQUEST,
+            };
+            ApiError::new(status, "invalid_body", format!("invalid request body: {e}"))
+        })
+    }
+}
+
+/// `application/json`, or a `+json` type, with any parameters.
+fn is_json_media_type(value: &str) -> bool {
+    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence.strip_prefix("application/").is_some_and(|subtype| subtype == "json" || subtype.ends_with("+json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json_media_type;
+
+    #[test]
+    fn json_media_types() {
+        for yes in ["application/json", "Application/JSON; charset=utf-8", "application/vnd.api+json"] {
+            assert!(is_json_media_type(yes), "{yes}");
+        }
+        for no in ["text/json", "application/jsonx", "application/octet-stream", ""] {
+            assert!(!is_json_media_type(no), "{no}");
+        }
+    }
+}

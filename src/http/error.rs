@@ -9,7 +9,6 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -121,6 +120,10 @@ impl From<StorageError> for ApiError {
 
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
+        let e = match e {
+            ServiceError::Storage(s) => return s.into(),
+            other => other,
+        };
         let message = e.to_string();
         match e {
             ServiceError::Storage(s) => s.into(),
@@ -169,12 +172,57 @@ impl IntoResponse for ApiError {
         let mut resp = if self.status == StatusCode::NOT_MODIFIED {
             self.status.into_response()
         } else {
-            let body = ErrorBody { error: ErrorDetail { code: self.code, message: self.message } };
-            (self.status, Json(body)).into_response()
+            let mut resp = Response::new(axum::body::Body::from(envelope(self.code, &self.message)));
+            *resp.status_mut() = self.status;
+            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            resp
         };
         resp.headers_mut().extend(self.headers.into_iter().map(|(k, v)| (Some(k), v)));
         resp
     }
+}
+
+/// [`ErrorBody`] as JSON, written directly: every error answer (a missing
+/// chunk is one) goes through here.
+fn envelope(code: &str, message: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(36 + code.len() + message.len());
+    out.extend_from_slice(b"{\"error\":{\"code\":");
+    json_string(&mut out, code);
+    out.extend_from_slice(b",\"message\":");
+    json_string(&mut out, message);
+    out.extend_from_slice(b"}}");
+    out
+}
+
+/// `s` as a JSON string (RFC 8259 §7): quotes, backslashes and control
+/// characters escaped, everything else as is (UTF-8).
+fn json_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let mut plain = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escaped: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0..=0x1f => {
+                out.extend_from_slice(&s.as_bytes()[plain..i]);
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+                plain = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&s.as_bytes()[plain..i]);
+        out.extend_from_slice(escaped);
+        plain = i + 1;
+    }
+    out.extend_from_slice(&s.as_bytes()[plain..]);
+    out.push(b'"');
 }
 
 #[cfg(test)]
@@ -191,5 +239,25 @@ mod tests {
         assert!(e.message.contains("limits.body_read_timeout_seconds"), "{}", e.message);
         let other = axum::Error::new(std::io::Error::other("reset"));
         assert_eq!(ApiError::body_error(&other).code, "body_read_failed");
+    }
+
+    #[test]
+    fn the_envelope_is_the_json_serde_writes() {
+        let messages = [
+            "key arr/c/0/0 not found",
+            "",
+            "quote \" backslash \\ slash / newline \n tab \t cr \r bell \u{7} nul \0 us \u{1f} del \u{7f}",
+            "unicode: é ü 日本 \u{2028} 🦀 \u{8}\u{c}",
+        ];
+        for message in messages {
+            let ours = envelope("not_found", message);
+            let theirs = serde_json::to_vec(&ErrorBody {
+                error: ErrorDetail { code: "not_found", message: message.to_string() },
+            })
+            .unwrap();
+            assert_eq!(String::from_utf8(ours).unwrap(), String::from_utf8(theirs).unwrap());
+        }
+        let resp = ApiError::new(StatusCode::NOT_FOUND, "not_found", "gone").into_response();
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
     }
 }

@@ -1,12 +1,11 @@
-//! The guard in front of every route: one small tower layer that, in order,
-//! looks up the route's rule ([`auth::RULES`]), sheds load past
-//! `limits.max_concurrent_requests`, authenticates and authorises, refuses
-//! document bodies over `limits.max_body_bytes`, times out the request after
-//! `limits.request_timeout_seconds` and the body after
-//! `limits.body_read_timeout_seconds` of silence.
-//!
-//! One layer rather than several, and a named future rather than a boxed one:
-//! this runs on every chunk read. A request without a body is not wrapped.
+//! The guard: the checks every request passes before its handler runs, in
+//! order: the route's rule ([`auth::RULES`]), load shedding past
+//! `limits.max_concurrent_requests`, authentication and authorisation,
+//! refusing document bodies over `limits.max_body_bytes`, and the idle
+//! timeout of request bodies (`limits.body_read_timeout_seconds`). The
+//! request timeout (`limits.request_timeout_seconds`) is applied around the
+//! handler by [`super::front`], which calls [`Guard::admit`] on every
+//! request.
 //!
 //! Decisions:
 //! - Load shedding answers 503 `overloaded` with `Retry-After: 1` at once; no
@@ -18,7 +17,6 @@
 //!   shedding and unavailable storage, which are worth retrying at once).
 //! - A body that stops arriving is 408 `body_timeout` (RFC 9110 §15.5.9).
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,24 +25,24 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, HttpBody};
-use axum::extract::{MatchedPath, Request};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
+use percent_encoding::percent_decode_str;
 use pin_project_lite::pin_project;
-use tokio::time::{Instant, Sleep, Timeout};
-use tower::{Layer, Service};
+use tokio::time::{Instant, Sleep};
 
 use super::auth::{self, Authenticator, Caller, Need, TokenName};
 use super::error::ApiError;
 use crate::config::Scope;
 use crate::service::App;
 
-/// Shared by every clone of the layer (every worker): the in-flight count
-/// is global to the process.
+/// The guard's settings and the in-flight count, shared by every worker:
+/// the limit is global to the process.
 #[derive(Debug)]
-struct State {
+pub struct Guard {
     app: Arc<App>,
     auth: Arc<Authenticator>,
     in_flight: AtomicUsize,
@@ -70,16 +68,21 @@ impl Access {
     }
 }
 
-/// The layer; see the module documentation.
-#[derive(Debug, Clone)]
-pub struct GuardLayer(Arc<State>);
+/// A request the guard let through.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The request, its body wrapped in the idle timeout when it has one.
+    pub request: Request,
+    /// A slot of `limits.max_concurrent_requests`, for counted routes.
+    pub permit: Option<Permit>,
+}
 
-impl GuardLayer {
+impl Guard {
     /// Built from the app's configuration.
     #[must_use]
     pub fn new(app: Arc<App>) -> Self {
         let limits = &app.config().limits;
-        let state = State {
+        Self {
             auth: Arc::new(Authenticator::new(app.config())),
             in_flight: AtomicUsize::new(0),
             max_in_flight: limits.max_concurrent_requests,
@@ -87,154 +90,129 @@ impl GuardLayer {
             body_timeout: Duration::from_secs(limits.body_read_timeout_seconds),
             max_body: limits.max_body_bytes,
             app,
-        };
-        Self(Arc::new(state))
+        }
     }
 
     /// The authenticator (for the start-up log).
     #[must_use]
     pub fn authenticator(&self) -> &Authenticator {
-        &self.0.auth
-    }
-}
-
-impl<S> Layer<S> for GuardLayer {
-    type Service = Guard<S>;
-    fn layer(&self, inner: S) -> Guard<S> {
-        Guard { inner, state: Arc::clone(&self.0) }
-    }
-}
-
-/// The service [`GuardLayer`] makes.
-#[derive(Debug, Clone)]
-pub struct Guard<S> {
-    inner: S,
-    state: Arc<State>,
-}
-
-impl<S> Service<Request> for Guard<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = GuardFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
+        &self.auth
     }
 
-    fn call(&mut self, req: Request) -> Self::Future {
-        let mut token = None;
-        match admit(&self.state, req, &mut token) {
-            Ok((req, permit)) => GuardFuture::Running {
-                inner: tokio::time::timeout(self.state.request_timeout, self.inner.call(req)),
-                permit,
-                token,
-                seconds: self.state.request_timeout.as_secs(),
-            },
-            Err(e) => GuardFuture::Refused { response: Some(with_token(e.into_response(), token)) },
+    /// `limits.request_timeout_seconds`.
+    #[must_use]
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Checks a request against its route's `rule` (`None`: no route
+    /// matched, and the router answers its JSON 404, which reveals nothing)
+    /// and the limits. `mount` is where the route's `{mount}` segment is in
+    /// the request's path (percent-encoded), when the route has one. `token` gets the name of
+    /// the caller's token once known, refused or not.
+    ///
+    /// # Errors
+    /// The refusal, as the response it becomes: 401, 403, 405, 413 or 503.
+    pub fn admit(
+        self: &Arc<Self>,
+        rule: Option<&auth::Rule>,
+        mount: Option<std::ops::Range<usize>>,
+        mut req: Request,
+        token: &mut Option<TokenName>,
+    ) -> Result<Admitted, ApiError> {
+        let Some(rule) = rule else {
+            return Ok(Admitted { request: req, permit: None });
+        };
+        let Some(need) = rule.need(req.method()) else {
+            let mut e = ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{} is not supported on {}", req.method(), rule.template),
+            );
+            if let Ok(v) = HeaderValue::from_str(&rule.allow()) {
+                e.headers.push((header::ALLOW, v));
+            }
+            return Err(e);
+        };
+        let permit = match need {
+            Need::Public => None,
+            Need::Caller => {
+                let permit = self.acquire()?;
+                let caller = self.auth.identify(&req)?;
+                token.clone_from(&self.auth.name(caller).cloned());
+                req.extensions_mut().insert(Access { caller, auth: Arc::clone(&self.auth) });
+                Some(permit)
+            }
+            Need::Mount(scope) => {
+                let permit = self.acquire()?;
+                let caller = self.auth.identify(&req)?;
+                token.clone_from(&self.auth.name(caller).cloned());
+                let raw = mount.and_then(|m| req.uri().path().get(m)).unwrap_or_default();
+                self.auth.authorise(&self.app, caller, &percent_decode_str(raw).decode_utf8_lossy(), scope)?;
+                Some(permit)
+            }
+        };
+        if !req.body().is_end_stream() {
+            if !rule.data_body(req.method()) {
+                let length =
+                    req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+                if let Some(length) = length.filter(|l| *l > self.max_body) {
+                    return Err(ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "payload_too_large",
+                        format!(
+                            "the request body ({length} bytes) is larger than limits.max_body_bytes ({})",
+                            self.max_body
+                        ),
+                    ));
+                }
+            }
+            let timeout = self.body_timeout;
+            req = req.map(|body| Body::new(TimeoutBody::new(body, timeout)));
         }
+        Ok(Admitted { request: req, permit })
     }
-}
 
-fn with_token(mut response: Response, token: Option<TokenName>) -> Response {
-    if let Some(t) = token {
-        response.extensions_mut().insert(t);
+    fn acquire(self: &Arc<Self>) -> Result<Permit, ApiError> {
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.max_in_flight {
+            self.in_flight.fetch_sub(1, Ordering::Release);
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                format!(
+                    "the server is serving its limit of {} requests (limits.max_concurrent_requests); retry shortly",
+                    self.max_in_flight
+                ),
+            );
+            e.headers.push((header::RETRY_AFTER, HeaderValue::from_static("1")));
+            return Err(e);
+        }
+        Ok(Permit(Arc::clone(self)))
     }
-    response
+
+    /// The answer to a request that ran past `limits.request_timeout_seconds`.
+    #[must_use]
+    pub fn timed_out(&self) -> Response {
+        ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout",
+            format!(
+                "the request did not complete within {} s (limits.request_timeout_seconds)",
+                self.request_timeout.as_secs()
+            ),
+        )
+        .into_response()
+    }
 }
 
 /// A slot of `limits.max_concurrent_requests`, given back on drop.
 #[derive(Debug)]
-pub struct Permit(Arc<State>);
+pub struct Permit(Arc<Guard>);
 
 impl Drop for Permit {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Release);
     }
-}
-
-fn acquire(state: &Arc<State>) -> Result<Permit, ApiError> {
-    if state.in_flight.fetch_add(1, Ordering::AcqRel) >= state.max_in_flight {
-        state.in_flight.fetch_sub(1, Ordering::Release);
-        let mut e = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            format!(
-                "the server is serving its limit of {} requests (limits.max_concurrent_requests); retry shortly",
-                state.max_in_flight
-            ),
-        );
-        e.headers.push((header::RETRY_AFTER, HeaderValue::from_static("1")));
-        return Err(e);
-    }
-    Ok(Permit(Arc::clone(state)))
-}
-
-/// Checks a request against its rule and the limits; `token` gets the
-/// name of the caller's token once known.
-fn admit(
-    state: &Arc<State>,
-    mut req: Request,
-    token: &mut Option<TokenName>,
-) -> Result<(Request, Option<Permit>), ApiError> {
-    let Some(matched) = req.extensions().get::<MatchedPath>() else {
-        // No route matched: the JSON 404, which reveals nothing.
-        return Ok((req, None));
-    };
-    let Some(rule) = auth::rule(matched.as_str()) else {
-        let template = matched.as_str();
-        tracing::error!(route = template, "route without an access rule in http::auth::RULES: refused");
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", format!("route {template} has no access rule")));
-    };
-    let Some(need) = rule.need(req.method()) else {
-        let mut e = ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            format!("{} is not supported on {}", req.method(), rule.template),
-        );
-        if let Ok(v) = HeaderValue::from_str(&rule.allow()) {
-            e.headers.push((header::ALLOW, v));
-        }
-        return Err(e);
-    };
-    let permit = match need {
-        Need::Public => None,
-        Need::Caller => {
-            let permit = acquire(state)?;
-            let caller = state.auth.identify(&req)?;
-            token.clone_from(&state.auth.name(caller).cloned());
-            req.extensions_mut().insert(Access { caller, auth: Arc::clone(&state.auth) });
-            Some(permit)
-        }
-        Need::Mount(scope) => {
-            let permit = acquire(state)?;
-            let caller = state.auth.identify(&req)?;
-            token.clone_from(&state.auth.name(caller).cloned());
-            let mount = rule.mount(req.uri().path()).unwrap_or_default();
-            state.auth.authorise(&state.app, caller, &mount, scope)?;
-            Some(permit)
-        }
-    };
-    if !req.body().is_end_stream() {
-        if !rule.data_body(req.method()) {
-            let length = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if let Some(length) = length.filter(|l| *l > state.max_body) {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    format!(
-                        "the request body ({length} bytes) is larger than limits.max_body_bytes ({})",
-                        state.max_body
-                    ),
-                ));
-            }
-        }
-        let timeout = state.body_timeout;
-        req = req.map(|body| Body::new(TimeoutBody::new(body, timeout)));
-    }
-    Ok((req, permit))
 }
 
 impl auth::Rule {
@@ -243,41 +221,6 @@ impl auth::Rule {
     #[must_use]
     pub fn data_body(&self, method: &Method) -> bool {
         method == Method::PUT && (self.template.starts_with("/zarr/") || self.template.starts_with("/api/v1/data/"))
-    }
-}
-
-pin_project! {
-    /// The guard's response future.
-    #[project = GuardProj]
-    pub enum GuardFuture<F> {
-        Refused { response: Option<Response> },
-        Running { #[pin] inner: Timeout<F>, permit: Option<Permit>, token: Option<TokenName>, seconds: u64 },
-    }
-}
-
-impl<F> Future for GuardFuture<F>
-where
-    F: Future<Output = Result<Response, Infallible>>,
-{
-    type Output = Result<Response, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
-            GuardProj::Refused { response } => Poll::Ready(Ok(response.take().unwrap_or_default())),
-            GuardProj::Running { inner, permit, token, seconds } => {
-                let out = match std::task::ready!(inner.poll(cx)) {
-                    Ok(result) => result,
-                    Err(_) => Ok(ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "timeout",
-                        format!("the request did not complete within {seconds} s (limits.request_timeout_seconds)"),
-                    )
-                    .into_response()),
-                };
-                drop(permit.take());
-                Poll::Ready(out.map(|r| with_token(r, token.take())))
-            }
-        }
     }
 }
 

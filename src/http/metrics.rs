@@ -1,6 +1,6 @@
 //! `/metrics` (Prometheus text format) and the recording of HTTP figures.
 //!
-//! HTTP series are recorded by the request log ([`super::log_request`]) into
+//! HTTP series are recorded by [`super::front`] (with the request log) into
 //! [`HttpMetrics`] keyed by route template; storage series by each mount's
 //! measuring wrapper ([`crate::storage::measured`]); cache figures are read
 //! from the caches when scraped.

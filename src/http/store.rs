@@ -10,6 +10,7 @@
 //! object: no Zarr client sends them, and a whole body is a correct answer
 //! to them (RFC 9110 §14.2). A single range is always answered 206.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -38,13 +39,13 @@ pub(crate) enum Target {
 
 /// Splits `/zarr/{mount}/{rest}` into the mount and a key or prefix,
 /// percent-decoding and validating.
-pub(crate) fn parse_target(uri: &Uri) -> ApiResult<(String, Target)> {
+pub(crate) fn parse_target(uri: &Uri) -> ApiResult<(Cow<'_, str>, Target)> {
     let rest = uri.path().strip_prefix("/zarr/").unwrap_or("");
     let (mount, raw) = rest.split_once('/').unwrap_or((rest, ""));
-    let decode = |s: &str| {
+    // Borrowed unless there is something to decode.
+    let decode = |s| {
         percent_decode_str(s)
             .decode_utf8()
-            .map(std::borrow::Cow::into_owned)
             .map_err(|_| ApiError::bad_request("invalid_key", format!("`{s}` is not valid percent-encoded UTF-8")))
     };
     let mount = decode(mount)?;

@@ -18,10 +18,38 @@ pub struct StoreKey(String);
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct KeyPrefix(String);
 
+/// True when `raw` is printable ASCII (no backslash) in non-empty
+/// segments, none `.` or `..`: a good key, checked in one pass. Anything
+/// else (also any non-ASCII key) is left to the full check.
+fn plainly_valid(raw: &[u8]) -> bool {
+    let mut segment = 0..0;
+    for (i, &b) in raw.iter().enumerate() {
+        if b == b'/' {
+            if matches!(&raw[segment.clone()], b"" | b"." | b"..") {
+                return false;
+            }
+            segment = i + 1..i + 1;
+        } else if (0x20..0x7f).contains(&b) && b != b'\\' {
+            segment.end = i + 1;
+        } else {
+            return false;
+        }
+    }
+    !matches!(&raw[segment], b"" | b"." | b"..")
+}
+
 fn check_segments(raw: &str) -> Result<(), StorageError> {
     if raw.len() > MAX_KEY_LEN {
         return Err(StorageError::InvalidKey { reason: format!("key is longer than {MAX_KEY_LEN} bytes") });
     }
+    if plainly_valid(raw.as_bytes()) {
+        return Ok(());
+    }
+    check_each_segment(raw)
+}
+
+/// The full check, which names what is wrong.
+fn check_each_segment(raw: &str) -> Result<(), StorageError> {
     for segment in raw.split('/') {
         let bad = match segment {
             "" => Some("an empty segment (`//`, or a leading or trailing `/`)".to_string()),
@@ -128,6 +156,34 @@ impl KeyPrefix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_one_pass_check_agrees_with_the_full_one() {
+        // Every string of up to 5 characters over an alphabet with each
+        // kind of trouble in it.
+        let alphabet = ['a', '.', '/', '\\', '\0', '\u{7f}', 'é', '\u{85}', ' '];
+        let mut strings = vec![String::new()];
+        let mut checked = 0;
+        for _ in 0..5 {
+            let mut next = Vec::new();
+            for s in &strings {
+                for c in alphabet {
+                    let mut t = s.clone();
+                    t.push(c);
+                    let full = check_each_segment(&t).is_ok();
+                    if plainly_valid(t.as_bytes()) {
+                        assert!(full, "{t:?} passed the one-pass check only");
+                    } else if t.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                        assert!(!full, "{t:?} is printable ASCII and valid, but not plainly so");
+                    }
+                    checked += 1;
+                    next.push(t);
+                }
+            }
+            strings = next;
+        }
+        assert!(checked > 60_000, "{checked}");
+    }
 
     #[test]
     fn valid_keys() {

@@ -127,10 +127,14 @@ impl LocalBackend {
     }
 
     fn file_path(&self, key: &StoreKey) -> PathBuf {
-        // Segments are validated by `StoreKey`: never `..`, never absolute.
-        let mut p = (*self.root).clone();
-        p.extend(key.segments());
-        p
+        // Segments are validated by `StoreKey`: never `..`, never empty,
+        // never absolute, no backslash; `/` separates them on every platform
+        // Rust's paths run on here.
+        let mut p = std::ffi::OsString::with_capacity(self.root.as_os_str().len() + 1 + key.as_str().len());
+        p.push(self.root.as_os_str());
+        p.push("/");
+        p.push(key.as_str());
+        PathBuf::from(p)
     }
 
     /// Why `key` cannot be a file here, if it cannot: an ancestor is a file,

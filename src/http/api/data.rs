@@ -13,18 +13,17 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::NodeTarget;
+use super::{NodeTarget, TypedJsonBody};
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::openapi::Binary;
 use crate::service::format::{dtype_header, shape_header, OutputFormat};
@@ -274,23 +273,6 @@ fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams
     })
 }
 
-/// A refused JSON body: 415 not JSON, 413 too large, 408 stalled (400 for
-/// another read failure), 400 not JSON, 422 JSON of the wrong shape (an
-/// unknown member, a wrong type).
-fn body_rejection(e: &JsonRejection) -> ApiError {
-    let message = || format!("invalid request body: {}", e.body_text());
-    match e {
-        JsonRejection::MissingJsonContentType(_) => {
-            ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message())
-        }
-        JsonRejection::BytesRejection(_) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message())
-        }
-        JsonRejection::BytesRejection(_) => ApiError::body_error(e),
-        _ => ApiError::new(e.status(), "invalid_body", message()),
-    }
-}
-
 /// Read a selection given in a JSON body (orthogonal and coordinate
 /// selections too long for a URL).
 #[utoipa::path(
@@ -327,9 +309,8 @@ pub async fn post_data(
     State(app): State<Arc<App>>,
     target: NodeTarget,
     headers: HeaderMap,
-    body: Result<Json<DataBody>, JsonRejection>,
+    TypedJsonBody(body): TypedJsonBody<DataBody>,
 ) -> ApiResult<Response> {
-    let Json(body) = body.map_err(|e| body_rejection(&e))?;
     let params = params_from_body(body, &headers)?;
     read_with(app, target, params).await
 }
@@ -366,7 +347,7 @@ pub async fn post_root_data(
     state: State<Arc<App>>,
     target: NodeTarget,
     headers: HeaderMap,
-    body: Result<Json<DataBody>, JsonRejection>,
+    body: TypedJsonBody<DataBody>,
 ) -> ApiResult<Response> {
     post_data(state, target, headers, body).await
 }

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# bench/request_cost.sh -- CPU instructions zarrd executes per request, in
+# user space, for small answers: a load-independent measure of the request
+# path's own cost (wrk ratios on a shared 2-core machine move by +-20%).
+#
+# Command (from the repository root, after `cargo build --release`):
+#
+#     bench/request_cost.sh                        # the release binary
+#     ZARRD=/tmp/zarrd-before bench/request_cost.sh   # another build, to compare
+#
+# How: zarrd runs under valgrind's callgrind (which counts every instruction
+# it executes); one keep-alive client sends N1, then, in a second run, N2
+# identical GETs; (instructions(N2) - instructions(N1)) / (N2 - N1) is the
+# cost of one request, start-up and shutdown cancelling out. Kernel work
+# (the socket and `stat` syscalls) is not counted; it is the same for any
+# server. Counts repeat to within a few instructions from run to run.
+#
+# Cases (the same as store_get.sh's small ones):
+#   zarr.json   GET /zarr/data/small/zarr.json  (200, 300-byte document)
+#   404         GET /zarr/data/small/c/7/7       (missing chunk)
+#   healthz     GET /healthz
+#
+# Knobs: ZARRD (binary), N1=1000, N2=3000, CASES="json 404 healthz".
+# Needs valgrind (apt-get install -y valgrind), curl and python3.
+
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+ZARRD=${ZARRD:-${CARGO_TARGET_DIR:-$REPO/target}/release/zarrd}
+N1=${N1:-1000}
+N2=${N2:-3000}
+CASES=${CASES:-"json 404 healthz"}
+
+command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install -y valgrind" >&2; exit 2; }
+[ -x "$ZARRD" ] || { echo "no zarrd binary at $ZARRD (cargo build --release)" >&2; exit 2; }
+
+TMP=$(mktemp -d)
+PID=
+cleanup() {
+  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+mkdir -p "$TMP/data/small/c/0"
+cat >"$TMP/data/small/zarr.json" <<'EOF'
+{"zarr_format": 3, "node_type": "array", "shape": [64, 64], "data_type": "uint8", "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 8]}}, "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0, "codecs": [{"name": "bytes"}]}
+EOF
+head -c 64 /dev/urandom >"$TMP/data/small/c/0/0"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Instructions executed by a zarrd that served `n` GETs of `path`.
+count() {
+  local path=$1 n=$2 port out
+  port=$(free_port)
+  out="$TMP/callgrind.$n"
+  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" \
+    "$ZARRD" serve --bind "127.0.0.1:$port" --mount "data=file://$TMP/data" >"$TMP/log" 2>&1 &
+  PID=$!
+  local up=
+  for _ in $(seq 150); do
+    if curl -s -o /dev/null "http://127.0.0.1:$port/healthz"; then up=1; break; fi
+    sleep 0.2
+  done
+  [ -n "$up" ] || { cat "$TMP/log" >&2; echo "zarrd did not start under valgrind" >&2; exit 1; }
+  python3 - "$port" "$path" "$n" <<'PY'
+import http.client, sys
+port, path, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+for _ in range(n):
+    c.request("GET", path)
+    r = c.getresponse()
+    r.read()
+    if r.status not in (200, 404):
+        sys.exit(f"GET {path}: status {r.status}")
+PY
+  kill -INT "$PID"
+  wait "$PID" || true
+  PID=
+  awk '/^(summary|totals):/ { print $2; exit }' "$out"
+}
+
+echo "| case | path | instructions per request |"
+echo "|---|---|---:|"
+for c in $CASES; do
+  case $c in
+    json) path=/zarr/data/small/zarr.json ;;
+    404) path=/zarr/data/small/c/7/7 ;;
+    healthz) path=/healthz ;;
+    *) echo "unknown case $c" >&2; exit 2 ;;
+  esac
+  a=$(count "$path" "$N1")
+  b=$(count "$path" "$N2")
+  echo "| $c | \`$path\` | $(( (b - a) / (N2 - N1) )) |"
+done
+echo
+echo "zarrd: \`$ZARRD\` (built $(date -u -r "$ZARRD" '+%Y-%m-%d %H:%M UTC')); N1=$N1, N2=$N2"

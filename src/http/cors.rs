@@ -1,0 +1,187 @@
+//! CORS (the Fetch standard's "CORS protocol"), on every response.
+//!
+//! Written here rather than taken from `tower_http::cors` because it runs on
+//! every request: every header value is built once, at start, and a request
+//! costs one header lookup (list mode only) and two or three inserts, with
+//! no allocation. The behaviour is the usual one:
+//!
+//! - Any `OPTIONS` request is a preflight and is answered here, before
+//!   authentication (a browser sends no credentials on one): 200, an empty
+//!   body, the allowed methods and request headers, `Max-Age`.
+//! - Every other response, errors included, gets
+//!   `Access-Control-Allow-Origin` and `Access-Control-Expose-Headers`.
+//! - With `cors.allowed_origins = ["*"]` (the default) the origin is `*` on
+//!   every response, whether or not the request named one (a shared cache
+//!   may then serve the same response to browsers and to other clients).
+//!   With a list, a listed `Origin` is echoed, an unlisted one gets no
+//!   `Access-Control-Allow-Origin`, and every response says
+//!   `Vary: Origin`.
+//! - No credentials mode (`Access-Control-Allow-Credentials`): tokens are
+//!   sent as `Authorization` headers, which preflights allow.
+
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+
+use super::REQUEST_ID;
+
+/// Methods a preflight allows.
+const METHODS: &str = "GET,HEAD,PUT,POST,PATCH,DELETE,OPTIONS,PROPFIND";
+
+/// Request headers a preflight allows (lower case, as browsers send them in
+/// `Access-Control-Request-Headers`).
+const ALLOWED_HEADERS: &str = "range,if-none-match,if-match,if-modified-since,authorization,content-type,depth";
+
+/// How long a browser may keep a preflight's answer.
+const MAX_AGE_SECONDS: &str = "3600";
+
+/// The allowed origins and every header value, built once.
+#[derive(Debug, Clone)]
+pub struct Cors {
+    origins: Origins,
+    expose: HeaderValue,
+}
+
+#[derive(Debug, Clone)]
+enum Origins {
+    Any,
+    List(Vec<HeaderValue>),
+}
+
+impl Cors {
+    /// From `cors.allowed_origins` (validated by the configuration: `"*"`
+    /// anywhere means any origin).
+    #[must_use]
+    pub fn new(allowed_origins: &[String]) -> Self {
+        let origins = if allowed_origins.iter().any(|o| o == "*") {
+            Origins::Any
+        } else {
+            Origins::List(allowed_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect())
+        };
+        let exposed: [&HeaderName; 9] = [
+            &header::CONTENT_RANGE,
+            &header::CONTENT_LENGTH,
+            &header::ETAG,
+            &header::ACCEPT_RANGES,
+            &header::LAST_MODIFIED,
+            &REQUEST_ID,
+            &super::api::data::X_ZARR_SHAPE,
+            &super::api::data::X_ZARR_DTYPE,
+            &super::api::data::X_ZARR_ORDER,
+        ];
+        let expose = exposed.iter().map(|h| h.as_str()).collect::<Vec<_>>().join(",");
+        Self { origins, expose: HeaderValue::from_str(&expose).expect("header names are valid header values") }
+    }
+
+    /// True for a request this layer answers itself (a preflight).
+    #[must_use]
+    pub fn is_preflight(method: &Method) -> bool {
+        method == Method::OPTIONS
+    }
+
+    /// The answer to a preflight whose request had `request_headers`.
+    #[must_use]
+    pub fn preflight(&self, request_headers: &HeaderMap) -> Response {
+        let mut response = Response::new(axum::body::Body::empty());
+        *response.status_mut() = StatusCode::OK;
+        let h = response.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(METHODS));
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static(ALLOWED_HEADERS));
+        h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static(MAX_AGE_SECONDS));
+        self.allow_origin(request_headers.get(header::ORIGIN), h);
+        response
+    }
+
+    /// Adds the headers of a non-preflight response; `origin` is the
+    /// request's `Origin` header.
+    pub fn decorate(&self, origin: Option<&HeaderValue>, response: &mut Response) {
+        let h = response.headers_mut();
+        self.allow_origin(origin, h);
+        h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, self.expose.clone());
+    }
+
+    fn allow_origin(&self, origin: Option<&HeaderValue>, h: &mut HeaderMap) {
+        match &self.origins {
+            Origins::Any => {
+                h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+            }
+            Origins::List(list) => {
+                // Appended: a handler's own `Vary` values stay.
+                h.append(header::VARY, HeaderValue::from_static("origin"));
+                if let Some(o) = origin.filter(|o| list.contains(o)) {
+                    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o.clone());
+                }
+            }
+        }
+    }
+
+    /// The request's `Origin`, when this configuration needs it later (list
+    /// mode); `None` costs nothing to keep.
+    #[must_use]
+    pub fn origin_of(&self, request_headers: &HeaderMap) -> Option<HeaderValue> {
+        match self.origins {
+            Origins::Any => None,
+            Origins::List(_) => request_headers.get(header::ORIGIN).cloned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(origin: Option<&'static str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(o) = origin {
+            h.insert(header::ORIGIN, HeaderValue::from_static(o));
+        }
+        h
+    }
+
+    #[test]
+    fn any_origin_is_a_star_on_every_response() {
+        let cors = Cors::new(&["*".to_string()]);
+        for origin in [None, Some("http://a.example")] {
+            let mut r = Response::new(axum::body::Body::empty());
+            cors.decorate(cors.origin_of(&headers(origin)).as_ref(), &mut r);
+            assert_eq!(r.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+            assert!(r.headers()[header::ACCESS_CONTROL_EXPOSE_HEADERS].to_str().unwrap().contains("etag"));
+            assert!(!r.headers().contains_key(header::VARY));
+        }
+    }
+
+    #[test]
+    fn a_list_echoes_listed_origins_only_and_varies_on_origin() {
+        let cors = Cors::new(&["http://a.example".to_string(), "http://b.example".to_string()]);
+        let mut vary_kept = Response::new(axum::body::Body::empty());
+        vary_kept.headers_mut().insert(header::VARY, HeaderValue::from_static("accept"));
+        let h = headers(Some("http://b.example"));
+        cors.decorate(cors.origin_of(&h).as_ref(), &mut vary_kept);
+        assert_eq!(vary_kept.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "http://b.example");
+        let vary: Vec<_> = vary_kept.headers().get_all(header::VARY).iter().collect();
+        assert_eq!(vary, ["accept", "origin"]);
+
+        for origin in [None, Some("http://c.example")] {
+            let mut r = Response::new(axum::body::Body::empty());
+            cors.decorate(cors.origin_of(&headers(origin)).as_ref(), &mut r);
+            assert!(!r.headers().contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN), "{origin:?}");
+            assert_eq!(r.headers()[header::VARY], "origin");
+        }
+    }
+
+    #[test]
+    fn preflights_allow_the_methods_and_headers_clients_send() {
+        let cors = Cors::new(&["http://a.example".to_string()]);
+        let r = cors.preflight(&headers(Some("http://a.example")));
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "http://a.example");
+        let methods = r.headers()[header::ACCESS_CONTROL_ALLOW_METHODS].to_str().unwrap();
+        for m in ["GET", "HEAD", "PUT", "DELETE", "PROPFIND"] {
+            assert!(methods.split(',').any(|x| x == m), "{m} in {methods}");
+        }
+        let allowed = r.headers()[header::ACCESS_CONTROL_ALLOW_HEADERS].to_str().unwrap();
+        for h in ["range", "if-none-match", "if-match", "authorization", "content-type"] {
+            assert!(allowed.split(',').any(|x| x == h), "{h} in {allowed}");
+        }
+        assert_eq!(r.headers()[header::ACCESS_CONTROL_MAX_AGE], "3600");
+    }
+}
