@@ -101,6 +101,9 @@ fn read_response(key: &StoreKey, out: ReadOutcome) -> Response {
     };
     let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = status;
+    // Room for these headers and those added on the way out (request id,
+    // CORS), so the map is allocated once.
+    *resp.headers_mut() = HeaderMap::with_capacity(16);
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(key)));
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));

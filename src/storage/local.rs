@@ -75,7 +75,16 @@ impl Validator {
 #[derive(Debug)]
 struct CachedObject {
     validator: Validator,
+    meta: ObjectMeta,
     body: Bytes,
+}
+
+/// What [`LocalBackend::read_inline`] did.
+#[derive(Debug)]
+enum Inline {
+    Done(ReadOutcome),
+    /// Too large to read on the async worker.
+    Large,
 }
 
 /// A mount over a local directory.
@@ -169,9 +178,12 @@ impl LocalBackend {
         }
     }
 
-    /// Reads with one `stat` first: a cached, unchanged object is served from
-    /// memory; a directory is a prefix; a missing file is not found.
-    fn read_sync(&self, path: &std::path::Path, key: &StoreKey, req: &ReadRequest) -> StorageResult<ReadOutcome> {
+    /// The part of a read done on the async worker, after one `stat`: a
+    /// cached, unchanged object is served from memory; HEAD requests, failed
+    /// preconditions and reads up to [`INLINE_READ_MAX`] bytes are answered
+    /// here; a larger read is handed back ([`Inline::Large`]) for the
+    /// blocking pool. A directory is a prefix; a missing file is not found.
+    fn read_inline(&self, path: &std::path::Path, key: &StoreKey, req: &ReadRequest) -> StorageResult<Inline> {
         let io = |e: std::io::Error| StorageError::from_io(key.as_str(), &e);
         let md = std::fs::metadata(path).map_err(io)?;
         if md.is_dir() {
@@ -181,18 +193,27 @@ impl LocalBackend {
             return Err(StorageError::NotFound { key: key.to_string() });
         }
         if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(key)) {
+            // Same inode, size and times: the cached metadata (ETag
+            // included, which is made of them) is this file's.
             if hit.validator == Validator::of(&md) {
-                let meta = Self::meta_of(&md);
+                let meta = hit.meta.clone();
                 let range = request::evaluate(key.as_str(), &meta, req)?;
                 let body = match (&range, req.head_only) {
                     (_, true) => Bytes::new(),
                     (None, false) => hit.body.clone(),
                     (Some(r), false) => hit.body.slice(to_usize(r.start)?..to_usize(r.end)?),
                 };
-                return Ok(ReadOutcome { meta, range, body });
+                return Ok(Inline::Done(ReadOutcome { meta, range, body }));
             }
         }
-        Self::read_file(path, key, req, self.cache.as_ref().map(|c| (c, self.max_cached)))
+        if !req.head_only {
+            // A range never reads past the end of the file.
+            let len = req.range.map_or(md.len(), |r| r.max_len().min(md.len()));
+            if len > INLINE_READ_MAX {
+                return Ok(Inline::Large);
+            }
+        }
+        Self::read_file(path, key, req, self.cache.as_ref().map(|c| (c, self.max_cached))).map(Inline::Done)
     }
 
     /// Opens, stats and reads a file; caches it whole when it is small enough.
@@ -232,7 +253,8 @@ impl LocalBackend {
         }
         let mut body = Bytes::from(buf);
         if let Some((cache, _)) = cacheable {
-            cache.insert(key.clone(), Arc::new(CachedObject { validator: Validator::of(&md), body: body.clone() }));
+            let cached = CachedObject { validator: Validator::of(&md), meta: meta.clone(), body: body.clone() };
+            cache.insert(key.clone(), Arc::new(cached));
             if let Some(r) = &range {
                 body = body.slice(to_usize(r.start)?..to_usize(r.end)?);
             }
@@ -249,21 +271,15 @@ fn to_usize(n: u64) -> StorageResult<usize> {
 impl Storage for LocalBackend {
     async fn read(&self, key: &StoreKey, req: &ReadRequest) -> StorageResult<ReadOutcome> {
         let path = self.file_path(key);
-        if req.head_only || req.range.is_some_and(|r| r.max_len() <= INLINE_READ_MAX) {
-            return self.read_sync(&path, key, req);
+        match self.read_inline(&path, key, req)? {
+            Inline::Done(out) => Ok(out),
+            Inline::Large => {
+                let (key, req) = (key.clone(), req.clone());
+                tokio::task::spawn_blocking(move || Self::read_file(&path, &key, &req, None))
+                    .await
+                    .map_err(|e| StorageError::Unavailable { reason: e.to_string() })?
+            }
         }
-        // Stat inline; whole objects larger than INLINE_READ_MAX are read on
-        // the blocking pool.
-        let head = ReadRequest { head_only: true, ..req.clone() };
-        let out = self.read_sync(&path, key, &head)?;
-        let len = out.range.as_ref().map_or(out.meta.size, |r| r.end - r.start);
-        if len <= INLINE_READ_MAX {
-            return self.read_sync(&path, key, req);
-        }
-        let (key, req) = (key.clone(), req.clone());
-        tokio::task::spawn_blocking(move || Self::read_file(&path, &key, &req, None))
-            .await
-            .map_err(|e| StorageError::Unavailable { reason: e.to_string() })?
     }
 
     async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {
