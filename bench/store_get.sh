@@ -3,8 +3,8 @@
 #
 # Command (from the repository root, after `cargo build --release`):
 #
-#     bench/store_get.sh                     # DURATION=10 s per run
-#     DURATION=30 OUT=/tmp/store_get.md bench/store_get.sh
+#     bench/store_get.sh                     # 3 rounds of 5 s runs, ~9 min
+#     ROUNDS=5 DURATION=10 OUT=/tmp/store_get.md bench/store_get.sh
 #
 # What it measures
 #   Plain key GETs on the store protocol (GET /zarr/data/<key>) served by the
@@ -20,7 +20,10 @@
 #     missing key   small/c/7/7 (in grid, absent)  404
 #
 #   at 1, 16 and 64 connections (wrk threads: 1 for 1 connection, else 2),
-#   each after a short warmup run whose numbers are discarded. Chunk cases
+#   each after a short warmup run whose numbers are discarded, in ROUNDS
+#   rounds of one nginx and one zarrd run back to back (alternating which
+#   goes first); the table shows medians over the rounds and each round's
+#   ratio, since on a small shared VM single runs move by +-20%. Chunk cases
 #   rotate through NKEYS distinct keys (random bytes, so nothing compresses);
 #   everything sits in the page cache, so this measures the HTTP + file
 #   serving path, not the disk.
@@ -47,7 +50,8 @@
 #   16 or 64 connections below the 0.8x target.
 #
 # Environment knobs
-#   DURATION=10      seconds per measured run (integer)
+#   DURATION=5       seconds per measured run (integer)
+#   ROUNDS=3         rounds per case and connection count (medians reported)
 #   WARMUP=2         seconds of warmup before each measured run (0 = none)
 #   CONNS="1 16 64"  connection counts
 #   CASES="64k 1m json 404"
@@ -73,8 +77,9 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-5}
 DURATION=${DURATION%s}
+ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-2}
 WARMUP=${WARMUP%s}
 CONNS=${CONNS:-"1 16 64"}
@@ -100,6 +105,7 @@ die() { log "store_get.sh: $*"; exit 1; }
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 is_uint "$DURATION" && ((DURATION > 0)) || die "DURATION must be a positive integer (seconds), got '$DURATION'"
 is_uint "$WARMUP" || die "WARMUP must be an integer (seconds), got '$WARMUP'"
+is_uint "$ROUNDS" && ((ROUNDS >= 1)) || die "ROUNDS must be a positive integer, got '$ROUNDS'"
 is_uint "$NKEYS" && ((NKEYS >= 1 && NKEYS <= 16)) || die "NKEYS must be 1..16, got '$NKEYS'"
 for c in $CONNS; do is_uint "$c" && ((c >= 1)) || die "CONNS entries must be positive integers, got '$c'"; done
 for k in $CASES; do
@@ -469,12 +475,17 @@ wait_quiet() { # wait (at most QUIET_WAIT s) until other processes use < QUIET_M
   done
 }
 
+median() { # numbers... -> their median (the mean of the middle two for an even count)
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print 0; exit }
+    if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 fmt_rps() { awk -v r="$1" -v d="$2" 'BEGIN { if (d > 0) printf "%.0f", r * 1e6 / d; else printf "0" }'; }
 fmt_mbs() { awk -v b="$1" -v d="$2" 'BEGIN { if (d > 0) printf "%.1f", b / d; else printf "0" }'; }
 fmt_ms() { awk -v u="$1" 'BEGIN { printf "%.2f", u / 1000 }'; }
 
 nruns=0
-for cse in $CASES; do for c in $CONNS; do nruns=$((nruns + 2)); done; done
+for cse in $CASES; do for c in $CONNS; do nruns=$((nruns + 2 * ROUNDS)); done; done
 log "running $nruns measurements of ${DURATION}s (+${WARMUP}s warmup each): ~$((nruns * (DURATION + WARMUP) / 60 + 1)) min"
 
 rows=()
@@ -487,21 +498,29 @@ below=()
 run_no=0
 for cse in $CASES; do
   for c in $CONNS; do
-    declare -A rps=() mbs=() p99=() chk=() bg=()
+    declare -A rps=() mbs=() p99=() chk=() bg=() rps_l=() mbs_l=() p99_l=()
+    chk[nginx]=ok chk[zarrd]=ok bg[nginx]=0 bg[zarrd]=0
+    round_ratios=()
     wait_quiet
-    for srv in nginx zarrd; do
+    for ((round = 1; round <= ROUNDS; round++)); do
+    # Alternate which server goes first, so neither always runs on the
+    # warmer (or the more disturbed) half of a round.
+    order="nginx zarrd"
+    ((round % 2 == 0)) && order="zarrd nginx"
+    declare -A r_rps=()
+    for srv in $order; do
       base=$NGINX_BASE pid=$NGINX_PID
       [[ $srv == zarrd ]] && base=$ZARRD_BASE pid=$ZARRD_PID
       kill -0 "$pid" 2>/dev/null || die "$srv (pid $pid) died; see logs (KEEP_TMP=1 keeps them)"
       run_no=$((run_no + 1))
-      log "[$run_no/$nruns] $srv  $(case_label "$cse")  c=$c"
+      log "[$run_no/$nruns] $srv  $(case_label "$cse")  c=$c  round $round/$ROUNDS"
       warm="not run"
       if ((WARMUP > 0)); then
-        wlog="$TMP/wrk-$srv-$cse-$c-warmup.log"
+        wlog="$TMP/wrk-$srv-$cse-$c-$round-warmup.log"
         wline=$(run_wrk "$base" "$cse" "$c" "$WARMUP" "$wlog" 1)
         warm=$(check_result "$wline" "$cse" "$srv" "$c")
       fi
-      logf="$TMP/wrk-$srv-$cse-$c.log"
+      logf="$TMP/wrk-$srv-$cse-$c-$round.log"
       read -r mb0 mt0 < <(machine_ticks)
       sp0=$(pids_ticks "${SERVER_PIDS[@]}")
       children_ticks
@@ -513,24 +532,38 @@ for cse in $CASES; do
       read -r mb1 mt1 < <(machine_ticks)
       other=$(((mb1 - mb0) - (sp1 - sp0) - (ch1 - ch0)))
       ((other > 0)) || other=0
-      bg[$srv]=$((other * 100 / (mt1 - mt0 > 0 ? mt1 - mt0 : 1)))
-      ((bg[$srv] < QUIET_MAX)) || noisy+=("$(case_label "$cse") at $c connections, $srv: ${bg[$srv]}%")
+      other=$((other * 100 / (mt1 - mt0 > 0 ? mt1 - mt0 : 1)))
+      ((other > bg[$srv])) && bg[$srv]=$other
+      ((other < QUIET_MAX)) || noisy+=("$(case_label "$cse") at $c connections, round $round, $srv: ${other}%")
       d=$(field "$line" duration_us)
-      rps[$srv]=$(fmt_rps "$(field "$line" requests)" "$d")
-      mbs[$srv]=$(fmt_mbs "$(field "$line" bytes)" "$d")
-      p99[$srv]=$(fmt_ms "$(field "$line" p99_us)")
+      r_rps[$srv]=$(fmt_rps "$(field "$line" requests)" "$d")
+      rps_l[$srv]+="${r_rps[$srv]} "
+      mbs_l[$srv]+="$(fmt_mbs "$(field "$line" bytes)" "$d") "
+      p99_l[$srv]+="$(fmt_ms "$(field "$line" p99_us)") "
       measured=$(check_result "$line" "$cse" "$srv" "$c")
-      chk[$srv]=$measured
+      this=$measured
       if [[ $warm != ok && $warm != "not run" ]]; then
-        chk[$srv]="warmup: $warm"
+        this="warmup: $warm"
         logf=$wlog
       fi
-      if [[ ${chk[$srv]} != ok ]]; then
+      if [[ $this != ok ]]; then
         failed=1
-        log "  CHECK FAILED for $srv: ${chk[$srv]}"
+        [[ ${chk[$srv]} == ok ]] && chk[$srv]="round $round: $this"
+        log "  CHECK FAILED for $srv: $this"
         sed 's/^/    wrk: /' "$logf" >&2 || true
       fi
-      log "  ${rps[$srv]} req/s, ${mbs[$srv]} MB/s, p99 ${p99[$srv]} ms, other CPU ${bg[$srv]}%, check: $measured (warmup: $warm)"
+      log "  ${r_rps[$srv]} req/s, other CPU ${other}%, check: $measured (warmup: $warm)"
+    done
+    round_ratios+=("$(awk -v z="${r_rps[zarrd]}" -v n="${r_rps[nginx]}" 'BEGIN { if (n > 0) printf "%.2f", z / n; else printf "n/a" }')")
+    unset r_rps
+    done
+    for srv in nginx zarrd; do
+      # shellcheck disable=SC2086 # the lists are space-separated numbers
+      rps[$srv]=$(printf '%.0f' "$(median ${rps_l[$srv]})")
+      # shellcheck disable=SC2086
+      mbs[$srv]=$(printf '%.1f' "$(median ${mbs_l[$srv]})")
+      # shellcheck disable=SC2086
+      p99[$srv]=$(printf '%.2f' "$(median ${p99_l[$srv]})")
     done
     ratio=$(awk -v z="${rps[zarrd]}" -v n="${rps[nginx]}" 'BEGIN { if (n > 0) printf "%.2f", z / n; else printf "n/a" }')
     shown=$ratio
@@ -544,8 +577,8 @@ for cse in $CASES; do
     else
       check="nginx: ${chk[nginx]}; zarrd: ${chk[zarrd]}"
     fi
-    rows+=("| $(case_label "$cse") | $c | ${rps[nginx]} | ${rps[zarrd]} | $shown | ${mbs[nginx]} | ${mbs[zarrd]} | ${p99[nginx]} | ${p99[zarrd]} | ${bg[nginx]} / ${bg[zarrd]} | $check |")
-    unset rps mbs p99 chk bg
+    rows+=("| $(case_label "$cse") | $c | ${rps[nginx]} | ${rps[zarrd]} | $shown | $(IFS=/; echo "${round_ratios[*]}") | ${mbs[nginx]} | ${mbs[zarrd]} | ${p99[nginx]} | ${p99[zarrd]} | ${bg[nginx]} / ${bg[zarrd]} | $check |")
+    unset rps mbs p99 chk bg rps_l mbs_l p99_l
   done
 done
 
@@ -560,10 +593,11 @@ report() {
   echo "- zarrd: \`$ZARRD\` (built $(date -u -r "$ZARRD" '+%Y-%m-%d %H:%M UTC'); repo HEAD $zarrd_rev), RUST_LOG=warn; $("$NGINX" -v 2>&1 | sed 's/.*version: //') (sendfile, tcp_nopush, access_log off, worker_processes auto)"
   echo "- wrk $(wrk -v 2>&1 | awk 'NR==1 {print $2}'), ${DURATION} s per run after ${WARMUP} s warmup; threads 1 at 1 connection, else 2; loopback; status check: $([[ $CHECK == full ]] && echo 'every response, Lua hook in measured runs (slows wrk)' || echo "every response in warmup (Lua hook), wrk counters + response size in measured runs")"
   [[ -n $SERVER_CPUS || -n $WRK_CPUS ]] && echo "- pinning: servers on CPUs ${SERVER_CPUS:-any}, wrk on CPUs ${WRK_CPUS:-any}"
-  echo "- MB/s: bytes received by wrk (headers + body) per second, 1 MB = 10^6 B. Bold ratio: below the 0.8x target (16 and 64 connections). Other CPU: share of the whole machine used by processes other than wrk and the servers during the nginx / zarrd run."
+  echo "- $ROUNDS round(s) per case and connection count, nginx and zarrd back to back, alternating which goes first; req/s, MB/s and p99 are medians over the rounds, the ratio is of the medians, and \"per round\" lists each round's zarrd/nginx ratio."
+  echo "- MB/s: bytes received by wrk (headers + body) per second, 1 MB = 10^6 B. Bold ratio: below the 0.8x target (16 and 64 connections). Other CPU: share of the whole machine used by processes other than wrk and the servers during the nginx / zarrd run (the largest over the rounds)."
   echo
-  echo "| case | conns | nginx req/s | zarrd req/s | zarrd/nginx | nginx MB/s | zarrd MB/s | nginx p99 ms | zarrd p99 ms | other CPU % n/z | check |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+  echo "| case | conns | nginx req/s | zarrd req/s | zarrd/nginx | per round | nginx MB/s | zarrd MB/s | nginx p99 ms | zarrd p99 ms | other CPU % n/z | check |"
+  echo "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"
   printf '%s\n' "${rows[@]}"
   echo
   if ((${#below[@]})); then
