@@ -42,12 +42,15 @@ pub(crate) enum Target {
 pub(crate) fn parse_target(uri: &Uri) -> ApiResult<(Cow<'_, str>, Target)> {
     let rest = uri.path().strip_prefix("/zarr/").unwrap_or("");
     let (mount, raw) = rest.split_once('/').unwrap_or((rest, ""));
-    // Borrowed unless there is something to decode.
-    let decode = |s| {
+    // Borrowed (and not scanned twice) unless there is something to decode.
+    fn decode(s: &str) -> ApiResult<Cow<'_, str>> {
+        if !s.contains('%') {
+            return Ok(Cow::Borrowed(s));
+        }
         percent_decode_str(s)
             .decode_utf8()
             .map_err(|_| ApiError::bad_request("invalid_key", format!("`{s}` is not valid percent-encoded UTF-8")))
-    };
+    }
     let mount = decode(mount)?;
     let raw = decode(raw)?;
     let target = if raw.is_empty() || raw.ends_with('/') {
@@ -62,26 +65,45 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<&
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-fn http_date(headers: &HeaderMap, name: &header::HeaderName) -> Option<SystemTime> {
-    header_str(headers, name).and_then(|v| httpdate::parse_http_date(v).ok())
-}
-
-/// Reads the conditional and range headers of a read.
+/// Reads the conditional and range headers of a read, in one pass over the
+/// headers (most reads have none of them).
 fn read_request(headers: &HeaderMap, head_only: bool) -> ReadRequest {
-    let list = |name| header_str(headers, name).map(Preconditions::parse_etag_list);
-    let preconditions = Preconditions {
-        if_match: list(&header::IF_MATCH),
-        if_none_match: list(&header::IF_NONE_MATCH),
-        if_modified_since: http_date(headers, &header::IF_MODIFIED_SINCE),
-        if_unmodified_since: http_date(headers, &header::IF_UNMODIFIED_SINCE),
-        if_range: header_str(headers, &header::IF_RANGE)
-            .map(|v| httpdate::parse_http_date(v).map_or_else(|_| IfRange::ETag(v.trim().to_string()), IfRange::Date)),
-    };
-    let range = match header_str(headers, &header::RANGE).map(ByteRange::parse_header) {
-        Some(RangeHeader::Single(r)) => Some(r),
-        Some(RangeHeader::Multiple | RangeHeader::Ignored) | None => None,
-    };
-    ReadRequest { range, preconditions, head_only }
+    let mut req = ReadRequest { head_only, ..ReadRequest::default() };
+    fn text(v: &HeaderValue) -> Option<&str> {
+        v.to_str().ok()
+    }
+    // List headers may come as several lines (RFC 9110 §5.3): their ETags
+    // add up. For the others the first line counts.
+    fn add_etags(list: &mut Option<Vec<String>>, value: &HeaderValue) {
+        if let Some(v) = text(value) {
+            list.get_or_insert_with(Vec::new).extend(Preconditions::parse_etag_list(v));
+        }
+    }
+    fn date(v: &HeaderValue) -> Option<SystemTime> {
+        text(v).and_then(|v| httpdate::parse_http_date(v).ok())
+    }
+    let p = &mut req.preconditions;
+    for (name, value) in headers {
+        if *name == header::IF_MATCH {
+            add_etags(&mut p.if_match, value);
+        } else if *name == header::IF_NONE_MATCH {
+            add_etags(&mut p.if_none_match, value);
+        } else if *name == header::IF_MODIFIED_SINCE {
+            p.if_modified_since = p.if_modified_since.or_else(|| date(value));
+        } else if *name == header::IF_UNMODIFIED_SINCE {
+            p.if_unmodified_since = p.if_unmodified_since.or_else(|| date(value));
+        } else if *name == header::IF_RANGE && p.if_range.is_none() {
+            p.if_range = text(value).map(|v| {
+                httpdate::parse_http_date(v).map_or_else(|_| IfRange::ETag(v.trim().to_string()), IfRange::Date)
+            });
+        } else if *name == header::RANGE && req.range.is_none() {
+            req.range = match text(value).map(ByteRange::parse_header) {
+                Some(RangeHeader::Single(r)) => Some(r),
+                Some(RangeHeader::Multiple | RangeHeader::Ignored) | None => None,
+            };
+        }
+    }
+    req
 }
 
 fn content_type(key: &StoreKey) -> &'static str {
@@ -342,6 +364,52 @@ pub async fn other_method(
             e.headers
                 .push((header::ALLOW, HeaderValue::from_static("GET, HEAD, PUT, DELETE, OPTIONS, PROPFIND, MKCOL")));
             Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_requests_take_every_conditional_and_range_header() {
+        let mut h = HeaderMap::new();
+        assert!(read_request(&h, false).range.is_none());
+        h.append(header::IF_NONE_MATCH, HeaderValue::from_static("\"a\", \"b\""));
+        h.append(header::IF_NONE_MATCH, HeaderValue::from_static("\"c\""));
+        h.insert(header::IF_MATCH, HeaderValue::from_static("*"));
+        h.insert(header::IF_MODIFIED_SINCE, HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"));
+        h.insert(header::IF_RANGE, HeaderValue::from_static("\"a\""));
+        h.insert(header::RANGE, HeaderValue::from_static("bytes=-16"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        let r = read_request(&h, true);
+        assert!(r.head_only);
+        assert_eq!(r.preconditions.if_none_match.as_deref(), Some(&["\"a\"", "\"b\"", "\"c\""].map(String::from)[..]));
+        assert_eq!(r.preconditions.if_match.as_deref(), Some(&["*".to_string()][..]));
+        assert_eq!(
+            r.preconditions.if_modified_since,
+            Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(784_111_777))
+        );
+        assert!(matches!(r.preconditions.if_range, Some(IfRange::ETag(ref e)) if e == "\"a\""));
+        assert!(r.range.is_some_and(|r| r.max_len() == 16));
+        // Several ranges: answered whole.
+        h.insert(header::RANGE, HeaderValue::from_static("bytes=0-1,4-5"));
+        assert!(read_request(&h, false).range.is_none());
+    }
+
+    #[test]
+    fn targets_decode_only_what_is_encoded() {
+        let uri: Uri = "/zarr/data/a/c/0/0".parse().unwrap();
+        let (mount, target) = parse_target(&uri).unwrap();
+        assert!(matches!(mount, Cow::Borrowed("data")));
+        assert!(matches!(target, Target::Key(ref k) if k.as_str() == "a/c/0/0"));
+        let uri: Uri = "/zarr/d%61ta/a%2Fb/".parse().unwrap();
+        let (mount, target) = parse_target(&uri).unwrap();
+        assert_eq!(mount, "data");
+        assert!(matches!(target, Target::Prefix(ref p) if p.as_str() == "a/b"));
+        for bad in ["/zarr/data/a/%2e%2e/b", "/zarr/data/%ff", "/zarr/data/a//b"] {
+            assert!(parse_target(&bad.parse().unwrap()).is_err(), "{bad}");
         }
     }
 }
