@@ -28,7 +28,6 @@ use utoipa_axum::routes;
 
 pub use front::Front;
 
-use crate::metrics::HttpMetrics;
 use crate::service::App;
 
 /// The request-id header, read from the client when present and echoed back.
@@ -98,7 +97,6 @@ pub fn router(app: Arc<App>) -> Front {
 /// `routes` with the fallback (the JSON 404), behind [`front::Front`] (tests
 /// use it to put extra routes behind the same guard; those need rules too).
 pub fn serve_routes(routes: Router<Arc<App>>, app: Arc<App>) -> Front {
-    let figures = Arc::new(HttpMetrics::new(auth::RULES.iter().map(|r| r.template)));
     let router = routes.fallback(health::not_found).with_state(Arc::clone(&app));
-    Front::new(router, &app, figures)
+    Front::new(router, &app)
 }

@@ -88,13 +88,17 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
-        let limit = app.config().limits.max_body_bytes;
-        let (parts, body) = req.into_parts();
-        let bytes = crate::http::store::read_body(&parts.headers, body, limit, "limits.max_body_bytes").await?;
-        serde_json::from_slice(&bytes)
+        serde_json::from_slice(&read_document(req, app).await?)
             .map(Self)
             .map_err(|e| ApiError::bad_request("invalid_body", format!("request body: {e}")))
     }
+}
+
+/// A document body: at most `limits.max_body_bytes`.
+async fn read_document(req: Request, app: &App) -> Result<bytes::Bytes, ApiError> {
+    let (parts, body) = req.into_parts();
+    let limit = app.config().limits.max_body_bytes;
+    crate::http::store::read_body(&parts.headers, body, limit, "limits.max_body_bytes").await
 }
 
 /// A JSON request body that must say so: as [`JsonBody`], and besides a
@@ -116,10 +120,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for TypedJsonBody<T> {
                 "invalid request body: expected a request with `Content-Type: application/json`",
             ));
         }
-        let limit = app.config().limits.max_body_bytes;
-        let (parts, body) = req.into_parts();
-        let bytes = crate::http::store::read_body(&parts.headers, body, limit, "limits.max_body_bytes").await?;
-        serde_json::from_slice(&bytes).map(Self).map_err(|e| {
+        serde_json::from_slice(&read_document(req, app).await?).map(Self).map_err(|e| {
             let status = match e.classify() {
                 serde_json::error::Category::Data => axum::http::StatusCode::UNPROCESSABLE_ENTITY,
                 _ => axum::http::StatusCode::BAD_REQUEST,

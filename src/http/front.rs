@@ -96,13 +96,13 @@ static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Front {
     /// `router` (with its state and fallback) behind the guard of `app`'s
-    /// configuration, with `figures` recording its traffic.
+    /// configuration, with HTTP metrics per route template of the rules.
     ///
     /// # Panics
     /// When two templates in [`auth::RULES`] conflict (a programming error
     /// every test would show).
     #[must_use]
-    pub fn new(router: Router, app: &Arc<App>, figures: Arc<HttpMetrics>) -> Self {
+    pub fn new(router: Router, app: &Arc<App>) -> Self {
         let mut routes = matchit::Router::new();
         for (i, rule) in auth::RULES.iter().enumerate() {
             if let Err(e) = routes.insert(rule.template, i) {
@@ -116,7 +116,7 @@ impl Front {
             router,
             guard: Arc::new(Guard::new(Arc::clone(app))),
             cors: Cors::new(&app.config().cors.allowed_origins),
-            figures,
+            figures: Arc::new(HttpMetrics::new(auth::RULES.iter().map(|r| r.template))),
             routes,
         };
         Self { shared: Arc::new(shared) }
