@@ -88,6 +88,52 @@ class Zarrd:
             self.proc.wait(timeout=timeout)
             return None
 
+    def rss_kib(self) -> int:
+        """Resident set size now (`VmRSS`), in KiB."""
+        return _proc_status_kib(self.proc.pid, "VmRSS")
+
+    def peak_rss_kib(self) -> int:
+        """Peak resident set size since start or the last `reset_peak_rss` (`VmHWM`), in KiB."""
+        return _proc_status_kib(self.proc.pid, "VmHWM")
+
+    def reset_peak_rss(self) -> None:
+        """Reset `VmHWM` to the current RSS (Linux: write 5 to /proc/PID/clear_refs)."""
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+
+
+class PeakRss:
+    """Measures how far the server's peak RSS rises inside a `with` block.
+
+    On entry the peak is reset to the current RSS; on exit `rise_kib` is the peak seen
+    during the block minus the RSS at entry. `assert_below(kib, what)` fails with both
+    figures named."""
+
+    def __init__(self, server: Zarrd) -> None:
+        self.server = server
+        self.start_kib = 0
+        self.rise_kib = 0
+
+    def __enter__(self) -> "PeakRss":
+        self.server.reset_peak_rss()
+        self.start_kib = self.server.rss_kib()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.rise_kib = self.server.peak_rss_kib() - self.start_kib
+
+    def assert_below(self, limit_kib: int, what: str) -> None:
+        assert self.rise_kib <= limit_kib, (
+            f"{what}: peak RSS rose by {self.rise_kib} KiB (from {self.start_kib} KiB), "
+            f"bound is {limit_kib} KiB"
+        )
+
+
+def _proc_status_kib(pid: int, field_name: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field_name + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field_name} not in /proc/{pid}/status")
+
 
 def start_zarrd(
     mounts: dict[str, str],
