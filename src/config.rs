@@ -226,6 +226,15 @@ pub struct Limits {
     /// Longest a request body may go without sending more bytes (408).
     #[serde(default = "default_body_timeout")]
     pub body_read_timeout_seconds: u64,
+    /// Most chunks (inner chunks for sharded arrays) one slice read or write
+    /// may touch (413 beyond): bounds a request's work before it starts.
+    #[serde(default = "default_max_chunks_per_request")]
+    pub max_chunks_per_request: u64,
+    /// Largest decoded chunk (or inner chunk) an array may declare, in bytes:
+    /// creating or opening an array with larger chunks is refused (422
+    /// naming this limit), so no single chunk can need more memory.
+    #[serde(default = "default_max_decoded_chunk")]
+    pub max_decoded_chunk_bytes: u64,
 }
 
 /// Caches.
@@ -276,6 +285,12 @@ const fn default_max_selection() -> u64 {
 }
 const fn default_max_json() -> u64 {
     16 * 1024 * 1024
+}
+const fn default_max_chunks_per_request() -> u64 {
+    1 << 20
+}
+const fn default_max_decoded_chunk() -> u64 {
+    1024 * 1024 * 1024
 }
 const fn default_slab() -> u64 {
     32 * 1024 * 1024
@@ -352,6 +367,8 @@ impl Default for Limits {
             max_concurrent_requests: default_max_concurrent(),
             header_read_timeout_seconds: default_header_timeout(),
             body_read_timeout_seconds: default_body_timeout(),
+            max_chunks_per_request: default_max_chunks_per_request(),
+            max_decoded_chunk_bytes: default_max_decoded_chunk(),
         }
     }
 }
