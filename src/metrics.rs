@@ -163,7 +163,7 @@ impl StorageOp {
 }
 
 /// The error kinds counted per storage operation: [`crate::storage::StorageError::kind`].
-pub const STORAGE_ERROR_KINDS: [&str; 11] = [
+pub const STORAGE_ERROR_KINDS: [&str; 12] = [
     "not_found",
     "is_prefix",
     "already_exists",
@@ -175,6 +175,7 @@ pub const STORAGE_ERROR_KINDS: [&str; 11] = [
     "permission_denied",
     "not_supported",
     "unavailable",
+    "timeout",
 ];
 
 /// One storage operation's figures.

@@ -10,7 +10,9 @@
 //! an object's [`ObjectMeta`], so a local file and an S3 object answer the
 //! same request the same way.
 
+pub mod beneath;
 pub mod error;
+pub mod fault;
 pub mod key;
 pub mod local;
 pub mod measured;

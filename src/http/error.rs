@@ -114,6 +114,11 @@ impl From<StorageError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable", "the storage backend is unavailable")
                     .with_header(header::RETRY_AFTER, "1")
             }
+            StorageError::Timeout { .. } => {
+                tracing::error!(error = %message, "storage timed out");
+                Self::new(StatusCode::GATEWAY_TIMEOUT, "storage_timeout", "the storage backend did not answer in time")
+                    .with_header(header::RETRY_AFTER, "1")
+            }
         }
     }
 }

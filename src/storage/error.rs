@@ -44,6 +44,9 @@ pub enum StorageError {
     /// The backend failed or could not be reached.
     #[error("storage unavailable: {reason}")]
     Unavailable { reason: String },
+    /// The backend did not answer in time.
+    #[error("storage timed out: {reason}")]
+    Timeout { reason: String },
 }
 
 impl StorageError {
@@ -62,6 +65,7 @@ impl StorageError {
             Self::PermissionDenied { .. } => "permission_denied",
             Self::NotSupported { .. } => "not_supported",
             Self::Unavailable { .. } => "unavailable",
+            Self::Timeout { .. } => "timeout",
         }
     }
 
@@ -92,7 +96,18 @@ impl StorageError {
     pub fn from_io(key: &str, err: &std::io::Error) -> Self {
         use std::io::ErrorKind as K;
         let key = key.to_string();
+        match rustix::io::Errno::from_io_error(err) {
+            // A path leaving a local mount, or a link loop: not there.
+            Some(rustix::io::Errno::XDEV | rustix::io::Errno::LOOP) => return Self::NotFound { key },
+            Some(rustix::io::Errno::NAMETOOLONG) => {
+                return Self::InvalidKey {
+                    reason: format!("key `{key}` is longer than this filesystem's names or paths may be"),
+                }
+            }
+            _ => {}
+        }
         match err.kind() {
+            K::TimedOut => Self::Timeout { reason: format!("{key}: {err}") },
             // A path component that is a file ("a/b" where "a" is a file) reads as missing.
             K::NotFound | K::NotADirectory | K::IsADirectory => Self::NotFound { key },
             K::PermissionDenied => Self::PermissionDenied { key, reason: err.to_string() },

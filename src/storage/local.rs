@@ -1,6 +1,41 @@
-//! Local directories: `object_store`'s `LocalFileSystem` for writes, deletes
-//! and listings (atomic staged writes, empty-directory clean-up), and a
-//! direct read path.
+//! Local directories, confined to their root (see [`super::beneath`]).
+//!
+//! # Confinement
+//!
+//! Nothing outside a mount's root is ever read, written, listed or deleted,
+//! whatever links exist inside it:
+//!
+//! - Every path is resolved by the kernel beneath an open handle of the root
+//!   (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`), in the same
+//!   system call that opens it, so no rename can slip between a check and
+//!   its use.
+//! - A symbolic link whose target stays inside the mount (relative, never
+//!   climbing above the root) is followed, on reads and as a directory on
+//!   the way to a written key.
+//! - A link that leaves the mount (a `..` above the root, an absolute target,
+//!   `/proc` magic links) or loops is treated as missing: reads answer 404,
+//!   listings leave it out, and a write that would go through it is refused
+//!   (409, naming the link).
+//! - Writes replace the key's directory entry (rename) and deletes unlink
+//!   it: neither ever follows a link in the last component, so deleting or
+//!   overwriting a link changes the link, never what it points to.
+//! - Listings show real directories as prefixes, files and links to files
+//!   inside the mount as objects; links to directories are not listed
+//!   (recursive listings never descend through a link, so a loop cannot make
+//!   them endless, and a recursive delete never reaches through one).
+//!
+//! # Staging
+//!
+//! A write goes to an anonymous file (`O_TMPFILE`) in the key's directory,
+//! invisible to every reader until it is complete. It is then linked under a
+//! name in the reserved directory [`STAGING_DIR`] at the root and renamed
+//! over the key (atomically: readers see the old or the new object). The
+//! named staging file lives for a few microseconds; one left by a crash is
+//! removed when the mount is next opened. Keys with a segment starting with
+//! [`RESERVED_PREFIX`] are refused (400). Where the filesystem has no
+//! `O_TMPFILE`, the file is written under a name in the staging directory.
+//!
+//! # Reads
 //!
 //! Reads are the hot path of the store protocol, and a local directory is
 //! served from the page cache: open, stat and a read of a chunk take a few
@@ -11,24 +46,26 @@
 //! network filesystem would stall a worker for the duration of one read.
 //!
 //! Small objects (up to [`ObjectCacheSettings::max_object_bytes`]) are kept
-//! in a byte-bounded cache and served from memory after one `stat` shows the
-//! file unchanged (same inode, size, mtime and ctime: any write through zarrd
+//! in a byte-bounded cache and served from memory after one confined open
+//! and `fstat` show the file unchanged (same inode, size, mtime and ctime: any write through zarrd
 //! is a rename to a new inode, and any write in place changes ctime). That
-//! saves the open, read, close and copy of hot chunks and metadata documents,
-//! the way nginx's `open_file_cache` saves the open.
+//! saves the read and copy of hot chunks and metadata documents.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::UNIX_EPOCH;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use object_store::local::LocalFileSystem;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
 
-use super::object::ObjectBackend;
+use super::beneath::{self, Root};
+use super::request::etag_matches;
 use super::{
     request, KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage,
     StorageError, StorageResult, StoreKey,
@@ -36,6 +73,32 @@ use super::{
 
 /// Reads up to this many bytes run inline on the async worker.
 pub const INLINE_READ_MAX: u64 = 4 * 1024 * 1024;
+
+/// The directory at a mount's root that holds named staging files (for
+/// microseconds; one left by a crash is removed when the mount is opened).
+pub const STAGING_DIR: &str = ".zarrd-staging";
+
+/// Key segments starting with this are reserved for staging files: such
+/// keys are refused (400) and such names are left out of listings.
+pub const RESERVED_PREFIX: &str = ".zarrd-staging";
+
+/// The longest key segment (file name) a local mount can store, in bytes
+/// (`NAME_MAX` of Linux filesystems).
+pub const MAX_SEGMENT_BYTES: usize = 255;
+
+/// How often a write starts again when a concurrent delete's clean-up
+/// removed the directory it was writing into.
+const WRITE_RETRIES: usize = 4;
+
+/// Staging files older than this are removed at start even when the process
+/// that named them might still run.
+const STALE_STAGING: Duration = Duration::from_secs(3600);
+
+/// Makes staging names unique across mounts of this process (and, with the
+/// process id and start time, across processes sharing a directory).
+static STAGING_COUNTER: AtomicU64 = AtomicU64::new(0);
+static STAGING_EPOCH: LazyLock<u128> =
+    LazyLock::new(|| std::time::SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
 
 /// Sizes of the per-mount object cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +115,7 @@ impl Default for ObjectCacheSettings {
     }
 }
 
-/// What identifies one version of a file.
+/// What identifies one version of a file, from one `stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Validator {
     ino: u64,
@@ -62,14 +125,40 @@ struct Validator {
 }
 
 impl Validator {
-    fn of(md: &std::fs::Metadata) -> Self {
+    // The field types differ between architectures.
+    #[allow(clippy::unnecessary_cast, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+    fn of(st: &rustix::fs::Stat) -> Self {
         Self {
-            ino: md.ino(),
-            size: md.len(),
-            mtime: (md.mtime(), md.mtime_nsec()),
-            ctime: (md.ctime(), md.ctime_nsec()),
+            ino: st.st_ino as u64,
+            size: st.st_size as u64,
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime: (st.st_ctime as i64, st.st_ctime_nsec as i64),
         }
     }
+
+    fn meta(&self) -> ObjectMeta {
+        let modified = u64::try_from(self.mtime.0)
+            .ok()
+            .map(|s| UNIX_EPOCH + Duration::new(s, u32::try_from(self.mtime.1).unwrap_or(0)));
+        let micros = modified.and_then(|m| m.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_micros());
+        ObjectMeta {
+            size: self.size,
+            last_modified: modified,
+            etag: format!("\"{:x}-{:x}-{:x}\"", self.ino, micros, self.size),
+            version_token: None,
+            version_id: None,
+        }
+    }
+}
+
+/// What a directory entry is, as listings see it.
+enum Entry {
+    Dir,
+    File(Validator),
+}
+
+fn kind(st: &rustix::fs::Stat) -> FileType {
+    FileType::from_raw_mode(st.st_mode)
 }
 
 #[derive(Debug)]
@@ -83,17 +172,137 @@ struct CachedObject {
 #[derive(Debug)]
 enum Inline {
     Done(ReadOutcome),
-    /// Too large to read on the async worker.
-    Large,
+    /// Too large to read on the async worker: the open file, for the
+    /// blocking pool.
+    Large(File, Validator),
 }
 
 /// A mount over a local directory.
 #[derive(Debug, Clone)]
 pub struct LocalBackend {
-    root: Arc<PathBuf>,
-    inner: ObjectBackend,
+    root: Arc<Root>,
     cache: Option<moka::sync::Cache<StoreKey, Arc<CachedObject>>>,
     max_cached: u64,
+}
+
+/// Checks a key (or prefix) can be a path here: no segment longer than a
+/// file name may be, none in the reserved staging namespace.
+fn check_key(key: &str) -> StorageResult<()> {
+    if key.len() <= MAX_SEGMENT_BYTES && !key.contains(RESERVED_PREFIX) {
+        return Ok(());
+    }
+    for segment in key.split('/') {
+        if segment.len() > MAX_SEGMENT_BYTES {
+            let start: String = segment.chars().take(24).collect();
+            return Err(StorageError::InvalidKey {
+                reason: format!(
+                    "key `{key}`: the segment `{start}...` is {} bytes long, and a local mount's file names are at \
+                     most {MAX_SEGMENT_BYTES} bytes",
+                    segment.len()
+                ),
+            });
+        }
+        if segment.starts_with(RESERVED_PREFIX) {
+            return Err(StorageError::InvalidKey {
+                reason: format!(
+                    "key `{key}`: segments starting with `{RESERVED_PREFIX}` are reserved for zarrd's staging files"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A failed lookup: anything that means "not there" (including a path
+/// leaving the mount, or looping) is not found.
+fn lookup_error(key: &str, e: Errno) -> StorageError {
+    if beneath::is_absent(e) {
+        return StorageError::NotFound { key: key.to_string() };
+    }
+    StorageError::from_io(key, &e.into())
+}
+
+/// A failed write or delete.
+fn write_error(key: &str, e: Errno) -> StorageError {
+    match e {
+        Errno::NAMETOOLONG => StorageError::InvalidKey {
+            reason: format!("key `{key}` is longer than this filesystem's names or paths may be"),
+        },
+        Errno::ACCESS | Errno::PERM | Errno::ROFS => {
+            StorageError::PermissionDenied { key: key.to_string(), reason: std::io::Error::from(e).to_string() }
+        }
+        _ => StorageError::Unavailable { reason: format!("{key}: {}", std::io::Error::from(e)) },
+    }
+}
+
+/// Why a directory cannot be created or entered on the way to `key`.
+fn in_the_way(key: &str, rel: &str, e: Errno) -> StorageError {
+    let conflict = |reason: String| StorageError::Conflict { key: key.to_string(), reason };
+    match e {
+        Errno::NOTDIR | Errno::EXIST => conflict(format!("{rel} is an object, not a prefix")),
+        Errno::XDEV | Errno::LOOP => conflict(format!(
+            "{rel} is a symbolic link that leaves the mount or loops, and zarrd never writes through one"
+        )),
+        other => write_error(key, other),
+    }
+}
+
+fn join_error(e: &tokio::task::JoinError) -> StorageError {
+    StorageError::Unavailable { reason: e.to_string() }
+}
+
+/// `key` split into its directory (relative to the root) and its name.
+fn split_key(key: &StoreKey) -> (&str, &str) {
+    key.as_str().rsplit_once('/').unwrap_or(("", key.as_str()))
+}
+
+fn join_rel(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_io_error(e).unwrap_or(Errno::IO)
+}
+
+/// Links the open (anonymous) file `file` as `dir/name`.
+fn link_fd(file: &File, dir: BorrowedFd<'_>, name: &str) -> rustix::io::Result<()> {
+    match rustix::fs::linkat(file, "", dir, name, AtFlags::EMPTY_PATH) {
+        // Kernels before 6.10 allow `AT_EMPTY_PATH` only with
+        // CAP_DAC_READ_SEARCH; the /proc link works for any owner.
+        Err(Errno::NOENT | Errno::PERM | Errno::ACCESS) => {
+            let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+            rustix::fs::linkat(rustix::fs::CWD, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW)
+        }
+        other => other,
+    }
+}
+
+/// Renames `from_dir/from` to `to_dir/to`, removing the source when that fails.
+fn place(
+    from_dir: BorrowedFd<'_>,
+    from: &str,
+    to_dir: BorrowedFd<'_>,
+    to: &str,
+    no_replace: bool,
+) -> rustix::io::Result<()> {
+    let result = if no_replace {
+        rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE)
+    } else {
+        rustix::fs::renameat(from_dir, from, to_dir, to)
+    };
+    if result.is_err() {
+        let _ = rustix::fs::unlinkat(from_dir, from, AtFlags::empty());
+    }
+    result
+}
+
+fn staging_name() -> String {
+    let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{:x}-{n}", std::process::id(), *STAGING_EPOCH)
 }
 
 impl LocalBackend {
@@ -106,9 +315,11 @@ impl LocalBackend {
     }
 
     /// Serves the directory `root` with an object cache of the given sizes.
+    /// Staging files a crashed process left are removed.
     ///
     /// # Errors
-    /// `Unavailable` when `root` is not a directory.
+    /// `Unavailable` when `root` is not a directory, or the kernel cannot
+    /// confine lookups to it.
     pub fn with_cache(root: PathBuf, cache: ObjectCacheSettings) -> StorageResult<Self> {
         let root = root
             .canonicalize()
@@ -116,9 +327,8 @@ impl LocalBackend {
         if !root.is_dir() {
             return Err(StorageError::Unavailable { reason: format!("{} is not a directory", root.display()) });
         }
-        let fs = LocalFileSystem::new_with_prefix(&root)
-            .map_err(|e| StorageError::Unavailable { reason: e.to_string() })?
-            .with_automatic_cleanup(true);
+        let handle =
+            Root::open(&root).map_err(|e| StorageError::Unavailable { reason: format!("{}: {e}", root.display()) })?;
         let object_cache = (cache.capacity_bytes > 0).then(|| {
             moka::sync::Cache::builder()
                 .max_capacity(cache.capacity_bytes)
@@ -127,75 +337,80 @@ impl LocalBackend {
                 })
                 .build()
         });
-        Ok(Self {
-            root: Arc::new(root),
-            inner: ObjectBackend::new(Arc::new(fs), "")?,
+        let backend = Self {
+            root: Arc::new(handle),
             cache: object_cache,
             max_cached: cache.max_object_bytes.min(cache.capacity_bytes),
-        })
+        };
+        backend.sweep_staging();
+        Ok(backend)
     }
 
-    fn file_path(&self, key: &StoreKey) -> PathBuf {
-        // Segments are validated by `StoreKey`: never `..`, never empty,
-        // never absolute, no backslash; `/` separates them on every platform
-        // Rust's paths run on here.
-        let mut p = std::ffi::OsString::with_capacity(self.root.as_os_str().len() + 1 + key.as_str().len());
-        p.push(self.root.as_os_str());
-        p.push("/");
-        p.push(key.as_str());
-        PathBuf::from(p)
-    }
-
-    /// Why `key` cannot be a file here, if it cannot: an ancestor is a file,
-    /// or the key itself is a directory. Checked only after a failed write.
-    fn conflict(&self, key: &StoreKey) -> Option<StorageError> {
-        let conflict = |reason: String| StorageError::Conflict { key: key.to_string(), reason };
-        let mut path = (*self.root).clone();
-        let segments: Vec<&str> = key.segments().collect();
-        for (i, segment) in segments.iter().enumerate() {
-            path.push(segment);
-            let Ok(md) = std::fs::symlink_metadata(&path) else { return None };
-            let last = i + 1 == segments.len();
-            if !last && !md.is_dir() {
-                return Some(conflict(format!("{} is an object, not a prefix", segments[..=i].join("/"))));
+    /// Removes the named staging files of processes that no longer run (a
+    /// crash between a staging link and its rename; microseconds wide).
+    fn sweep_staging(&self) {
+        let Ok(dir) = self.root.open_at(STAGING_DIR, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW) else {
+            return;
+        };
+        let Ok(entries) = rustix::fs::Dir::read_from(&dir) else { return };
+        let own = std::process::id().to_string();
+        let now = std::time::SystemTime::now();
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().to_str() else { continue };
+            if name == "." || name == ".." {
+                continue;
             }
-            if last && md.is_dir() {
-                return Some(conflict("it is a prefix with keys below it".into()));
+            let pid = name.split('-').next().unwrap_or("");
+            let alive = pid == own || (!pid.is_empty() && std::path::Path::new("/proc").join(pid).exists());
+            let stale = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+                let mtime = u64::try_from(st.st_mtime).map_or(UNIX_EPOCH, |s| UNIX_EPOCH + Duration::from_secs(s));
+                now.duration_since(mtime).is_ok_and(|age| age > STALE_STAGING)
+            });
+            if !alive || stale {
+                let _ = rustix::fs::unlinkat(&dir, name, AtFlags::empty());
             }
         }
-        None
     }
 
-    fn meta_of(md: &std::fs::Metadata) -> ObjectMeta {
-        let modified = md.modified().ok();
-        let micros = modified.and_then(|m| m.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_micros());
-        ObjectMeta {
-            size: md.len(),
-            last_modified: modified,
-            etag: format!("\"{:x}-{:x}-{:x}\"", md.ino(), micros, md.len()),
-            version_token: None,
-            version_id: None,
+    /// The staging directory, created when missing; `None` when it cannot be
+    /// used (then staging happens in the key's directory).
+    fn staging_dir(&self) -> Option<OwnedFd> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW;
+        match self.root.open_at(STAGING_DIR, flags) {
+            Ok(fd) => Some(fd),
+            Err(Errno::NOENT) => {
+                let _ = rustix::fs::mkdirat(self.root.fd(), STAGING_DIR, Mode::from_raw_mode(0o777));
+                self.root.open_at(STAGING_DIR, flags).ok()
+            }
+            Err(_) => None,
         }
     }
 
-    /// The part of a read done on the async worker, after one `stat`: a
-    /// cached, unchanged object is served from memory; HEAD requests, failed
-    /// preconditions and reads up to [`INLINE_READ_MAX`] bytes are answered
-    /// here; a larger read is handed back ([`Inline::Large`]) for the
-    /// blocking pool. A directory is a prefix; a missing file is not found.
-    fn read_inline(&self, path: &std::path::Path, key: &StoreKey, req: &ReadRequest) -> StorageResult<Inline> {
-        let io = |e: std::io::Error| StorageError::from_io(key.as_str(), &e);
-        let md = std::fs::metadata(path).map_err(io)?;
-        if md.is_dir() {
-            return Err(StorageError::IsPrefix { key: key.to_string() });
+    /// Opens the object at `key` for reading (confined), with its `stat`.
+    fn open_object(&self, key: &StoreKey) -> StorageResult<(File, Validator)> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let fd = self.root.open_at(key.as_str(), flags).map_err(|e| lookup_error(key.as_str(), e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| lookup_error(key.as_str(), e))?;
+        match kind(&st) {
+            FileType::Directory => Err(StorageError::IsPrefix { key: key.to_string() }),
+            FileType::RegularFile => Ok((File::from(fd), Validator::of(&st))),
+            _ => Err(StorageError::NotFound { key: key.to_string() }),
         }
-        if !md.is_file() {
-            return Err(StorageError::NotFound { key: key.to_string() });
-        }
+    }
+
+    /// The part of a read done on the async worker, after one confined open
+    /// and `fstat`: a cached, unchanged object is served from memory; HEAD
+    /// requests, failed preconditions and reads up to [`INLINE_READ_MAX`]
+    /// bytes are answered here; a larger read is handed back
+    /// ([`Inline::Large`]) for the blocking pool. A directory is a prefix; a
+    /// missing file is not found.
+    fn read_inline(&self, key: &StoreKey, req: &ReadRequest) -> StorageResult<Inline> {
+        check_key(key.as_str())?;
+        let (file, validator) = self.open_object(key)?;
         if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(key)) {
             // Same inode, size and times: the cached metadata (ETag
             // included, which is made of them) is this file's.
-            if hit.validator == Validator::of(&md) {
+            if hit.validator == validator {
                 let meta = hit.meta.clone();
                 let range = request::evaluate(key.as_str(), &meta, req)?;
                 let body = match (&range, req.head_only) {
@@ -208,31 +423,25 @@ impl LocalBackend {
         }
         if !req.head_only {
             // A range never reads past the end of the file.
-            let len = req.range.map_or(md.len(), |r| r.max_len().min(md.len()));
+            let len = req.range.map_or(validator.size, |r| r.max_len().min(validator.size));
             if len > INLINE_READ_MAX {
-                return Ok(Inline::Large);
+                return Ok(Inline::Large(file, validator));
             }
         }
-        Self::read_file(path, key, req, self.cache.as_ref().map(|c| (c, self.max_cached))).map(Inline::Done)
+        let cache = self.cache.as_ref().map(|c| (c, self.max_cached));
+        Self::read_file(&file, validator, key, req, cache).map(Inline::Done)
     }
 
-    /// Opens, stats and reads a file; caches it whole when it is small enough.
+    /// Reads an open file; caches it whole when it is small enough.
     fn read_file(
-        path: &std::path::Path,
+        file: &File,
+        validator: Validator,
         key: &StoreKey,
         req: &ReadRequest,
         cache: Option<(&moka::sync::Cache<StoreKey, Arc<CachedObject>>, u64)>,
     ) -> StorageResult<ReadOutcome> {
         let io = |e: std::io::Error| StorageError::from_io(key.as_str(), &e);
-        let file = File::open(path).map_err(io)?;
-        let md = file.metadata().map_err(io)?;
-        if md.is_dir() {
-            return Err(StorageError::IsPrefix { key: key.to_string() });
-        }
-        if !md.is_file() {
-            return Err(StorageError::NotFound { key: key.to_string() });
-        }
-        let meta = Self::meta_of(&md);
+        let meta = validator.meta();
         let range = request::evaluate(key.as_str(), &meta, req)?;
         if req.head_only {
             return Ok(ReadOutcome { meta, range, body: Bytes::new() });
@@ -243,7 +452,7 @@ impl LocalBackend {
         // Read into spare capacity (no zero-filling): `take` stops at `len`
         // without a further syscall, `read_to_end` never over-allocates here.
         let mut buf = Vec::with_capacity(len);
-        let mut reader = &file;
+        let mut reader = file;
         reader.seek(SeekFrom::Start(span.start)).map_err(io)?;
         reader.take(len as u64).read_to_end(&mut buf).map_err(io)?;
         if buf.len() != len {
@@ -253,7 +462,7 @@ impl LocalBackend {
         }
         let mut body = Bytes::from(buf);
         if let Some((cache, _)) = cacheable {
-            let cached = CachedObject { validator: Validator::of(&md), meta: meta.clone(), body: body.clone() };
+            let cached = CachedObject { validator, meta: meta.clone(), body: body.clone() };
             cache.insert(key.clone(), Arc::new(cached));
             if let Some(r) = &range {
                 body = body.slice(to_usize(r.start)?..to_usize(r.end)?);
@@ -261,23 +470,312 @@ impl LocalBackend {
         }
         Ok(ReadOutcome { meta, range, body })
     }
+
+    /// Opens the directory `rel` for writing into, creating what is missing
+    /// (confined: through links inside the mount, never through one leaving
+    /// it), or names what is in the way.
+    fn make_dirs(&self, key: &StoreKey, rel: &str) -> StorageResult<OwnedFd> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY;
+        match self.root.open_at(rel, flags) {
+            Ok(fd) => return Ok(fd),
+            Err(e) if beneath::is_absent(e) => {}
+            Err(e) => return Err(write_error(key.as_str(), e)),
+        }
+        let mut current = self.root.open_at("", flags).map_err(|e| write_error(key.as_str(), e))?;
+        let mut end = 0;
+        for segment in rel.split('/') {
+            end += segment.len();
+            let sub = &rel[..end];
+            end += 1;
+            current = match self.root.open_at(sub, flags) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    match rustix::fs::mkdirat(&current, segment, Mode::from_raw_mode(0o777)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(in_the_way(key.as_str(), sub, e)),
+                    }
+                    self.root.open_at(sub, flags).map_err(|e| in_the_way(key.as_str(), sub, e))?
+                }
+                Err(e) => return Err(in_the_way(key.as_str(), sub, e)),
+            };
+        }
+        Ok(current)
+    }
+
+    /// Writes `body` as `parent/name`, atomically (see the module
+    /// documentation); `no_replace` fails with `EEXIST` when the name exists.
+    fn write_in(&self, parent: &OwnedFd, name: &str, body: &[u8], no_replace: bool) -> rustix::io::Result<Validator> {
+        let tmp = match rustix::fs::openat(
+            parent,
+            ".",
+            OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o666),
+        ) {
+            Ok(fd) => File::from(fd),
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
+                return self.write_named(parent, name, body, no_replace)
+            }
+            Err(e) => return Err(e),
+        };
+        (&tmp).write_all(body).map_err(|e| io_errno(&e))?;
+        if no_replace {
+            link_fd(&tmp, parent.as_fd(), name)?;
+        } else {
+            let mut placed = false;
+            if let Some(staging) = self.staging_dir() {
+                let staged = staging_name();
+                match link_fd(&tmp, staging.as_fd(), &staged) {
+                    Ok(()) => {
+                        place(staging.as_fd(), &staged, parent.as_fd(), name, false)?;
+                        placed = true;
+                    }
+                    // The key's directory is on another filesystem.
+                    Err(Errno::XDEV) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if !placed {
+                let staged = format!("{RESERVED_PREFIX}-{}", staging_name());
+                link_fd(&tmp, parent.as_fd(), &staged)?;
+                place(parent.as_fd(), &staged, parent.as_fd(), name, false)?;
+            }
+        }
+        rustix::fs::fstat(&tmp).map(|st| Validator::of(&st))
+    }
+
+    /// [`Self::write_in`] where the filesystem has no `O_TMPFILE`: the file
+    /// is written under a staging name, then renamed.
+    fn write_named(
+        &self,
+        parent: &OwnedFd,
+        name: &str,
+        body: &[u8],
+        no_replace: bool,
+    ) -> rustix::io::Result<Validator> {
+        let staging = self.staging_dir();
+        let mut places: Vec<(BorrowedFd<'_>, String)> = Vec::with_capacity(2);
+        if let Some(dir) = &staging {
+            places.push((dir.as_fd(), staging_name()));
+        }
+        places.push((parent.as_fd(), format!("{RESERVED_PREFIX}-{}", staging_name())));
+        let mut last = Errno::XDEV;
+        for (dir, staged) in places {
+            let flags = OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let file = File::from(rustix::fs::openat(dir, staged.as_str(), flags, Mode::from_raw_mode(0o666))?);
+            if let Err(e) = (&file).write_all(body) {
+                let _ = rustix::fs::unlinkat(dir, staged.as_str(), AtFlags::empty());
+                return Err(io_errno(&e));
+            }
+            match place(dir, &staged, parent.as_fd(), name, no_replace) {
+                Ok(()) => return rustix::fs::fstat(&file).map(|st| Validator::of(&st)),
+                Err(Errno::XDEV) => last = Errno::XDEV,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
+    fn write_blocking(&self, key: &StoreKey, body: &[u8], no_replace: bool) -> StorageResult<ObjectMeta> {
+        let (dir, name) = split_key(key);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let parent = self.make_dirs(key, dir)?;
+            match self.write_in(&parent, name, body, no_replace) {
+                Ok(v) => return Ok(v.meta()),
+                // A concurrent delete removed the (empty) directory.
+                Err(Errno::NOENT) if attempt < WRITE_RETRIES => {}
+                Err(Errno::EXIST) if no_replace => {
+                    return Err(StorageError::PreconditionFailed {
+                        key: key.to_string(),
+                        reason: "If-None-Match: * but the key was created meanwhile".into(),
+                    })
+                }
+                Err(Errno::ISDIR | Errno::NOTEMPTY) => {
+                    return Err(StorageError::Conflict {
+                        key: key.to_string(),
+                        reason: "it is a prefix with keys below it".into(),
+                    })
+                }
+                Err(e) => return Err(write_error(key.as_str(), e)),
+            }
+        }
+    }
+
+    fn delete_blocking(&self, key: &StoreKey) -> StorageResult<()> {
+        let (dir, name) = split_key(key);
+        let parent = match self.root.open_at(dir, OFlags::PATH | OFlags::DIRECTORY) {
+            Ok(fd) => fd,
+            // Nothing of the mount's is there (or only through a link leaving it).
+            Err(e) if beneath::is_absent(e) => return Ok(()),
+            Err(e) => return Err(write_error(key.as_str(), e)),
+        };
+        // Never follows a link in the last component: deleting a link
+        // removes the link.
+        match rustix::fs::unlinkat(&parent, name, AtFlags::empty()) {
+            Ok(()) => {}
+            Err(Errno::NOENT) => return Ok(()),
+            Err(Errno::ISDIR | Errno::PERM)
+                if self.root.open_at(key.as_str(), OFlags::PATH | OFlags::DIRECTORY).is_ok() =>
+            {
+                return Err(StorageError::Conflict {
+                    key: key.to_string(),
+                    reason: "it is a prefix, not an object: delete the keys below it one by one (or a whole node \
+                             with DELETE /api/v1/nodes/...?recursive=true)"
+                        .into(),
+                })
+            }
+            Err(e) => return Err(write_error(key.as_str(), e)),
+        }
+        self.remove_empty_dirs(key);
+        Ok(())
+    }
+
+    /// Removes the directories of `key` left empty, deepest first, as
+    /// `object_store`'s local store did (never the root).
+    fn remove_empty_dirs(&self, key: &StoreKey) {
+        let mut dir = split_key(key).0;
+        while !dir.is_empty() {
+            let (up, name) = dir.rsplit_once('/').unwrap_or(("", dir));
+            let Ok(fd) = self.root.open_at(up, OFlags::PATH | OFlags::DIRECTORY) else { return };
+            if rustix::fs::unlinkat(&fd, name, AtFlags::REMOVEDIR).is_err() {
+                return;
+            }
+            dir = up;
+        }
+    }
+
+    /// What the entry `name` of the directory `dir` (at `rel`, relative to
+    /// the root) is for listings: directories, files, and links to files
+    /// inside the mount; `None` for anything else.
+    fn entry(&self, dir: &OwnedFd, rel: &str, name: &str, file_type: FileType) -> Option<Entry> {
+        let file_type = match file_type {
+            FileType::Directory | FileType::RegularFile | FileType::Symlink => file_type,
+            _ => kind(&rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?),
+        };
+        match file_type {
+            FileType::Directory => Some(Entry::Dir),
+            FileType::RegularFile => {
+                let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+                (kind(&st) == FileType::RegularFile).then(|| Entry::File(Validator::of(&st)))
+            }
+            FileType::Symlink => {
+                let fd = self.root.open_at(&join_rel(rel, name), OFlags::PATH).ok()?;
+                let st = rustix::fs::fstat(&fd).ok()?;
+                (kind(&st) == FileType::RegularFile).then(|| Entry::File(Validator::of(&st)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The usable names of a directory's entries, with their types.
+    fn read_dir(dir: &OwnedFd, what: &str) -> StorageResult<Vec<(String, FileType)>> {
+        let failed =
+            |e: Errno| StorageError::Unavailable { reason: format!("listing {what}: {}", std::io::Error::from(e)) };
+        let mut out = Vec::new();
+        for entry in rustix::fs::Dir::read_from(dir).map_err(failed)? {
+            let entry = entry.map_err(failed)?;
+            let Ok(name) = entry.file_name().to_str() else { continue };
+            if name == "." || name == ".." || name.starts_with(RESERVED_PREFIX) {
+                continue;
+            }
+            out.push((name.to_string(), entry.file_type()));
+        }
+        Ok(out)
+    }
+
+    fn list_blocking(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>> {
+        let dir = match self.root.open_at(prefix.as_str(), OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(fd) => fd,
+            Err(e) if beneath::is_absent(e) => return Ok(Vec::new()),
+            Err(e) => return Err(lookup_error(prefix.as_str(), e)),
+        };
+        let mut out = Vec::new();
+        for (name, file_type) in Self::read_dir(&dir, prefix.as_str())? {
+            if prefix.child(&name).is_err() {
+                continue;
+            }
+            match self.entry(&dir, prefix.as_str(), &name, file_type) {
+                Some(Entry::Dir) => out.push(ListEntry::Prefix { name }),
+                Some(Entry::File(v)) => out.push(ListEntry::Object { name, meta: v.meta() }),
+                None => {}
+            }
+        }
+        out.sort_by(|a, b| super::object::entry_name(a).cmp(super::object::entry_name(b)));
+        Ok(out)
+    }
+
+    fn list_recursive_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
+        let mut out = Vec::new();
+        // Relative names of directories still to read; each is opened when
+        // its turn comes (never through a link: `O_NOFOLLOW`, and only real
+        // directories are queued), so a link loop cannot make this endless.
+        let mut pending = vec![String::new()];
+        while let Some(sub) = pending.pop() {
+            let rel = if sub.is_empty() { prefix.as_str().to_string() } else { join_rel(prefix.as_str(), &sub) };
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW;
+            let dir = match self.root.open_at(&rel, flags) {
+                Ok(fd) => fd,
+                Err(e) if sub.is_empty() && !beneath::is_absent(e) => return Err(lookup_error(prefix.as_str(), e)),
+                // Gone meanwhile, or (the prefix itself) absent or a link.
+                Err(_) => continue,
+            };
+            for (name, file_type) in Self::read_dir(&dir, &rel)? {
+                let name_rel = join_rel(&sub, &name);
+                if prefix.child(&name_rel).is_err() {
+                    continue;
+                }
+                match self.entry(&dir, &rel, &name, file_type) {
+                    Some(Entry::Dir) if file_type == FileType::Directory => pending.push(name_rel),
+                    Some(Entry::File(v)) => {
+                        if out.len() >= limit {
+                            break;
+                        }
+                        out.push((name_rel, v.meta()));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
 }
 
 fn to_usize(n: u64) -> StorageResult<usize> {
     usize::try_from(n).map_err(|_| StorageError::Unavailable { reason: format!("{n} bytes do not fit in memory") })
 }
 
+/// Checks a write's condition against the current object.
+fn check_condition(key: &StoreKey, condition: &PutCondition, current: Option<&ObjectMeta>) -> StorageResult<()> {
+    let failed = |reason: String| StorageError::PreconditionFailed { key: key.to_string(), reason };
+    match condition {
+        PutCondition::None => Ok(()),
+        PutCondition::IfAbsent if current.is_some() => Err(failed("If-None-Match: * but the key exists".into())),
+        PutCondition::IfAbsent => Ok(()),
+        PutCondition::IfMatch(list) => {
+            let Some(meta) = current else {
+                return Err(failed("If-Match given but the key does not exist".into()));
+            };
+            if etag_matches(list, &meta.etag) {
+                Ok(())
+            } else {
+                Err(failed(format!("If-Match {} does not match the current ETag {}", list.join(", "), meta.etag)))
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl Storage for LocalBackend {
     async fn read(&self, key: &StoreKey, req: &ReadRequest) -> StorageResult<ReadOutcome> {
-        let path = self.file_path(key);
-        match self.read_inline(&path, key, req)? {
+        match self.read_inline(key, req)? {
             Inline::Done(out) => Ok(out),
-            Inline::Large => {
+            Inline::Large(file, validator) => {
                 let (key, req) = (key.clone(), req.clone());
-                tokio::task::spawn_blocking(move || Self::read_file(&path, &key, &req, None))
+                tokio::task::spawn_blocking(move || Self::read_file(&file, validator, &key, &req, None))
                     .await
-                    .map_err(|e| StorageError::Unavailable { reason: e.to_string() })?
+                    .map_err(|e| join_error(&e))?
             }
         }
     }
@@ -288,6 +786,7 @@ impl Storage for LocalBackend {
     }
 
     async fn put(&self, key: &StoreKey, body: Bytes, condition: &PutCondition) -> StorageResult<PutOutcome> {
+        check_key(key.as_str())?;
         let current = match self.head(key).await {
             Ok(m) => Some(m),
             Err(StorageError::NotFound { .. }) => None,
@@ -299,53 +798,44 @@ impl Storage for LocalBackend {
             }
             Err(e) => return Err(e),
         };
-        let mut outcome = match self.inner.put_with_current(key, body, condition, current).await {
-            Ok(outcome) => outcome,
-            Err(e) => return Err(self.conflict(key).unwrap_or(e)),
-        };
-        outcome.etag = Some(self.head(key).await?.etag);
-        Ok(outcome)
+        check_condition(key, condition, current.as_ref())?;
+        let no_replace = *condition == PutCondition::IfAbsent;
+        let (this, owned) = (self.clone(), key.clone());
+        let meta = tokio::task::spawn_blocking(move || this.write_blocking(&owned, &body, no_replace))
+            .await
+            .map_err(|e| join_error(&e))??;
+        Ok(PutOutcome { created: current.is_none(), etag: Some(meta.etag) })
     }
 
     async fn delete(&self, key: &StoreKey) -> StorageResult<()> {
-        self.inner.delete(key).await
+        check_key(key.as_str())?;
+        let (this, key) = (self.clone(), key.clone());
+        tokio::task::spawn_blocking(move || this.delete_blocking(&key)).await.map_err(|e| join_error(&e))?
     }
 
     async fn list(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>> {
-        let mut entries = self.inner.list(prefix).await?;
-        // Report the same ETags as reads do.
-        for e in &mut entries {
-            if let ListEntry::Object { name, meta } = e {
-                if let Ok(key) = prefix.child(name) {
-                    if let Ok(md) = std::fs::metadata(self.file_path(&key)) {
-                        *meta = Self::meta_of(&md);
-                    }
-                }
-            }
-        }
-        Ok(entries)
+        check_key(prefix.as_str())?;
+        let (this, prefix) = (self.clone(), prefix.clone());
+        tokio::task::spawn_blocking(move || this.list_blocking(&prefix)).await.map_err(|e| join_error(&e))?
     }
 
     async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
-        let mut entries = self.inner.list_recursive(prefix, limit).await?;
-        for (name, meta) in &mut entries {
-            if let Ok(key) = prefix.child(name) {
-                if let Ok(md) = std::fs::metadata(self.file_path(&key)) {
-                    *meta = Self::meta_of(&md);
-                }
-            }
-        }
-        Ok(entries)
+        check_key(prefix.as_str())?;
+        let (this, prefix) = (self.clone(), prefix.clone());
+        tokio::task::spawn_blocking(move || this.list_recursive_blocking(&prefix, limit))
+            .await
+            .map_err(|e| join_error(&e))?
     }
 
     async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
-        // A stat, inline, as reads are (see the module documentation).
-        Ok(std::fs::metadata(self.file_path(key)).is_ok_and(|m| m.is_dir()))
+        // One confined open, inline, as reads are (see the module documentation).
+        check_key(key.as_str())?;
+        Ok(self.root.open_at(key.as_str(), OFlags::PATH | OFlags::DIRECTORY).is_ok())
     }
 
     async fn probe(&self) -> StorageResult<()> {
-        let root = Arc::clone(&self.root);
-        match tokio::fs::metadata(&*root).await {
+        let root = self.root.path().to_path_buf();
+        match tokio::fs::metadata(&root).await {
             Ok(md) if md.is_dir() => Ok(()),
             Ok(_) => Err(StorageError::Unavailable { reason: format!("{} is not a directory", root.display()) }),
             Err(e) => Err(StorageError::Unavailable { reason: format!("{}: {e}", root.display()) }),

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage, StorageResult,
-    StoreKey,
+    KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage, StorageError,
+    StorageResult, StoreKey,
 };
 use crate::metrics::{StorageMetrics, StorageOp};
 
@@ -40,11 +40,28 @@ impl Measured {
     }
 }
 
+/// Refuses a read whose body is shorter (or longer) than the object or
+/// range it claims to be: a truncated transfer is a failed read, never data.
+fn complete(key: &StoreKey, request: &ReadRequest, out: ReadOutcome) -> StorageResult<ReadOutcome> {
+    if request.head_only {
+        return Ok(out);
+    }
+    let expected = out.range.as_ref().map_or(out.meta.size, |r| r.end - r.start);
+    if out.body.len() as u64 == expected {
+        Ok(out)
+    } else {
+        Err(StorageError::Unavailable {
+            reason: format!("{key}: the backend returned {} of {expected} bytes", out.body.len()),
+        })
+    }
+}
+
 #[async_trait]
 impl Storage for Measured {
     async fn read(&self, key: &StoreKey, request: &ReadRequest) -> StorageResult<ReadOutcome> {
         let start = Instant::now();
-        self.record(StorageOp::Read, start, self.inner.read(key, request).await)
+        let result = self.inner.read(key, request).await.and_then(|out| complete(key, request, out));
+        self.record(StorageOp::Read, start, result)
     }
 
     async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {
