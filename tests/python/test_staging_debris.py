@@ -1,0 +1,97 @@
+"""No staging debris (issue 12, finding 16): `kill -9` of zarrd during a storm of writes leaves
+nothing in the mount's directory that another reader takes for a key.
+
+zarrd stages a write in an anonymous file (`O_TMPFILE`) and names it only inside the reserved
+`.zarrd-staging/` directory, for the microseconds between linking it and renaming it over the
+key; the next start removes what a crash left there. So:
+
+- right after the kill, zarr-python's `LocalStore.list()` sees only keys that were written
+  (nothing ending in `#<n>`, nothing of the staging namespace outside `.zarrd-staging/`);
+- after a restart, it sees nothing of the staging namespace at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import requests
+import zarr.storage
+
+from zarrd_harness import HTTP_TIMEOUT_S, start_zarrd
+
+WRITERS = 8
+BODY = 2 * 1024 * 1024  # Large enough that a write is in flight most of the time.
+STORM_S = 1.5
+
+
+def _keys(root: Path) -> list[str]:
+    async def collect() -> list[str]:
+        store = zarr.storage.LocalStore(root)
+        return [key async for key in store.list()]
+
+    return asyncio.run(collect())
+
+
+def _storm(url: str, stop: threading.Event, written: set[str], lock: threading.Lock, n: int) -> None:
+    session = requests.Session()
+    i = 0
+    while not stop.is_set():
+        key = f"storm/w{n}/c/{i % 4}"
+        try:
+            r = session.put(f"{url}{key}", data=bytes([i % 251]) * BODY, timeout=HTTP_TIMEOUT_S)
+        except requests.RequestException:
+            return  # The server was killed.
+        if r.status_code in (200, 201):
+            with lock:
+                written.add(key)
+        i += 1
+
+
+def test_kill_9_during_writes_leaves_no_debris(tmp_path):
+    root = tmp_path / "mount"
+    root.mkdir()
+    server = start_zarrd({"d": str(root)}, tmp_path / "zarrd.log")
+    url = server.mount_url("d")
+    stop = threading.Event()
+    written: set[str] = set()
+    lock = threading.Lock()
+    threads = [
+        threading.Thread(target=_storm, args=(url, stop, written, lock, n), daemon=True)
+        for n in range(WRITERS)
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + STORM_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.proc.kill()  # SIGKILL mid-storm.
+    server.proc.wait(timeout=10)
+    stop.set()
+    for t in threads:
+        t.join(timeout=HTTP_TIMEOUT_S)
+    assert written, "no write completed before the kill: the storm did not run"
+
+    possible = {f"storm/w{n}/c/{i}" for n in range(WRITERS) for i in range(4)}
+    keys = _keys(root)
+    # Right after the crash: only keys that were written; staging files (if the kill hit the
+    # microseconds between link and rename) only inside the reserved directory.
+    outside_staging = [k for k in keys if not k.startswith(".zarrd-staging/")]
+    assert set(outside_staging) <= possible, sorted(set(outside_staging) - possible)
+    assert not [k for k in keys if "#" in k], keys
+    assert set(written) <= set(outside_staging)
+
+    # After a restart: nothing of the staging namespace at all.
+    again = start_zarrd({"d": str(root)}, tmp_path / "zarrd2.log")
+    try:
+        keys = _keys(root)
+        assert set(keys) <= possible, sorted(set(keys) - possible)
+        # Every key reads back whole through the restarted server.
+        for key in sorted(written):
+            r = requests.get(again.mount_url("d") + key, timeout=HTTP_TIMEOUT_S)
+            assert r.status_code == 200 and len(r.content) == BODY, (key, r.status_code, len(r.content))
+            assert len(set(r.content)) == 1, f"{key} is torn"
+    finally:
+        again.stop()
