@@ -38,6 +38,12 @@ pub struct Config {
     /// Address to listen on.
     #[serde(default = "default_bind")]
     pub bind: SocketAddr,
+    /// Share `bind`'s port with other processes (`SO_REUSEPORT`: the kernel
+    /// spreads connections over every process listening on it). Off by
+    /// default, so a second server on a port in use fails at start instead
+    /// of silently taking part of the traffic.
+    #[serde(default)]
+    pub bind_reuse_port: bool,
     /// Seconds to let in-flight requests finish after SIGINT/SIGTERM.
     #[serde(default = "default_grace")]
     pub shutdown_grace_seconds: u64,
@@ -235,6 +241,12 @@ pub struct Limits {
     /// naming this limit), so no single chunk can need more memory.
     #[serde(default = "default_max_decoded_chunk")]
     pub max_decoded_chunk_bytes: u64,
+    /// Requests whose bodies are still arriving, counted apart from
+    /// `max_concurrent_requests` (more are answered 503 at once): a request
+    /// takes a request slot only once its body is whole, so slow or stalled
+    /// uploads cannot starve other requests of slots.
+    #[serde(default = "default_max_uploads")]
+    pub max_concurrent_uploads: usize,
 }
 
 /// Caches.
@@ -344,6 +356,9 @@ const fn default_request_timeout() -> u64 {
 const fn default_max_concurrent() -> usize {
     1024
 }
+const fn default_max_uploads() -> usize {
+    1024
+}
 const fn default_header_timeout() -> u64 {
     10
 }
@@ -369,6 +384,7 @@ impl Default for Limits {
             body_read_timeout_seconds: default_body_timeout(),
             max_chunks_per_request: default_max_chunks_per_request(),
             max_decoded_chunk_bytes: default_max_decoded_chunk(),
+            max_concurrent_uploads: default_max_uploads(),
         }
     }
 }
@@ -386,6 +402,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             bind: default_bind(),
+            bind_reuse_port: false,
             shutdown_grace_seconds: default_grace(),
             limits: Limits::default(),
             cache: Cache::default(),
@@ -472,6 +489,7 @@ impl Config {
             ("max_selection_bytes", l.max_selection_bytes),
             ("request_timeout_seconds", l.request_timeout_seconds),
             ("max_concurrent_requests", l.max_concurrent_requests as u64),
+            ("max_concurrent_uploads", l.max_concurrent_uploads as u64),
             ("header_read_timeout_seconds", l.header_read_timeout_seconds),
             ("body_read_timeout_seconds", l.body_read_timeout_seconds),
         ];

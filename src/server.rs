@@ -53,6 +53,7 @@ pub fn init_logging(format: LogFormat) {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let grace = Duration::from_secs(config.shutdown_grace_seconds);
     let bind = config.bind;
+    let reuse_port = config.bind_reuse_port;
     // Handle SIGINT/SIGTERM before anyone can learn our address: a signal sent
     // right after the "listening" line must start a graceful shutdown, not kill
     // the process (the default action) nor be lost (tokio registers a signal
@@ -80,7 +81,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(%bind, "{message}");
     }
     let workers = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let listeners = bind_listeners(bind, workers).with_context(|| format!("cannot listen on {bind}"))?;
+    let listeners = bind_listeners(bind, workers, reuse_port).map_err(|e| {
+        let message = bind_error(bind, &e);
+        anyhow::Error::new(e).context(message)
+    })?;
     let addr = listeners[0].local_addr()?;
     tracing::info!(%addr, workers, tls = connections.tls.is_some(), "listening");
     {
@@ -132,22 +136,47 @@ fn access_summary(auth: &crate::http::auth::Authenticator) -> (tracing::Level, S
     }
 }
 
-/// One listening socket per worker on the same address (`SO_REUSEPORT`: the
-/// kernel spreads connections over them). The first picks the port when
-/// `bind` asks for port 0.
-fn bind_listeners(bind: SocketAddr, workers: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+/// The listening sockets, one per worker.
+///
+/// By default the port is bound exclusively (no `SO_REUSEPORT`), once, and
+/// the workers accept from copies of that one socket: a second server on a
+/// port in use fails here (`EADDRINUSE`) instead of silently sharing it.
+/// With `reuse_port` (`bind_reuse_port = true`) each worker has its own
+/// socket with `SO_REUSEPORT` and the kernel spreads connections over them
+/// and over any other process that does the same. The first socket picks
+/// the port when `bind` asks for port 0.
+fn bind_listeners(bind: SocketAddr, workers: usize, reuse_port: bool) -> std::io::Result<Vec<std::net::TcpListener>> {
     let mut addr = bind;
     let mut out = Vec::with_capacity(workers);
     for _ in 0..workers.max(1) {
+        if !reuse_port {
+            if let Some(first) = out.first() {
+                let copy = std::net::TcpListener::try_clone(first)?;
+                out.push(copy);
+                continue;
+            }
+        }
         let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
         socket.set_reuseaddr(true)?;
-        socket.set_reuseport(true)?;
+        socket.set_reuseport(reuse_port)?;
         socket.bind(addr)?;
         let listener = socket.listen(1024)?;
         addr = listener.local_addr()?;
         out.push(listener.into_std()?);
     }
     Ok(out)
+}
+
+/// The message of a failed bind: which address, and what to do.
+fn bind_error(bind: SocketAddr, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        format!(
+            "cannot listen on {bind}: the address is already in use (is another zarrd or server running on it?); \
+             stop it, choose another `bind`, or set `bind_reuse_port = true` in both to share the port"
+        )
+    } else {
+        format!("cannot listen on {bind}")
+    }
 }
 
 /// A worker: a single-threaded runtime serving one listener until `stop`.

@@ -178,7 +178,8 @@ async fn create_errors(s: TestServer) {
         async move { send_json(s, "PUT", path, &body).await }
     };
     // Not JSON, not an object, no recognisable form.
-    let r = s.send(s.request("PUT", "/api/v1/nodes/data/x").body("{nope")).await;
+    let r =
+        s.send(s.request("PUT", "/api/v1/nodes/data/x").header("content-type", "application/json").body("{nope")).await;
     r.expect_error(400, "invalid_body");
     put("/api/v1/nodes/data/x", json!([1])).await.expect_error(400, "bad_request");
     put("/api/v1/nodes/data/x", json!({"shape": [1]})).await.expect_error(400, "bad_request");
@@ -469,6 +470,7 @@ async fn recheck_never_serves_the_cached_node() {
     let url = |p: &str| format!("http://{addr}{p}");
     let put = client
         .put(url("/api/v1/nodes/data/m"))
+        .header("content-type", "application/json")
         .body(json!({"driver": "zarr3", "dtype": "uint8", "shape": [4]}).to_string())
         .send()
         .await
@@ -486,7 +488,13 @@ async fn recheck_never_serves_the_cached_node() {
     std::fs::write(&path, doc.to_string()).unwrap();
     assert_eq!(shape(get().await), json!([4]), "never rechecked: the cached node");
     // A write through zarrd refreshes it.
-    let patch = client.patch(url("/api/v1/attributes/data/m")).body("{\"k\": 1}").send().await.unwrap();
+    let patch = client
+        .patch(url("/api/v1/attributes/data/m"))
+        .header("content-type", "application/json")
+        .body("{\"k\": 1}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(patch.status(), 200);
     let j = get().await;
     assert_eq!((shape(j.clone()), j["attributes"].clone()), (json!([5]), json!({"k": 1})));

@@ -69,7 +69,7 @@ async fn write_sequence(s: &WriteServer, path: &str, shape: [u64; 2]) {
     let (r, c) = (range(0, rows, 3), range(1, cols, 4));
     let v = seq(r.len() * c.len(), 100);
     let body = npy("<u2", &[r.len() as u64, c.len() as u64], &le16(&v));
-    s.put(&url("sel=::3,1::4&format=npy"), "text/plain", body).await.expect_status(204);
+    s.put(&url("sel=::3,1::4&format=npy"), "application/octet-stream", body).await.expect_status(204);
     m.outer(&r, &c, &v);
     assert_eq!(s.read_u16(path).await, m.v, "{path}: strided npy");
 

@@ -508,3 +508,36 @@ async fn the_container_image_configuration_starts_the_binary() {
     assert_eq!(r.status(), 404);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_second_server_on_a_port_in_use_fails_at_start_naming_the_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = format!("data={}", path_str(dir.path()));
+    let first = Server::start(serve_cmd(&["--mount", &mount])).await;
+    let addr = first.addr.to_string();
+    let mut cmd = zarrd();
+    cmd.arg("serve").arg("--bind").arg(&addr).arg("--mount").arg(&mount);
+    let (status, stdout, stderr) = run(cmd).await;
+    assert!(!status.success(), "a second server started on {addr}; stdout:\n{stdout}");
+    assert!(!stdout.contains("listening"), "stdout: {stdout}");
+    assert!(stderr.contains(&addr) && stderr.contains("already in use"), "stderr: {stderr}");
+    assert!(stderr.contains("bind_reuse_port"), "the way to share is named; stderr: {stderr}");
+    // The first one serves every request still.
+    let client = common::client();
+    for _ in 0..20 {
+        assert_eq!(client.get(first.url("/healthz")).send().await.unwrap().status(), 200);
+    }
+    first.stop().await;
+
+    // Sharing the port is possible when both say so.
+    let mut cmd = serve_cmd(&["--mount", &mount]);
+    cmd.env("ZARRD_BIND_REUSE_PORT", "true");
+    let first = Server::start(cmd).await;
+    let mut cmd = zarrd();
+    cmd.arg("serve").arg("--bind").arg(first.addr.to_string()).arg("--mount").arg(&mount);
+    cmd.env("ZARRD_BIND_REUSE_PORT", "true");
+    let second = Server::start(cmd).await;
+    assert_eq!(second.addr, first.addr);
+    second.stop().await;
+    first.stop().await;
+}

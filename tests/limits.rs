@@ -89,31 +89,44 @@ async fn a_request_over_the_time_limit_is_504() {
 }
 
 #[tokio::test]
-async fn requests_past_the_concurrency_limit_are_shed_with_retry_after() {
+async fn uploads_past_their_limit_are_shed_with_retry_after_and_never_take_request_slots() {
     let mut config = common::test_config();
     config.limits.max_concurrent_requests = 2;
+    config.limits.max_concurrent_uploads = 2;
     let (addr, _task) = start(config).await;
     let base = format!("http://{addr}");
     let c = client();
 
+    // Two bodies arriving: the uploads budget is spent...
     let mut first = put_waiting_for_body(addr, "one", 3).await;
     let mut second = put_waiting_for_body(addr, "two", 3).await;
     let started = Instant::now();
-    let r = Reply::from_response(c.get(format!("{base}/zarr/data/one")).send().await.unwrap()).await;
+    let r = Reply::from_response(c.put(format!("{base}/zarr/data/three")).body("abc").send().await.unwrap()).await;
     r.expect_error(503, "overloaded");
     assert_eq!(r.must_header("retry-after"), "1");
-    assert!(r.error_message().contains("limits.max_concurrent_requests"), "{r}");
+    assert!(r.error_message().contains("limits.max_concurrent_uploads"), "{r}");
     assert!(started.elapsed() < Duration::from_secs(2), "shedding must not queue");
-    // Health checks are not counted.
+    // ... but not the request slots: reads (more than the two slots, one
+    // after the other and at once) are served.
+    for _ in 0..4 {
+        assert_eq!(c.get(format!("{base}/zarr/data/one")).send().await.unwrap().status(), 404);
+    }
+    let gets = (0..2).map(|_| c.get(format!("{base}/zarr/data/")).send());
+    for r in futures::future::join_all(gets).await {
+        assert_eq!(r.unwrap().status(), 200);
+    }
     assert_eq!(c.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
-    assert_eq!(c.get(format!("{base}/readyz")).send().await.unwrap().status(), 200);
 
+    // Once their bodies are whole, they are served.
     first.write_all(b"one").await.unwrap();
     answer(first).await.expect_status(201);
     let r = c.get(format!("{base}/zarr/data/one")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     second.write_all(b"two").await.unwrap();
     answer(second).await.expect_status(201);
+    // And the uploads budget is free again.
+    let r = c.put(format!("{base}/zarr/data/three")).body("abc").send().await.unwrap();
+    assert_eq!(r.status(), 201);
 }
 
 #[tokio::test]
@@ -149,6 +162,7 @@ async fn document_bodies_over_max_body_bytes_are_413() {
     let chunks = futures::stream::iter((0..4).map(|_| Ok::<_, std::io::Error>(vec![b'x'; 512])));
     let r = c
         .put(format!("{base}/api/v1/attributes/data/a"))
+        .header("content-type", "application/json")
         .body(reqwest::Body::wrap_stream(chunks))
         .send()
         .await
@@ -157,6 +171,7 @@ async fn document_bodies_over_max_body_bytes_are_413() {
     // The REST API's documents (an attribute update here) under the limit pass.
     let r = c
         .put(format!("{base}/api/v1/nodes/data/a"))
+        .header("content-type", "application/json")
         .body(r#"{"zarr_format": 3, "node_type": "group"}"#)
         .send()
         .await
@@ -164,7 +179,13 @@ async fn document_bodies_over_max_body_bytes_are_413() {
     assert_eq!(r.status(), 201);
     let attributes = format!(r#"{{"note": "{}"}}"#, "x".repeat(1000 - 12));
     assert_eq!(attributes.len(), 1000);
-    let r = c.put(format!("{base}/api/v1/attributes/data/a")).body(attributes).send().await.unwrap();
+    let r = c
+        .put(format!("{base}/api/v1/attributes/data/a"))
+        .header("content-type", "application/json")
+        .body(attributes)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let r = Reply::from_response(c.get(format!("{base}/api/v1/attributes/data/a")).send().await.unwrap()).await;
     assert_eq!(r.json()["note"].as_str().map(str::len), Some(1000 - 12), "{r}");

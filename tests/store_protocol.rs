@@ -812,6 +812,8 @@ async fn ranges_are_never_content_encoded(s: TestServer) {
 async fn cors_on_success_error_and_preflight(s: TestServer) {
     put_ok(&s, KEY, pattern(10)).await;
     let origin = ("Origin", "http://viewer.example");
+    let own_origin = s.url("");
+    let own = ("Origin", own_origin.trim_end_matches('/'));
     let answers = [
         ("GET 200", s.get_with(KEY, &[origin]).await),
         ("GET 206", s.get_with(KEY, &[origin, ("Range", "bytes=0-1")]).await),
@@ -820,8 +822,10 @@ async fn cors_on_success_error_and_preflight(s: TestServer) {
         ("GET 412", s.get_with(KEY, &[origin, ("If-Match", "\"x\"")]).await),
         ("GET 400", s.raw("GET", "/zarr/data/%2e%2e/x", &[origin], b"").await),
         ("GET unknown mount", s.get_with("/zarr/nope/x", &[origin]).await),
-        ("PUT 405", s.put_with("/zarr/ro/x", "x", &[origin]).await),
-        ("PUT 201", s.put_with("/zarr/data/new", "x", &[origin]).await),
+        // Writes: only from the server's own origin (or a listed one).
+        ("PUT 403", s.put_with("/zarr/data/new", "x", &[origin]).await),
+        ("PUT 405", s.put_with("/zarr/ro/x", "x", &[own]).await),
+        ("PUT 201", s.put_with("/zarr/data/new", "x", &[own]).await),
     ];
     for (what, r) in &answers {
         assert_eq!(r.header("access-control-allow-origin"), Some("*"), "{what}: {r}");
@@ -845,7 +849,9 @@ async fn cors_on_success_error_and_preflight(s: TestServer) {
         assert!(r.status == 200 || r.status == 204, "preflight {method}: {r}");
         assert_eq!(r.header("access-control-allow-origin"), Some("*"), "preflight {method}: {r}");
         let methods = r.must_header("access-control-allow-methods").to_ascii_uppercase();
-        assert!(methods.contains(method), "preflight {method}: allow-methods {methods}");
+        // Reads are open to every origin; writes to listed ones only.
+        let allowed = methods.split(',').any(|m| m.trim() == method);
+        assert_eq!(allowed, !matches!(method, "PUT" | "DELETE"), "preflight {method}: allow-methods {methods}");
         let allowed = r.must_header("access-control-allow-headers").to_ascii_lowercase();
         for h in ["range", "if-none-match", "if-match", "authorization", "content-type"] {
             assert!(allowed.split(',').any(|a| a.trim() == h), "preflight {method}: {h} not allowed: {allowed}");

@@ -79,8 +79,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 }
 
 /// A JSON request body, at most `limits.max_body_bytes` (a document, not
-/// array data); not JSON is a 400 naming the line and column, too large a
-/// 413 naming the limit, a stalled body a 408.
+/// array data); a `Content-Type` other than `application/json` (or
+/// `application/*+json`), or none, is 415 (a page of another site can send
+/// `text/plain` or a form without asking first, never JSON); not JSON is a
+/// 400 naming the line and column, too large a 413 naming the limit, a
+/// stalled body a 408.
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
 
@@ -88,6 +91,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
+        require_json(&req)?;
         serde_json::from_slice(&read_document(req, app).await?)
             .map(Self)
             .map_err(|e| ApiError::bad_request("invalid_body", format!("request body: {e}")))
@@ -112,14 +116,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for TypedJsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
-        let content_type = req.headers().get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-        if !content_type.is_some_and(is_json_media_type) {
-            return Err(ApiError::new(
-                axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "invalid request body: expected a request with `Content-Type: application/json`",
-            ));
-        }
+        require_json(&req)?;
         serde_json::from_slice(&read_document(req, app).await?).map(Self).map_err(|e| {
             let status = match e.classify() {
                 serde_json::error::Category::Data => axum::http::StatusCode::UNPROCESSABLE_ENTITY,
@@ -128,6 +125,23 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for TypedJsonBody<T> {
             ApiError::new(status, "invalid_body", format!("invalid request body: {e}"))
         })
     }
+}
+
+/// 415 unless the request says its body is JSON.
+fn require_json(req: &Request) -> Result<(), ApiError> {
+    let content_type =
+        req.headers().get(axum::http::header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()));
+    if content_type.as_deref().is_some_and(is_json_media_type) {
+        return Ok(());
+    }
+    let got = content_type.map_or_else(|| "no Content-Type".to_string(), |c| format!("Content-Type `{c}`"));
+    Err(ApiError::new(
+        axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!(
+            "invalid request body: {got}; this endpoint takes a JSON body, sent with `Content-Type: application/json`"
+        ),
+    ))
 }
 
 /// `application/json`, or a `+json` type, with any parameters.

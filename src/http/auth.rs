@@ -46,12 +46,43 @@ pub enum Need {
     Mount(Scope),
 }
 
-/// One route template and what each of its methods needs.
+/// One route template, what each of its methods needs, and the query
+/// parameters each of them knows.
 #[derive(Debug)]
 pub struct Rule {
     pub template: &'static str,
     pub methods: &'static [(&'static str, Need)],
+    /// The query parameters the route knows; the guard refuses any other
+    /// (400 `unknown_parameter`, naming it) before the handler runs.
+    pub params: Params,
 }
+
+/// The query parameters a route knows.
+#[derive(Debug, Clone, Copy)]
+pub enum Params {
+    /// Per method, the parameter names; a method not listed takes none.
+    Only(&'static [(&'static str, &'static [&'static str])]),
+    /// The query string is not read at all (the store protocol: a key is
+    /// the path, and clients append signatures or cache-busters to every
+    /// key URL; see the README's "What the store protocol does").
+    Ignored,
+}
+
+/// No query parameters on any method.
+const NO_PARAMS: Params = Params::Only(&[]);
+/// `GET`/`HEAD` of a node description, `PUT` of a create, `DELETE`.
+const NODE_PARAMS: Params = Params::Only(&[
+    ("GET", &["stats", "depth"]),
+    ("PUT", &["create", "open", "delete_existing"]),
+    ("DELETE", &["recursive"]),
+]);
+/// Slice reads by `GET`/`HEAD`, writes by `PUT` (`POST` reads take their
+/// options in the body).
+const DATA_PARAMS: Params = Params::Only(&[
+    ("GET", &["sel", "mode", "field", "format", "fill_missing"]),
+    ("PUT", &["sel", "mode", "format", "write_empty_chunks"]),
+]);
+const CHUNK_PARAMS: Params = Params::Only(&[("GET", &["coords", "inner", "field", "format", "fill_missing"])]);
 
 const READ: Need = Need::Mount(Scope::Read);
 const WRITE: Need = Need::Mount(Scope::Write);
@@ -78,28 +109,28 @@ const PUBLIC: &[(&str, Need)] = &[("GET", Need::Public), ("HEAD", Need::Public)]
 /// Every route and what it needs. Routes of the REST API are listed before
 /// they land, so they are guarded the moment they are registered.
 pub const RULES: &[Rule] = &[
-    Rule { template: "/zarr/{mount}", methods: STORE },
-    Rule { template: "/zarr/{mount}/", methods: STORE },
-    Rule { template: "/zarr/{mount}/{*key}", methods: STORE },
-    Rule { template: "/api/v1/mounts", methods: &[("GET", Need::Caller), ("HEAD", Need::Caller)] },
-    Rule { template: "/api/v1/nodes/{mount}", methods: NODES },
-    Rule { template: "/api/v1/nodes/{mount}/{*path}", methods: NODES },
-    Rule { template: "/api/v1/attributes/{mount}", methods: ATTRIBUTES },
-    Rule { template: "/api/v1/attributes/{mount}/{*path}", methods: ATTRIBUTES },
-    Rule { template: "/api/v1/resize/{mount}/{*path}", methods: &[("POST", ADMIN)] },
-    Rule { template: "/api/v1/consolidate/{mount}", methods: &[("POST", ADMIN)] },
-    Rule { template: "/api/v1/consolidate/{mount}/{*path}", methods: &[("POST", ADMIN)] },
-    Rule { template: "/api/v1/data/{mount}", methods: DATA },
-    Rule { template: "/api/v1/data/{mount}/{*path}", methods: DATA },
-    Rule { template: "/api/v1/chunks/{mount}", methods: CHUNKS },
-    Rule { template: "/api/v1/chunks/{mount}/{*path}", methods: CHUNKS },
-    Rule { template: "/healthz", methods: PUBLIC },
-    Rule { template: "/readyz", methods: PUBLIC },
-    Rule { template: "/openapi.json", methods: PUBLIC },
-    Rule { template: "/docs", methods: PUBLIC },
-    Rule { template: "/docs/", methods: PUBLIC },
-    Rule { template: "/docs/{*rest}", methods: PUBLIC },
-    Rule { template: "/metrics", methods: PUBLIC },
+    Rule { template: "/zarr/{mount}", methods: STORE, params: Params::Ignored },
+    Rule { template: "/zarr/{mount}/", methods: STORE, params: Params::Ignored },
+    Rule { template: "/zarr/{mount}/{*key}", methods: STORE, params: Params::Ignored },
+    Rule { template: "/api/v1/mounts", methods: &[("GET", Need::Caller), ("HEAD", Need::Caller)], params: NO_PARAMS },
+    Rule { template: "/api/v1/nodes/{mount}", methods: NODES, params: NODE_PARAMS },
+    Rule { template: "/api/v1/nodes/{mount}/{*path}", methods: NODES, params: NODE_PARAMS },
+    Rule { template: "/api/v1/attributes/{mount}", methods: ATTRIBUTES, params: NO_PARAMS },
+    Rule { template: "/api/v1/attributes/{mount}/{*path}", methods: ATTRIBUTES, params: NO_PARAMS },
+    Rule { template: "/api/v1/resize/{mount}/{*path}", methods: &[("POST", ADMIN)], params: NO_PARAMS },
+    Rule { template: "/api/v1/consolidate/{mount}", methods: &[("POST", ADMIN)], params: NO_PARAMS },
+    Rule { template: "/api/v1/consolidate/{mount}/{*path}", methods: &[("POST", ADMIN)], params: NO_PARAMS },
+    Rule { template: "/api/v1/data/{mount}", methods: DATA, params: DATA_PARAMS },
+    Rule { template: "/api/v1/data/{mount}/{*path}", methods: DATA, params: DATA_PARAMS },
+    Rule { template: "/api/v1/chunks/{mount}", methods: CHUNKS, params: CHUNK_PARAMS },
+    Rule { template: "/api/v1/chunks/{mount}/{*path}", methods: CHUNKS, params: CHUNK_PARAMS },
+    Rule { template: "/healthz", methods: PUBLIC, params: NO_PARAMS },
+    Rule { template: "/readyz", methods: PUBLIC, params: NO_PARAMS },
+    Rule { template: "/openapi.json", methods: PUBLIC, params: NO_PARAMS },
+    Rule { template: "/docs", methods: PUBLIC, params: NO_PARAMS },
+    Rule { template: "/docs/", methods: PUBLIC, params: NO_PARAMS },
+    Rule { template: "/docs/{*rest}", methods: PUBLIC, params: NO_PARAMS },
+    Rule { template: "/metrics", methods: PUBLIC, params: NO_PARAMS },
 ];
 
 /// The rule for a route template, if there is one.
@@ -113,6 +144,41 @@ impl Rule {
     #[must_use]
     pub fn need(&self, method: &Method) -> Option<Need> {
         self.methods.iter().find(|(m, _)| *m == method.as_str()).map(|(_, n)| *n)
+    }
+
+    /// The query parameters `method` knows here; `None`: any (ignored).
+    #[must_use]
+    pub fn params(&self, method: &Method) -> Option<&'static [&'static str]> {
+        match self.params {
+            Params::Ignored => None,
+            Params::Only(list) => {
+                // HEAD is GET without the body.
+                let method = if method == Method::HEAD { "GET" } else { method.as_str() };
+                Some(list.iter().find(|(m, _)| *m == method).map_or(&[][..], |(_, p)| *p))
+            }
+        }
+    }
+
+    /// True when `method` changes data here (it needs `write` or `admin`).
+    #[must_use]
+    pub fn writes(&self, method: &Method) -> bool {
+        matches!(self.need(method), Some(Need::Mount(Scope::Write | Scope::Admin)))
+    }
+
+    /// The methods that change nothing here, and `OPTIONS`, comma-separated
+    /// (a preflight's answer to an origin that may not write).
+    #[must_use]
+    pub fn read_methods(&self) -> String {
+        let mut methods: Vec<&str> = self
+            .methods
+            .iter()
+            .filter(|(_, n)| !matches!(n, Need::Mount(Scope::Write | Scope::Admin)))
+            .map(|(m, _)| *m)
+            .collect();
+        if !methods.contains(&"OPTIONS") {
+            methods.push("OPTIONS");
+        }
+        methods.join(",")
     }
 
     /// The methods allowed, for an `Allow` header.

@@ -18,14 +18,24 @@
 //!   `Vary: Origin`.
 //! - No credentials mode (`Access-Control-Allow-Credentials`): tokens are
 //!   sent as `Authorization` headers, which preflights allow.
+//!
+//! Cross-site writes (see the README's "Cross-site requests"): reads are
+//! open to every origin `cors.allowed_origins` allows (`*` by default), but
+//! a preflight allows the methods that change data (those needing `write`
+//! or `admin` in [`super::auth::RULES`]) only to an origin *listed by name*
+//! in `cors.allowed_origins` (`"*"` does not count) or to the server's own
+//! origin ([`same_origin`]). Everything else gets the route's read methods
+//! only, so the browser never sends the write. [`super::guard`] refuses the
+//! write itself (403) when it comes anyway, from a client that does not
+//! preflight (a "simple" `POST`, a form).
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 
 use super::REQUEST_ID;
 
-/// Methods a preflight allows.
-const METHODS: &str = "GET,HEAD,PUT,POST,PATCH,DELETE,OPTIONS,PROPFIND";
+/// Methods a preflight allows to a listed (or the server's own) origin.
+const METHODS: &str = "GET,HEAD,PUT,POST,PATCH,DELETE,OPTIONS,PROPFIND,MKCOL";
 
 /// Request headers a preflight allows (lower case, as browsers send them in
 /// `Access-Control-Request-Headers`).
@@ -38,6 +48,9 @@ const MAX_AGE_SECONDS: &str = "3600";
 #[derive(Debug, Clone)]
 pub struct Cors {
     origins: Origins,
+    /// The origins listed by name (not `*`): the only ones a preflight
+    /// allows writes to.
+    listed: Vec<HeaderValue>,
     expose: HeaderValue,
 }
 
@@ -52,11 +65,10 @@ impl Cors {
     /// anywhere means any origin).
     #[must_use]
     pub fn new(allowed_origins: &[String]) -> Self {
-        let origins = if allowed_origins.iter().any(|o| o == "*") {
-            Origins::Any
-        } else {
-            Origins::List(allowed_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect())
-        };
+        let listed: Vec<HeaderValue> =
+            allowed_origins.iter().filter(|o| *o != "*").filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+        let origins =
+            if allowed_origins.iter().any(|o| o == "*") { Origins::Any } else { Origins::List(listed.clone()) };
         let exposed: [&HeaderName; 9] = [
             &header::CONTENT_RANGE,
             &header::CONTENT_LENGTH,
@@ -69,7 +81,16 @@ impl Cors {
             &super::api::data::X_ZARR_ORDER,
         ];
         let expose = exposed.iter().map(|h| h.as_str()).collect::<Vec<_>>().join(",");
-        Self { origins, expose: HeaderValue::from_str(&expose).expect("header names are valid header values") }
+        Self { origins, listed, expose: HeaderValue::from_str(&expose).expect("header names are valid header values") }
+    }
+
+    /// True when a page of `origin` may change data: the origin is listed
+    /// by name in `cors.allowed_origins`, or it is the server's own
+    /// ([`same_origin`] with the request's `Host`).
+    #[must_use]
+    pub fn may_write(&self, origin: &HeaderValue, request_headers: &HeaderMap) -> bool {
+        self.listed.iter().any(|o| o.as_bytes().eq_ignore_ascii_case(origin.as_bytes()))
+            || request_headers.get(header::HOST).is_some_and(|host| same_origin(origin, host))
     }
 
     /// True for a request this layer answers itself (a preflight).
@@ -78,13 +99,17 @@ impl Cors {
         method == Method::OPTIONS
     }
 
-    /// The answer to a preflight whose request had `request_headers`.
+    /// The answer to a preflight whose request had `request_headers`;
+    /// `reads` are the methods of the route that change nothing (what an
+    /// origin that may not write is allowed).
     #[must_use]
-    pub fn preflight(&self, request_headers: &HeaderMap) -> Response {
+    pub fn preflight(&self, request_headers: &HeaderMap, reads: &HeaderValue) -> Response {
         let mut response = Response::new(axum::body::Body::empty());
         *response.status_mut() = StatusCode::OK;
+        let writes = request_headers.get(header::ORIGIN).is_some_and(|o| self.may_write(o, request_headers));
         let h = response.headers_mut();
-        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(METHODS));
+        let methods = if writes { HeaderValue::from_static(METHODS) } else { reads.clone() };
+        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, methods);
         h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static(ALLOWED_HEADERS));
         h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static(MAX_AGE_SECONDS));
         self.allow_origin(request_headers.get(header::ORIGIN), h);
@@ -123,6 +148,45 @@ impl Cors {
             Origins::List(_) => request_headers.get(header::ORIGIN).cloned(),
         }
     }
+}
+
+/// True when `origin` (`scheme://host[:port]`) is the origin of a server
+/// reached as `host` (the `Host` header) *and* that host is a loopback
+/// name or address. The second condition defeats DNS rebinding: a page of
+/// `http://evil.example:8080` whose name its owner pointed at 127.0.0.1
+/// sends `Host: evil.example:8080`, equal to its origin, but is not the
+/// server's own. Without tokens only loopback callers may write, so a
+/// loopback host is the only own origin that matters.
+#[must_use]
+pub fn same_origin(origin: &HeaderValue, host: &HeaderValue) -> bool {
+    let (Ok(origin), Ok(host)) = (origin.to_str(), host.to_str()) else {
+        return false;
+    };
+    let origin = origin.to_ascii_lowercase();
+    let host = host.to_ascii_lowercase();
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        return false;
+    };
+    let default_port = match scheme {
+        "http" => ":80",
+        "https" => ":443",
+        _ => return false,
+    };
+    let strip = |a: &str| a.strip_suffix(default_port).map(str::to_string).unwrap_or_else(|| a.to_string());
+    strip(authority) == strip(&host) && is_loopback_host(&host)
+}
+
+/// `localhost` (or a name under it), or a loopback address, with or without
+/// a port.
+fn is_loopback_host(authority: &str) -> bool {
+    let name = if let Some(rest) = authority.strip_prefix('[') {
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(name, _)| name)
+    };
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -171,7 +235,7 @@ mod tests {
     #[test]
     fn preflights_allow_the_methods_and_headers_clients_send() {
         let cors = Cors::new(&["http://a.example".to_string()]);
-        let r = cors.preflight(&headers(Some("http://a.example")));
+        let r = cors.preflight(&headers(Some("http://a.example")), &HeaderValue::from_static("GET"));
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "http://a.example");
         let methods = r.headers()[header::ACCESS_CONTROL_ALLOW_METHODS].to_str().unwrap();
@@ -183,5 +247,34 @@ mod tests {
             assert!(allowed.split(',').any(|x| x == h), "{h} in {allowed}");
         }
         assert_eq!(r.headers()[header::ACCESS_CONTROL_MAX_AGE], "3600");
+    }
+
+    #[test]
+    fn only_listed_or_own_loopback_origins_may_write() {
+        let reads = HeaderValue::from_static("GET,HEAD,OPTIONS");
+        let cors = Cors::new(&["*".to_string(), "http://app.example".to_string()]);
+        let with_host = |origin: &'static str, host: &'static str| {
+            let mut h = headers(Some(origin));
+            h.insert(header::HOST, HeaderValue::from_static(host));
+            h
+        };
+        let allowed = |h: &HeaderMap| {
+            let r = cors.preflight(h, &reads);
+            r.headers()[header::ACCESS_CONTROL_ALLOW_METHODS].to_str().unwrap().split(',').any(|m| m == "DELETE")
+        };
+        assert!(allowed(&with_host("http://app.example", "127.0.0.1:8080")));
+        assert!(allowed(&with_host("http://127.0.0.1:8080", "127.0.0.1:8080")));
+        assert!(allowed(&with_host("http://localhost", "localhost:80")));
+        assert!(allowed(&with_host("http://[::1]:9000", "[::1]:9000")));
+        // "*" reads, but does not write.
+        assert!(!allowed(&with_host("http://evil.example", "127.0.0.1:8080")));
+        // Another port of the same host is another origin.
+        assert!(!allowed(&with_host("http://127.0.0.1:9999", "127.0.0.1:8080")));
+        // DNS rebinding: the page's own name, pointed at loopback.
+        assert!(!allowed(&with_host("http://evil.example:8080", "evil.example:8080")));
+        assert!(!allowed(&with_host("null", "127.0.0.1:8080")));
+        let r = cors.preflight(&with_host("http://evil.example", "127.0.0.1:8080"), &reads);
+        assert_eq!(r.headers()[header::ACCESS_CONTROL_ALLOW_METHODS], "GET,HEAD,OPTIONS");
+        assert_eq!(r.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
     }
 }

@@ -72,6 +72,10 @@ struct Shared {
     /// The rule of `/metrics`, whose handler reads `figures` from the
     /// request's extensions.
     metrics_rule: Option<usize>,
+    /// Per rule: the methods that change nothing, for the preflights of
+    /// origins that may not write ([`Cors::preflight`]); the last entry is
+    /// for paths without a rule.
+    preflight_reads: Vec<HeaderValue>,
 }
 
 impl std::fmt::Debug for Front {
@@ -113,6 +117,12 @@ impl Front {
             app: Arc::clone(app),
             store_reads: auth::RULES.iter().map(|r| r.template.starts_with("/zarr/")).collect(),
             metrics_rule: auth::RULES.iter().position(|r| r.template == "/metrics"),
+            preflight_reads: auth::RULES
+                .iter()
+                .map(auth::Rule::read_methods)
+                .chain(std::iter::once("GET,HEAD,OPTIONS".to_string()))
+                .map(|m| HeaderValue::from_str(&m).expect("method names are valid header values"))
+                .collect(),
             router,
             guard: Arc::new(Guard::new(Arc::clone(app))),
             cors: Cors::new(&app.config().cors.allowed_origins),
@@ -131,7 +141,9 @@ impl Front {
         let shared = &self.shared;
         let req = req.map(Body::new);
         if Cors::is_preflight(req.method()) {
-            return FrontFuture::answered(shared.cors.preflight(req.headers()));
+            let (rule, _) = shared.route(req.uri().path());
+            let reads = &shared.preflight_reads[rule.unwrap_or(shared.preflight_reads.len() - 1)];
+            return FrontFuture::answered(shared.cors.preflight(req.headers(), reads));
         }
         let start = Instant::now();
         let (rule, mount) = shared.route(req.uri().path());

@@ -1,11 +1,12 @@
 //! The guard: the checks every request passes before its handler runs, in
 //! order: the route's rule ([`auth::RULES`]), load shedding past
-//! `limits.max_concurrent_requests`, authentication and authorisation,
-//! refusing document bodies over `limits.max_body_bytes`, and the idle
-//! timeout of request bodies (`limits.body_read_timeout_seconds`). The
-//! request timeout (`limits.request_timeout_seconds`) is applied around the
-//! handler by [`super::front`], which calls [`Guard::admit`] on every
-//! request.
+//! `limits.max_concurrent_requests` (or `limits.max_concurrent_uploads`),
+//! authentication and authorisation, the cross-site check of writes,
+//! unknown query parameters, refusing document bodies over
+//! `limits.max_body_bytes` and form-encoded bodies, and the idle timeout of
+//! request bodies (`limits.body_read_timeout_seconds`). The request timeout
+//! (`limits.request_timeout_seconds`) is applied around the handler by
+//! [`super::front`], which calls [`Guard::admit`] on every request.
 //!
 //! Decisions:
 //! - Load shedding answers 503 `overloaded` with `Retry-After: 1` at once; no
@@ -13,6 +14,25 @@
 //!   need no authentication (health, metrics, the API description) are not
 //!   counted, so probes keep answering under load. A request counts until its
 //!   answer starts, not while a large answer streams.
+//! - Fair admission: a request whose body is still arriving holds a slot of
+//!   `limits.max_concurrent_uploads`, not of `limits.max_concurrent_requests`.
+//!   Only once its body is whole does it take a request slot (waiting for
+//!   one, within the request timeout, rather than failing after the upload),
+//!   and it gives the upload slot back. Clients trickling bodies (or simply
+//!   on slow links) can therefore use up the uploads budget, and further
+//!   uploads get 503, but never the slots every other request needs.
+//! - Unknown query parameters are 400 `unknown_parameter` naming them,
+//!   on every route whose rule lists its parameters ([`auth::Params`]):
+//!   a typo (`select=` for `sel=`) must not silently answer something else.
+//! - Cross-site writes (CSRF, DNS rebinding): without a token, a request
+//!   that changes data (a method needing `write` or `admin`) and carries an
+//!   `Origin` other than the server's own or one listed by name in
+//!   `cors.allowed_origins` is 403 `cross_site_refused`, naming the origin;
+//!   so is one without `Origin` that a browser marked
+//!   `Sec-Fetch-Site: cross-site` or `same-site`. A request with a token is
+//!   not checked: a token is never sent by a browser on its own, so a page
+//!   cannot borrow it. Form-encoded and `text/plain` bodies (what a page can
+//!   send without a preflight) are 415 on every route that writes.
 //! - A request that takes too long is 504 `timeout` (503 is kept for
 //!   shedding and unavailable storage, which are worth retrying at once).
 //! - A body that stops arriving is 408 `body_timeout` (RFC 9110 §15.5.9).
@@ -35,6 +55,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 use super::auth::{self, Authenticator, Caller, Need, TokenName};
+use super::cors::Cors;
 use super::error::ApiError;
 use crate::config::Scope;
 use crate::service::App;
@@ -45,8 +66,13 @@ use crate::service::App;
 pub struct Guard {
     app: Arc<App>,
     auth: Arc<Authenticator>,
-    in_flight: AtomicUsize,
+    cors: Cors,
+    /// Slots of `limits.max_concurrent_requests`.
+    requests: Arc<tokio::sync::Semaphore>,
     max_in_flight: usize,
+    /// Requests whose bodies are arriving (`limits.max_concurrent_uploads`).
+    uploads: AtomicUsize,
+    max_uploads: usize,
     request_timeout: Duration,
     body_timeout: Duration,
     max_body: u64,
@@ -73,7 +99,8 @@ impl Access {
 pub struct Admitted {
     /// The request, its body wrapped in the idle timeout when it has one.
     pub request: Request,
-    /// A slot of `limits.max_concurrent_requests`, for counted routes.
+    /// A slot of `limits.max_concurrent_requests` (or, while the body
+    /// arrives, of `limits.max_concurrent_uploads`), for counted routes.
     pub permit: Option<Permit>,
 }
 
@@ -84,8 +111,11 @@ impl Guard {
         let limits = &app.config().limits;
         Self {
             auth: Arc::new(Authenticator::new(app.config())),
-            in_flight: AtomicUsize::new(0),
+            cors: Cors::new(&app.config().cors.allowed_origins),
+            requests: Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_requests)),
             max_in_flight: limits.max_concurrent_requests,
+            uploads: AtomicUsize::new(0),
+            max_uploads: limits.max_concurrent_uploads,
             request_timeout: Duration::from_secs(limits.request_timeout_seconds),
             body_timeout: Duration::from_secs(limits.body_read_timeout_seconds),
             max_body: limits.max_body_bytes,
@@ -134,25 +164,33 @@ impl Guard {
             }
             return Err(e);
         };
-        let permit = match need {
-            Need::Public => None,
-            Need::Caller => {
-                let permit = self.acquire()?;
+        // A request whose body is still to come holds an upload slot until
+        // the body is whole (see the module documentation).
+        let upload = !req.body().is_end_stream();
+        let (permit, caller) = match need {
+            Need::Public => (None, None),
+            Need::Caller | Need::Mount(_) => {
+                let permit = if upload { self.acquire_upload()? } else { self.acquire()? };
                 let caller = self.auth.identify(&req)?;
                 token.clone_from(&self.auth.name(caller).cloned());
-                req.extensions_mut().insert(Access { caller, auth: Arc::clone(&self.auth) });
-                Some(permit)
-            }
-            Need::Mount(scope) => {
-                let permit = self.acquire()?;
-                let caller = self.auth.identify(&req)?;
-                token.clone_from(&self.auth.name(caller).cloned());
-                let raw = mount.and_then(|m| req.uri().path().get(m)).unwrap_or_default();
-                self.auth.authorise(&self.app, caller, &percent_decode_str(raw).decode_utf8_lossy(), scope)?;
-                Some(permit)
+                if let Need::Mount(scope) = need {
+                    let raw = mount.and_then(|m| req.uri().path().get(m)).unwrap_or_default();
+                    self.auth.authorise(&self.app, caller, &percent_decode_str(raw).decode_utf8_lossy(), scope)?;
+                } else {
+                    req.extensions_mut().insert(Access { caller, auth: Arc::clone(&self.auth) });
+                }
+                (Some(permit), Some(caller))
             }
         };
-        if !req.body().is_end_stream() {
+        let writes = rule.writes(req.method());
+        if writes && matches!(caller, Some(Caller::Anonymous { .. })) {
+            self.check_cross_site(&req)?;
+        }
+        check_params(rule, &req)?;
+        if upload {
+            if writes {
+                refuse_form_body(&req)?;
+            }
             if !rule.data_body(req.method()) {
                 let length =
                     req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -168,26 +206,73 @@ impl Guard {
                 }
             }
             let timeout = self.body_timeout;
-            req = req.map(|body| Body::new(TimeoutBody::new(body, timeout)));
+            let slot = match &permit {
+                Some(Permit::Upload(slot)) => Some(Arc::clone(slot)),
+                _ => None,
+            };
+            req = req.map(|body| {
+                let body = Body::new(TimeoutBody::new(body, timeout));
+                match slot {
+                    Some(slot) => Body::new(AdmissionBody::new(body, slot, Arc::clone(&self.requests))),
+                    None => body,
+                }
+            });
         }
         Ok(Admitted { request: req, permit })
     }
 
-    fn acquire(self: &Arc<Self>) -> Result<Permit, ApiError> {
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.max_in_flight {
-            self.in_flight.fetch_sub(1, Ordering::Release);
-            let mut e = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "overloaded",
+    /// Refuses a write a page of another site may have sent (see the module
+    /// documentation).
+    fn check_cross_site(&self, req: &Request) -> Result<(), ApiError> {
+        let headers = req.headers();
+        let refuse = |what: String| {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "cross_site_refused",
                 format!(
-                    "the server is serving its limit of {} requests (limits.max_concurrent_requests); retry shortly",
-                    self.max_in_flight
+                    "{} {}: refused, the request comes from {what}, which is neither this server's own origin nor \
+                     listed by name in cors.allowed_origins (a web page may change data only from a listed \
+                     origin, or with a token)",
+                    req.method(),
+                    req.uri().path()
                 ),
-            );
-            e.headers.push((header::RETRY_AFTER, HeaderValue::from_static("1")));
-            return Err(e);
+            )
+        };
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            if self.cors.may_write(origin, headers) {
+                return Ok(());
+            }
+            return Err(refuse(format!("the page of origin `{}`", String::from_utf8_lossy(origin.as_bytes()))));
         }
-        Ok(Permit(Arc::clone(self)))
+        match headers.get("sec-fetch-site").map(HeaderValue::as_bytes) {
+            Some(site @ (b"cross-site" | b"same-site")) => {
+                Err(refuse(format!("a page (Sec-Fetch-Site: {})", String::from_utf8_lossy(site))))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn acquire_upload(self: &Arc<Self>) -> Result<Permit, ApiError> {
+        if self.uploads.fetch_add(1, Ordering::AcqRel) >= self.max_uploads {
+            self.uploads.fetch_sub(1, Ordering::Release);
+            return Err(overloaded(format!(
+                "the server is receiving its limit of {} request bodies (limits.max_concurrent_uploads); retry shortly",
+                self.max_uploads
+            )));
+        }
+        Ok(Permit::Upload(Arc::new(UploadSlot {
+            held: std::sync::Mutex::new(Held::Upload(UploadPermit(Arc::clone(self)))),
+        })))
+    }
+
+    fn acquire(&self) -> Result<Permit, ApiError> {
+        match Arc::clone(&self.requests).try_acquire_owned() {
+            Ok(permit) => Ok(Permit::Request(permit)),
+            Err(_) => Err(overloaded(format!(
+                "the server is serving its limit of {} requests (limits.max_concurrent_requests); retry shortly",
+                self.max_in_flight
+            ))),
+        }
     }
 
     /// The answer to a request that ran past `limits.request_timeout_seconds`.
@@ -205,13 +290,160 @@ impl Guard {
     }
 }
 
-/// A slot of `limits.max_concurrent_requests`, given back on drop.
+/// 503 `overloaded`, `Retry-After: 1`.
+fn overloaded(message: String) -> ApiError {
+    let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message);
+    e.headers.push((header::RETRY_AFTER, HeaderValue::from_static("1")));
+    e
+}
+
+/// 400 `unknown_parameter` for the first query parameter `rule` does not
+/// know for the request's method.
+fn check_params(rule: &auth::Rule, req: &Request) -> Result<(), ApiError> {
+    let (Some(known), Some(query)) = (rule.params(req.method()), req.uri().query()) else {
+        return Ok(());
+    };
+    for (name, _) in url::form_urlencoded::parse(query.as_bytes()) {
+        if !known.contains(&&*name) {
+            let accepted = if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+            };
+            return Err(ApiError::bad_request(
+                "unknown_parameter",
+                format!("unknown query parameter `{name}`: {} {} takes {accepted}", req.method(), rule.template),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// 415 for a body of a type a page can send without a preflight
+/// (`application/x-www-form-urlencoded`, `multipart/form-data`,
+/// `text/plain`) on a route that writes: no endpoint takes them.
+fn refuse_form_body(req: &Request) -> Result<(), ApiError> {
+    let Some(value) = req.headers().get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = String::from_utf8_lossy(value.as_bytes());
+    let essence = essence.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    if matches!(essence.as_str(), "application/x-www-form-urlencoded" | "multipart/form-data" | "text/plain") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "Content-Type `{essence}`: {} {} takes no form or text bodies; send the bytes as \
+                 application/octet-stream (JSON documents as application/json)",
+                req.method(),
+                req.uri().path()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A request's slot: of `limits.max_concurrent_requests`, or of an upload
+/// that turns into one once its body is whole. Given back on drop.
 #[derive(Debug)]
-pub struct Permit(Arc<Guard>);
+pub enum Permit {
+    Request(tokio::sync::OwnedSemaphorePermit),
+    Upload(Arc<UploadSlot>),
+}
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Release);
+        if let Self::Upload(slot) = self {
+            // The body may outlive the answer's start; its slot does not.
+            *slot.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Held::Nothing;
+        }
+    }
+}
+
+/// What an upload holds: its upload slot while the body arrives, then a
+/// request slot.
+#[derive(Debug)]
+pub struct UploadSlot {
+    held: std::sync::Mutex<Held>,
+}
+
+#[derive(Debug)]
+#[allow(dead_code)] // The slots are held for their `Drop`.
+enum Held {
+    Upload(UploadPermit),
+    Request(tokio::sync::OwnedSemaphorePermit),
+    Nothing,
+}
+
+/// A slot of `limits.max_concurrent_uploads`, given back on drop.
+#[derive(Debug)]
+struct UploadPermit(Arc<Guard>);
+
+impl Drop for UploadPermit {
+    fn drop(&mut self) {
+        self.0.uploads.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// The future of a request slot.
+type Acquiring = Pin<Box<dyn Future<Output = Option<tokio::sync::OwnedSemaphorePermit>> + Send>>;
+
+pin_project! {
+    /// An upload's body: at its end it trades the upload slot for a request
+    /// slot (waiting for one) before telling the handler the body is whole.
+    struct AdmissionBody {
+        #[pin]
+        inner: Body,
+        slot: Arc<UploadSlot>,
+        requests: Arc<tokio::sync::Semaphore>,
+        acquiring: Option<Acquiring>,
+        done: bool,
+    }
+}
+
+impl AdmissionBody {
+    fn new(inner: Body, slot: Arc<UploadSlot>, requests: Arc<tokio::sync::Semaphore>) -> Self {
+        Self { inner, slot, requests, acquiring: None, done: false }
+    }
+}
+
+impl HttpBody for AdmissionBody {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.project();
+        if *this.done {
+            return Poll::Ready(None);
+        }
+        if this.acquiring.is_none() {
+            match std::task::ready!(this.inner.poll_frame(cx)) {
+                None => {
+                    let requests = Arc::clone(this.requests);
+                    *this.acquiring = Some(Box::pin(async move { requests.acquire_owned().await.ok() }));
+                }
+                Some(frame) => return Poll::Ready(Some(frame.map_err(Into::into))),
+            }
+        }
+        if let Some(acquiring) = this.acquiring.as_mut() {
+            let permit = std::task::ready!(acquiring.as_mut().poll(cx));
+            let mut held = this.slot.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if matches!(*held, Held::Upload(_)) {
+                // Replacing drops the upload slot.
+                *held = permit.map_or(Held::Nothing, Held::Request);
+            }
+            *this.acquiring = None;
+            *this.done = true;
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -322,5 +554,65 @@ mod tests {
         assert!(err.downcast_ref::<BodyTimeout>().is_some(), "{err}");
         assert!(body.is_end_stream());
         assert!(body.frame().await.is_none());
+    }
+
+    fn guard(requests: usize, uploads: usize) -> Arc<Guard> {
+        let mut config = crate::config::Config::default();
+        config.limits.max_concurrent_requests = requests;
+        config.limits.max_concurrent_uploads = uploads;
+        let mount = crate::storage::Mount::build("data", &crate::storage::MountSpec::from_url("memory://")).unwrap();
+        Arc::new(Guard::new(Arc::new(App::with_mounts(config, vec![mount]))))
+    }
+
+    fn request(method: &str, path: &str, body: Body) -> Request {
+        let mut req = axum::http::Request::builder().method(method).uri(path).body(body).unwrap();
+        req.extensions_mut().insert(axum::extract::ConnectInfo(std::net::SocketAddr::from(([127, 0, 0, 1], 9))));
+        req
+    }
+
+    fn admit(guard: &Arc<Guard>, method: &str, path: &str, body: Body) -> Result<Admitted, ApiError> {
+        let rule = auth::rule(if path.starts_with("/zarr/") { "/zarr/{mount}/{*key}" } else { "/healthz" });
+        guard.admit(rule, Some(6..10), request(method, path, body), &mut None)
+    }
+
+    #[test]
+    fn requests_past_the_limit_are_shed_with_retry_after_and_probes_are_not_counted() {
+        let g = guard(2, 2);
+        let one = admit(&g, "GET", "/zarr/data/a", Body::empty()).unwrap();
+        let two = admit(&g, "GET", "/zarr/data/a", Body::empty()).unwrap();
+        let e = admit(&g, "GET", "/zarr/data/a", Body::empty()).unwrap_err();
+        assert_eq!((e.status, e.code), (StatusCode::SERVICE_UNAVAILABLE, "overloaded"));
+        assert!(e.message.contains("limits.max_concurrent_requests"), "{}", e.message);
+        assert!(e.headers.iter().any(|(h, v)| h == header::RETRY_AFTER && v == "1"));
+        assert!(admit(&g, "GET", "/healthz", Body::empty()).is_ok());
+        drop(one);
+        assert!(admit(&g, "GET", "/zarr/data/a", Body::empty()).is_ok());
+        drop(two);
+    }
+
+    #[tokio::test]
+    async fn an_upload_takes_a_request_slot_only_once_its_body_is_whole() {
+        let g = guard(1, 2);
+        let (tx, body) = channel_body();
+        let upload = admit(&g, "PUT", "/zarr/data/a", body).unwrap();
+        assert!(matches!(upload.permit, Some(Permit::Upload(_))));
+        assert_eq!(g.uploads.load(Ordering::Acquire), 1);
+        // The body is arriving: the one request slot is free.
+        let read = admit(&g, "GET", "/zarr/data/a", Body::empty()).unwrap();
+        let mut body = upload.request.into_body();
+        tx.send(b"abc").await.unwrap();
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), b"abc".as_slice());
+        drop(tx);
+        // The body is whole, but the slot is taken: the end waits for it.
+        let end = tokio::time::timeout(Duration::from_millis(200), body.frame()).await;
+        assert!(end.is_err(), "the body ended without a request slot");
+        drop(read);
+        let end = tokio::time::timeout(Duration::from_secs(5), body.frame()).await.expect("the slot freed");
+        assert!(end.is_none());
+        // Traded: the upload slot is back, the request slot is taken.
+        assert_eq!(g.uploads.load(Ordering::Acquire), 0);
+        assert!(admit(&g, "GET", "/zarr/data/a", Body::empty()).is_err());
+        drop(upload.permit);
+        assert!(admit(&g, "GET", "/zarr/data/a", Body::empty()).is_ok());
     }
 }

@@ -41,6 +41,7 @@ pub const X_ZARR_ORDER: HeaderName = HeaderName::from_static("x-zarr-order");
 /// Query parameters of a slice read.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct DataQuery {
     /// The selection, one item per dimension, comma-separated: an index
     /// (`-1` counts from the end), a slice `start:stop:step` (parts
@@ -94,6 +95,7 @@ pub struct DataBody {
 /// Query parameters of a decoded chunk read.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ChunkQuery {
     /// Chunk grid coordinates (of the shard, for sharded arrays),
     /// comma-separated; empty for a scalar array.

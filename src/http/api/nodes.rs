@@ -273,6 +273,7 @@ impl NodeInfo {
 /// Options of a node description.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct DescribeQuery {
     /// Count what is stored under the node (lists every key below it).
     #[serde(default)]
@@ -380,6 +381,7 @@ pub async fn get_root_node(
 /// TensorStore spec body (the body wins).
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct CreateQuery {
     /// Create the node when missing (default true).
     pub create: Option<bool>,
@@ -497,6 +499,7 @@ pub async fn put_root_node(
 /// Options of a delete.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct DeleteQuery {
     /// Delete a group with children, and everything under it.
     #[serde(default)]

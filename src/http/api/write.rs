@@ -26,6 +26,7 @@ use crate::zarr::selection::{SelectionMode, SelectionSpec};
 /// The query of a slice write.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct WriteQuery {
     /// The selection: comma-separated dimensions, each `i`, `a:b:c`, `...`
     /// or `[i,j,k]`; `name=spec` items for named dimensions. Absent: the
