@@ -42,7 +42,7 @@ async fn server(test: &str) -> (TestServer, PathBuf) {
     std::fs::write(outside.join("secret.txt"), format!("{OUTSIDE_MARK}-file")).unwrap();
     std::fs::write(outside.join("inner/zarr.json"), ARRAY.replace("{}", &format!(r#"{{"m":"{OUTSIDE_MARK}"}}"#)))
         .unwrap();
-    std::fs::write(outside.join("inner/c/0"), OUTSIDE_MARK.as_bytes()[..4].to_vec()).unwrap();
+    std::fs::write(outside.join("inner/c/0"), &OUTSIDE_MARK.as_bytes()[..4]).unwrap();
     std::fs::write(parent.join("outside_file.txt"), format!("{OUTSIDE_MARK}-alone")).unwrap();
 
     std::fs::write(root.join("zarr.json"), r#"{"zarr_format":3,"node_type":"group"}"#).unwrap();
