@@ -42,7 +42,7 @@ async fn server(test: &str) -> (TestServer, PathBuf) {
     std::fs::write(outside.join("secret.txt"), format!("{OUTSIDE_MARK}-file")).unwrap();
     std::fs::write(outside.join("inner/zarr.json"), ARRAY.replace("{}", &format!(r#"{{"m":"{OUTSIDE_MARK}"}}"#)))
         .unwrap();
-    std::fs::write(outside.join("inner/c/0"), OUTSIDE_MARK.as_bytes()[..4].to_vec()).unwrap();
+    std::fs::write(outside.join("inner/c/0"), &OUTSIDE_MARK.as_bytes()[..4]).unwrap();
     std::fs::write(parent.join("outside_file.txt"), format!("{OUTSIDE_MARK}-alone")).unwrap();
 
     std::fs::write(root.join("zarr.json"), r#"{"zarr_format":3,"node_type":"group"}"#).unwrap();
@@ -61,6 +61,10 @@ async fn server(test: &str) -> (TestServer, PathBuf) {
     symlink(".", grp.join("self")).unwrap();
     symlink("loop2", grp.join("loop1")).unwrap();
     symlink("loop1", grp.join("loop2")).unwrap();
+    // An array whose chunk directory leaves the mount.
+    std::fs::create_dir(grp.join("linked")).unwrap();
+    std::fs::write(grp.join("linked/zarr.json"), ARRAY).unwrap();
+    symlink("../../../outside/inner/c", grp.join("linked/c")).unwrap();
     // Inside the mount: followed.
     symlink("arr/zarr.json", grp.join("inside_file")).unwrap();
     (s, parent)
@@ -210,9 +214,10 @@ async fn nodes_stats_and_consolidate_see_only_the_mount() {
     r.expect_status(200);
     let j = r.json();
     let children: Vec<&str> = j["children"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
-    assert_eq!(children, ["grp/arr"], "{j}");
-    // zarr.json, arr/zarr.json, arr/c/0 and the inside link to arr/zarr.json.
-    assert_eq!(j["stats"]["stored_objects"], 4, "{j}");
+    assert_eq!(children, ["grp/arr", "grp/linked"], "{j}");
+    // zarr.json, arr/zarr.json, arr/c/0, linked/zarr.json and the inside
+    // link to arr/zarr.json (not the chunk behind linked/c).
+    assert_eq!(j["stats"]["stored_objects"], 5, "{j}");
     let r = s.get("/api/v1/nodes/data?depth=5").await;
     clean(&r);
     r.expect_status(200);
@@ -229,7 +234,7 @@ async fn nodes_stats_and_consolidate_see_only_the_mount() {
     r.expect_status(200);
     let doc: Value = serde_json::from_slice(&std::fs::read(parent.join("root/grp/zarr.json")).unwrap()).unwrap();
     let names: Vec<&String> = doc["consolidated_metadata"]["metadata"].as_object().unwrap().keys().collect();
-    assert_eq!(names, ["arr"], "{doc}");
+    assert_eq!(names, ["arr", "linked"], "{doc}");
     assert_eq!(outside(&parent), before);
 }
 
@@ -292,4 +297,28 @@ async fn keys_a_directory_cannot_hold_are_4xx_naming_the_rule() {
     r.expect_error(409, "conflict");
     assert!(r.error_message().contains("grp/arr") && r.error_message().contains("prefix"), "{r}");
     assert!(parent.join("root/grp/arr/c/0").exists());
+}
+
+#[tokio::test]
+async fn slice_reads_and_writes_never_use_chunks_outside_the_mount() {
+    let (s, parent) = server("confine_slices").await;
+    let before = outside(&parent);
+    // The chunk behind the link reads as missing: the fill value.
+    let r = s.get("/api/v1/data/data/grp/linked?format=json").await;
+    clean(&r);
+    r.expect_status(200);
+    assert_eq!(r.json(), json!([0, 0, 0, 0]));
+    let r = s
+        .send(
+            s.request("PUT", "/api/v1/data/data/grp/linked?sel=0:4&format=json")
+                .header("content-type", "application/json")
+                .body("7"),
+        )
+        .await;
+    clean(&r);
+    r.expect_error(409, "conflict");
+    assert!(r.error_message().contains("symbolic link"), "{r}");
+    assert_eq!(outside(&parent), before);
+    // The array inside reads its own chunk.
+    assert_eq!(s.get("/api/v1/data/data/grp/arr?format=json").await.json(), json!([1, 2, 3, 4]));
 }

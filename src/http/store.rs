@@ -309,6 +309,7 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
         (status = 400, description = "Invalid key", body = ErrorBody),
         (status = 404, description = "No such mount", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
+        (status = 409, description = "The key is a prefix (a directory of a local mount), not an object", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]

@@ -50,6 +50,7 @@ fn classify(e: StorageError) -> SourceError {
             SourceError::Precondition(e.to_string())
         }
         StorageError::RangeNotSatisfiable { .. } => SourceError::RangeNotSatisfiable(e.to_string()),
+        StorageError::Conflict { .. } | StorageError::InvalidKey { .. } => SourceError::Refused(e.to_string()),
         _ => SourceError::Store(e.to_string()),
     }
 }

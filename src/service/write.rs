@@ -59,6 +59,7 @@ fn region_error(e: RegionError) -> ServiceError {
             SourceError::PermissionDenied(reason) => {
                 ServiceError::Storage(StorageError::PermissionDenied { key, reason })
             }
+            SourceError::Refused(reason) => ServiceError::Storage(StorageError::Conflict { key, reason }),
             SourceError::RangeNotSatisfiable(reason) | SourceError::Store(reason) => {
                 ServiceError::Storage(StorageError::Unavailable { reason: format!("{key}: {reason}") })
             }

@@ -14,6 +14,9 @@
 //! module hands out (`*at` calls relative to a confined directory handle,
 //! never following a link in the last component when writing or deleting).
 
+#[cfg(not(target_os = "linux"))]
+compile_error!("zarrd's local mounts need Linux (openat2 with RESOLVE_BENEATH confines them): see src/storage/beneath.rs");
+
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 

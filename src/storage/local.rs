@@ -646,8 +646,9 @@ impl LocalBackend {
     }
 
     /// What the entry `name` of the directory `dir` (at `rel`, relative to
-    /// the root) is for listings: directories, files, and links to files
-    /// inside the mount; `None` for anything else.
+    /// the root) is for listings: real directories, files, and links to
+    /// files inside the mount; `None` for anything else (links to
+    /// directories included).
     fn entry(&self, dir: &OwnedFd, rel: &str, name: &str, file_type: FileType) -> Option<Entry> {
         let file_type = match file_type {
             FileType::Directory | FileType::RegularFile | FileType::Symlink => file_type,
@@ -708,16 +709,21 @@ impl LocalBackend {
     fn list_recursive_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
         let mut out = Vec::new();
         // Relative names of directories still to read; each is opened when
-        // its turn comes (never through a link: `O_NOFOLLOW`, and only real
-        // directories are queued), so a link loop cannot make this endless.
+        // its turn comes. The prefix itself resolves as reads do (through
+        // links inside the mount); below it only real directories are
+        // queued and opened with `O_NOFOLLOW`, so the walk never descends
+        // through a link and a loop cannot make it endless.
         let mut pending = vec![String::new()];
-        while let Some(sub) = pending.pop() {
-            let rel = if sub.is_empty() { prefix.as_str().to_string() } else { join_rel(prefix.as_str(), &sub) };
-            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW;
+        'walk: while let Some(sub) = pending.pop() {
+            let (rel, flags) = if sub.is_empty() {
+                (prefix.as_str().to_string(), OFlags::RDONLY | OFlags::DIRECTORY)
+            } else {
+                (join_rel(prefix.as_str(), &sub), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW)
+            };
             let dir = match self.root.open_at(&rel, flags) {
                 Ok(fd) => fd,
                 Err(e) if sub.is_empty() && !beneath::is_absent(e) => return Err(lookup_error(prefix.as_str(), e)),
-                // Gone meanwhile, or (the prefix itself) absent or a link.
+                // Absent, leaving the mount, or gone (or replaced) meanwhile.
                 Err(_) => continue,
             };
             for (name, file_type) in Self::read_dir(&dir, &rel)? {
@@ -725,15 +731,16 @@ impl LocalBackend {
                 if prefix.child(&name_rel).is_err() {
                     continue;
                 }
+                // `Entry::Dir` is only ever a real directory.
                 match self.entry(&dir, &rel, &name, file_type) {
-                    Some(Entry::Dir) if file_type == FileType::Directory => pending.push(name_rel),
+                    Some(Entry::Dir) => pending.push(name_rel),
                     Some(Entry::File(v)) => {
                         if out.len() >= limit {
-                            break;
+                            break 'walk;
                         }
                         out.push((name_rel, v.meta()));
                     }
-                    _ => {}
+                    None => {}
                 }
             }
         }
@@ -894,5 +901,64 @@ mod tests {
         assert!(b.cache.as_ref().unwrap().get(&key("big")).is_none());
         std::fs::create_dir(dir.path().join("d")).unwrap();
         assert!(matches!(b.read(&key("d"), &ReadRequest::default()).await, Err(StorageError::IsPrefix { .. })));
+    }
+
+    #[tokio::test]
+    async fn writes_leave_nothing_in_staging_and_crash_debris_is_swept_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = LocalBackend::new(dir.path().to_path_buf()).unwrap();
+        for i in 0..3u8 {
+            b.put(&key("a/c/0"), Bytes::from(vec![i; 10]), &PutCondition::None).await.unwrap();
+        }
+        b.put(&key("a/c/1"), Bytes::from_static(b"x"), &PutCondition::IfAbsent).await.unwrap();
+        let staging = dir.path().join(STAGING_DIR);
+        assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+        // The fallback without O_TMPFILE: named in the staging directory, then renamed.
+        let parent = b.make_dirs(&key("a/c/2"), "a/c").unwrap();
+        b.write_named(&parent, "2", b"named", false).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("a/c/2")).unwrap(), b"named");
+        assert_eq!(b.write_named(&parent, "2", b"again", true).unwrap_err(), Errno::EXIST);
+        assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+        // What a crash left: a dead process's file goes, this process's stays.
+        std::fs::write(staging.join("999999999-0-1"), b"debris").unwrap();
+        let own = staging.join(format!("{}-0-1", std::process::id()));
+        std::fs::write(&own, b"in flight").unwrap();
+        std::fs::write(dir.path().join("a/.zarrd-staging-1-2-3"), b"hidden").unwrap();
+        let b = LocalBackend::new(dir.path().to_path_buf()).unwrap();
+        let left: Vec<_> = std::fs::read_dir(&staging).unwrap().map(|e| e.unwrap().path()).collect();
+        assert_eq!(left, [own]);
+        // Staging names never show in listings.
+        let names: Vec<String> = b
+            .list(&KeyPrefix::root())
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| super::super::object::entry_name(e).to_string())
+            .collect();
+        assert_eq!(names, ["a"]);
+        let all = b.list_recursive(&KeyPrefix::root(), usize::MAX).await.unwrap();
+        let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a/c/0", "a/c/1", "a/c/2"]);
+    }
+
+    #[tokio::test]
+    async fn recursive_listings_resolve_the_prefix_but_never_descend_through_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = LocalBackend::new(dir.path().to_path_buf()).unwrap();
+        b.put(&key("arr/c/0"), Bytes::from_static(b"0"), &PutCondition::None).await.unwrap();
+        std::os::unix::fs::symlink("arr", dir.path().join("alias")).unwrap();
+        std::os::unix::fs::symlink("..", dir.path().join("arr/up")).unwrap();
+        std::os::unix::fs::symlink("c/0", dir.path().join("arr/zero")).unwrap();
+        let below = |p: &str| KeyPrefix::new(p).unwrap();
+        let names = |v: Vec<(String, ObjectMeta)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        assert_eq!(names(b.list_recursive(&below("alias"), 100).await.unwrap()), ["c/0", "zero"]);
+        assert_eq!(names(b.list_recursive(&below(""), 100).await.unwrap()), ["arr/c/0", "arr/zero"]);
+        assert_eq!(names(b.list_recursive(&below(""), 1).await.unwrap()).len(), 1);
+        // The same ETag from a listing as from a read.
+        let listed = b.list_recursive(&below("arr"), 100).await.unwrap();
+        assert_eq!(listed[0].1.etag, b.head(&key("arr/c/0")).await.unwrap().etag);
+        // Deleting the last key removes the directories it leaves empty.
+        b.delete(&key("arr/c/0")).await.unwrap();
+        assert!(!dir.path().join("arr/c").exists() && dir.path().join("arr").is_dir());
     }
 }

@@ -1,4 +1,4 @@
-//! The `object_store` backend: memory, S3, GCS, Azure, and local writes.
+//! The `object_store` backend: memory, S3, GCS and Azure.
 
 use std::sync::Arc;
 

@@ -78,6 +78,11 @@ pub enum SourceError {
     /// The store failed.
     #[error("{0}")]
     Store(String),
+    /// The store cannot hold the key, or what is there is in the way (a
+    /// file where a directory is needed, a link leaving a local mount): not
+    /// a failure, and retrying does not help.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Reads stored values by key (relative to the array), whole or by range.
