@@ -78,7 +78,25 @@ impl Modify for BearerScheme {
 /// document says what the guard enforces: reads may be anonymous, the rest
 /// need a token with the scope (listed as the role, as OpenAPI 3.1 allows).
 fn secure(path: &str, method: &str, op: &mut Operation) {
-    let need = auth::rule(path).and_then(|r| r.need(&method.parse().expect("static method name")));
+    let rule = auth::rule(path);
+    let parsed: axum::http::Method = method.parse().expect("static method name");
+    if rule.and_then(|r| r.params(&parsed)).is_some() {
+        // The guard refuses unknown query parameters on these routes.
+        let unknown = "a query parameter the operation does not take (`unknown_parameter`, naming it)";
+        let responses = &mut op.responses.responses;
+        match responses.get_mut("400") {
+            Some(RefOr::T(r)) => r.description = format!("{}; or {unknown}", r.description.trim_end_matches('.')),
+            Some(RefOr::Ref(_)) => {}
+            None => {
+                let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build();
+                let mut first = unknown.to_string();
+                first[..1].make_ascii_uppercase();
+                let r = ResponseBuilder::new().description(first).content("application/json", content).build();
+                responses.insert("400".into(), RefOr::T(r));
+            }
+        }
+    }
+    let need = rule.and_then(|r| r.need(&parsed));
     let scope = match need {
         None | Some(Need::Public) => return,
         Some(Need::Caller) => None,
@@ -95,8 +113,26 @@ fn secure(path: &str, method: &str, op: &mut Operation) {
     };
     let responses = &mut op.responses.responses;
     responses.insert("401".into(), error("No token where one is needed, or a token that is not valid"));
-    if scope.is_some() {
-        responses.insert("403".into(), error("The token lacks the scope on this mount"));
+    match scope {
+        Some(Scope::Write | Scope::Admin) => {
+            responses.insert(
+                "403".into(),
+                error(
+                    "The token lacks the scope on this mount; or, without a token, a cross-site request: an \
+                     `Origin` that is neither the server's own nor listed in `cors.allowed_origins` \
+                     (`cross_site_refused`)",
+                ),
+            );
+            if matches!(method, "PUT" | "POST" | "PATCH") {
+                responses.entry("415".into()).or_insert_with(|| {
+                    error("A body whose `Content-Type` the operation does not take (never a form or `text/plain`)")
+                });
+            }
+        }
+        Some(Scope::Read) => {
+            responses.insert("403".into(), error("The token lacks the scope on this mount"));
+        }
+        None => {}
     }
     if matches!(method, "PUT" | "POST" | "PATCH") {
         responses.insert("408".into(), error("The body stopped arriving for `limits.body_read_timeout_seconds`"));

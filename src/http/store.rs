@@ -6,6 +6,11 @@
 //! `object_store`'s HTTP store and obstore; MKCOL is a no-op (object stores
 //! have no directories).
 //!
+//! Query strings are ignored on every method (the rule's
+//! [`super::auth::Params::Ignored`]): a key is its path, and clients append
+//! signatures or cache-busters to every key URL (zarrita.js keeps a store
+//! URL's query on each key), which must not change what is read or written.
+//!
 //! Several ranges in one `Range` header are answered 200 with the whole
 //! object: no Zarr client sends them, and a whole body is a correct answer
 //! to them (RFC 9110 §14.2). A single range is always answered 206.
