@@ -235,6 +235,24 @@ pub struct Limits {
     /// naming this limit), so no single chunk can need more memory.
     #[serde(default = "default_max_decoded_chunk")]
     pub max_decoded_chunk_bytes: u64,
+    /// Most inner chunks one shard of a sharded array may hold (its index
+    /// is 16 bytes per inner chunk, read and rewritten by every partial
+    /// access): creating or opening an array with more is refused (422).
+    #[serde(default = "default_max_inner_chunks")]
+    pub max_inner_chunks_per_shard: u64,
+    /// Largest fill value an array may declare, in bytes (422 beyond): a
+    /// fill value is repeated in every missing element of an answer.
+    #[serde(default = "default_max_fill_value")]
+    pub max_fill_value_bytes: u64,
+    /// Decoded bytes all chunk decodes of the process may produce at once
+    /// (each decode reserves its expected size before it starts and waits
+    /// for room), so concurrent decompression bombs share one cap.
+    #[serde(default = "default_decode_budget")]
+    pub decode_budget_bytes: u64,
+    /// Metadata document bytes the process parses at once (parsing costs
+    /// some 30 times a document's size); more parses wait.
+    #[serde(default = "default_document_budget")]
+    pub document_parse_budget_bytes: u64,
 }
 
 /// Caches.
@@ -291,6 +309,18 @@ const fn default_max_chunks_per_request() -> u64 {
 }
 const fn default_max_decoded_chunk() -> u64 {
     1024 * 1024 * 1024
+}
+const fn default_max_inner_chunks() -> u64 {
+    1 << 16
+}
+const fn default_max_fill_value() -> u64 {
+    64 * 1024
+}
+const fn default_decode_budget() -> u64 {
+    2 * 1024 * 1024 * 1024
+}
+const fn default_document_budget() -> u64 {
+    64 * 1024 * 1024
 }
 const fn default_slab() -> u64 {
     32 * 1024 * 1024
@@ -369,6 +399,10 @@ impl Default for Limits {
             body_read_timeout_seconds: default_body_timeout(),
             max_chunks_per_request: default_max_chunks_per_request(),
             max_decoded_chunk_bytes: default_max_decoded_chunk(),
+            max_inner_chunks_per_shard: default_max_inner_chunks(),
+            max_fill_value_bytes: default_max_fill_value(),
+            decode_budget_bytes: default_decode_budget(),
+            document_parse_budget_bytes: default_document_budget(),
         }
     }
 }
@@ -474,6 +508,11 @@ impl Config {
             ("max_concurrent_requests", l.max_concurrent_requests as u64),
             ("header_read_timeout_seconds", l.header_read_timeout_seconds),
             ("body_read_timeout_seconds", l.body_read_timeout_seconds),
+            ("max_chunks_per_request", l.max_chunks_per_request),
+            ("max_decoded_chunk_bytes", l.max_decoded_chunk_bytes),
+            ("max_inner_chunks_per_shard", l.max_inner_chunks_per_shard),
+            ("decode_budget_bytes", l.decode_budget_bytes),
+            ("document_parse_budget_bytes", l.document_parse_budget_bytes),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             bail!("limits.{name}: must be greater than 0");
@@ -671,6 +710,9 @@ mod tests {
             "header_read_timeout_seconds",
             "body_read_timeout_seconds",
             "max_selection_bytes",
+            "max_inner_chunks_per_shard",
+            "decode_budget_bytes",
+            "document_parse_budget_bytes",
         ] {
             let e = Config::from_toml_str(&format!("[limits]\n{name} = 0")).unwrap_err().to_string();
             assert!(e.contains(&format!("limits.{name}")), "{e}");
