@@ -227,3 +227,103 @@ async fn metadata_rewrites_are_checked_before_writing() {
     r.expect_error(422, "invalid_metadata");
     assert!(r.error_message().contains("nested more than 64 levels"), "{r}");
 }
+
+fn codec(name: &str) -> Value {
+    match name {
+        "zstd" => json!({"name": "zstd", "configuration": {"level": 3, "checksum": false}}),
+        "gzip" => json!({"name": "gzip", "configuration": {"level": 1}}),
+        "zlib" => json!({"name": "numcodecs.zlib", "configuration": {"level": 1}}),
+        "bz2" => json!({"name": "numcodecs.bz2", "configuration": {"level": 1}}),
+        "lz4" => json!({"name": "numcodecs.lz4", "configuration": {"acceleration": 1}}),
+        "blosc" => json!({"name": "blosc", "configuration":
+            {"cname": "zstd", "clevel": 1, "shuffle": "noshuffle", "typesize": 1, "blocksize": 0}}),
+        other => panic!("{other}"),
+    }
+}
+
+fn chain(names: &[&str]) -> Value {
+    let mut v = vec![json!({"name": "bytes", "configuration": {"endian": "little"}})];
+    v.extend(names.iter().map(|n| codec(n)));
+    Value::Array(v)
+}
+
+/// A chunk of `big` elements (all 1) encoded by zarrd with `names`: stored
+/// under a small array's chunk key it is a decompression bomb.
+async fn bomb(s: &TestServer, tag: &str, names: &[&str], big: u64) -> Vec<u8> {
+    let path = format!("src-{tag}");
+    let doc = v3(&[big], &[big], "uint8", json!(0), chain(names));
+    s.put(&format!("/zarr/data/{path}/zarr.json"), doc.to_string()).await.expect_status(201);
+    put_data(s, &path, &format!("sel=0:{big}"), "1").await.expect_status(204);
+    let r = s.get(&format!("/zarr/data/{path}/c/0")).await;
+    r.expect_status(200);
+    r.body.to_vec()
+}
+
+/// Finding 9: every decode stage is capped by the size it is expected to
+/// produce. Bombs in every codec (a 16 MiB chunk stored where 64 KiB is
+/// expected) fail at the cap, naming the codec; a chain's inner stage is
+/// capped near the chunk's size, not at 256 MiB (a gzip→gzip chain used to
+/// decode its outer layer up to 256 MiB per decode).
+#[tokio::test]
+async fn decompression_bombs_stop_at_the_expected_size_in_every_codec() {
+    let mut config = common::test_config();
+    config.limits.max_put_bytes = 8 << 20;
+    let s = TestServer::start_with(Backend::File, "finding9", config).await.expect("file backend");
+    let (big, small) = (16u64 << 20, 64u64 << 10);
+    for name in ["zstd", "gzip", "zlib", "bz2", "lz4", "blosc"] {
+        let bytes = bomb(&s, name, &[name], big).await;
+        assert!(bytes.len() < (4 << 20), "{name}: {} bytes", bytes.len());
+        let path = format!("dst-{name}");
+        let doc = v3(&[small], &[small], "uint8", json!(0), chain(&[name]));
+        s.put(&format!("/zarr/data/{path}/zarr.json"), doc.to_string()).await.expect_status(201);
+        s.put(&format!("/zarr/data/{path}/c/0"), bytes).await.expect_status(201);
+        let started = Instant::now();
+        let r = s.get(&format!("/api/v1/data/data/{path}?sel=0:4&format=json")).await;
+        r.expect_error(500, "corrupt_chunk");
+        let m = r.error_message();
+        assert!(m.contains(&small.to_string()), "{name}: {m}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{name}: {:?}", started.elapsed());
+    }
+    // Chains: the stored bytes are one gzip (zstd) layer around 16 MiB; the
+    // array declares two layers around 64 KiB chunks. The outer layer must
+    // stop near 64 KiB (its worst-case encoding), not decode 16 MiB.
+    for name in ["gzip", "zstd"] {
+        let bytes = bomb(&s, &format!("{name}-once"), &[name], big).await;
+        let path = format!("chain-{name}");
+        let doc = v3(&[small], &[small], "uint8", json!(0), chain(&[name, name]));
+        s.put(&format!("/zarr/data/{path}/zarr.json"), doc.to_string()).await.expect_status(201);
+        s.put(&format!("/zarr/data/{path}/c/0"), bytes).await.expect_status(201);
+        let r = s.get(&format!("/api/v1/data/data/{path}?sel=0:4&format=json")).await;
+        r.expect_error(500, "corrupt_chunk");
+        let m = r.error_message();
+        assert!(
+            m.contains("exceeds the expected size") || m.contains("more than the expected"),
+            "{name}: the outer layer must stop at its cap: {m}"
+        );
+        let cap: u64 = m
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .filter(|&n: &u64| n > small)
+            .min()
+            .unwrap_or(0);
+        assert!(cap > small && cap < 2 * small + (64 << 10), "{name}: cap {cap}: {m}");
+    }
+    // Sharded: a bomb as an inner chunk stops at the inner chunk's size.
+    let inner_bomb = bomb(&s, "inner", &["zstd"], big).await;
+    let codecs = json!([{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [small], "codecs": chain(&["zstd"]),
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_location": "end"}}]);
+    let doc = v3(&[2 * small], &[2 * small], "uint8", json!(0), codecs);
+    s.put("/zarr/data/sharded/zarr.json", doc.to_string()).await.expect_status(201);
+    let mut shard = inner_bomb.clone();
+    let n = inner_bomb.len() as u64;
+    for (offset, len) in [(0u64, n), (u64::MAX, u64::MAX)] {
+        shard.extend_from_slice(&offset.to_le_bytes());
+        shard.extend_from_slice(&len.to_le_bytes());
+    }
+    s.put("/zarr/data/sharded/c/0", shard).await.expect_status(201);
+    let r = s.get("/api/v1/data/data/sharded?sel=0:4&format=json").await;
+    r.expect_error(500, "corrupt_chunk");
+    assert!(r.error_message().contains(&small.to_string()), "{}", r.error_message());
+}

@@ -246,6 +246,9 @@ impl ArrayDescription {
     /// # Errors
     /// Bytes that are not a valid encoding of a chunk (the error names the codec).
     pub fn decode_chunk(&self, bytes: Vec<u8>) -> Result<ChunkData, CodecError> {
+        // The process-wide decode budget (see `codec::budget`).
+        let expected = decoded_bytes(&self.chunk_shape, &self.data_type).unwrap_or(u64::MAX);
+        let _budget = crate::zarr::codec::budget::reserve(expected);
         self.codecs.decode(bytes, &self.chunk_repr())
     }
 
