@@ -327,3 +327,71 @@ async fn decompression_bombs_stop_at_the_expected_size_in_every_codec() {
     r.expect_error(500, "corrupt_chunk");
     assert!(r.error_message().contains(&small.to_string()), "{}", r.error_message());
 }
+
+/// Finding 7: a 1 MiB string fill value was copied into every element of
+/// an answer (5,000 elements aborted at 5.5 GB). Fill values are bounded
+/// (`limits.max_fill_value_bytes`, 422 naming it, on create and on open),
+/// and a variable-length chunk's decoded size counts its fill value per
+/// element, so a missing chunk filled for an answer stays within
+/// `limits.max_decoded_chunk_bytes`.
+#[tokio::test]
+async fn fill_values_are_bounded() {
+    let mut config = common::test_config();
+    config.limits.max_body_bytes = zarrd::config::Limits::default().max_body_bytes;
+    let s = TestServer::start_with(Backend::File, "finding7", config).await.expect("file backend");
+    let huge_fill = "f".repeat(1 << 20);
+    let doc = v3(&[5000], &[5000], "string", json!(huge_fill), json!([{"name": "vlen-utf8"}]));
+    // Behind zarrd's back (raw PUT and REST create go through the same check).
+    write_behind(&s, "f/zarr.json", &doc);
+    let r = s.get("/api/v1/data/data/f?sel=0:5000&format=json").await;
+    r.expect_error(422, "unsupported_array");
+    assert!(r.error_message().contains("limits.max_fill_value_bytes"), "{r}");
+    // Through zarrd: a fill value over the limit is refused when created.
+    let fill = "g".repeat(40 << 10);
+    let doc = v3(&[10], &[10], "string", json!(fill), json!([{"name": "vlen-utf8"}]));
+    let mut config = common::test_config();
+    config.limits.max_fill_value_bytes = 32 << 10;
+    let t = TestServer::start_with(Backend::File, "finding7b", config).await.expect("file backend");
+    let r = t.put("/zarr/data/g/zarr.json", doc.to_string()).await;
+    r.expect_error(422, "unsupported_array");
+    assert!(r.error_message().contains("limits.max_fill_value_bytes"), "{r}");
+    // A fill within the limit, but chunks whose filled form (fill × elements)
+    // exceeds max_decoded_chunk_bytes: refused, naming that limit.
+    let doc = v3(&[1 << 20], &[1 << 20], "string", json!("h".repeat(2000)), json!([{"name": "vlen-utf8"}]));
+    let r = s.put("/zarr/data/h/zarr.json", doc.to_string()).await;
+    r.expect_error(422, "unsupported_array");
+    assert!(r.error_message().contains("limits.max_decoded_chunk_bytes"), "{r}");
+    // Within every limit, the fill reads back.
+    let doc = v3(&[3], &[3], "string", json!("fill"), json!([{"name": "vlen-utf8"}]));
+    s.put("/zarr/data/k/zarr.json", doc.to_string()).await.expect_status(201);
+    let r = s.get("/api/v1/data/data/k?sel=0:3&format=json").await;
+    assert_eq!(r.json(), json!(["fill", "fill", "fill"]));
+}
+
+/// Finding 10: a shard of 2^24 inner chunks (a 256 MiB index) cost 1.3 GB
+/// for a one-element write and 540 MiB for a one-element read. Inner chunks
+/// per shard are bounded (`limits.max_inner_chunks_per_shard`, default
+/// 2^16: a 1 MiB index), checked on create and open; at the limit a
+/// one-element write and read work.
+#[tokio::test]
+async fn shard_indexes_are_bounded() {
+    let s = file_server("finding10").await;
+    let over = v3(&[1 << 24], &[1 << 24], "uint8", json!(0), sharded(&[1]));
+    let check = |r: &common::Reply| {
+        r.expect_error(422, "unsupported_array");
+        let m = r.error_message();
+        assert!(m.contains("limits.max_inner_chunks_per_shard") && m.contains("16777216 inner chunks"), "{m}");
+    };
+    check(&s.put("/zarr/data/a/zarr.json", over.to_string()).await);
+    check(&s.send(json_req(&s, "PUT", "/api/v1/nodes/data/a", &over)).await);
+    write_behind(&s, "b/zarr.json", &over);
+    check(&put_data(&s, "b", "sel=5", "1").await);
+    check(&s.get("/api/v1/data/data/b?sel=5&format=json").await);
+    // At the limit: 2^16 inner chunks.
+    let at = v3(&[1 << 16], &[1 << 16], "uint8", json!(0), sharded(&[1]));
+    s.put("/zarr/data/c/zarr.json", at.to_string()).await.expect_status(201);
+    put_data(&s, "c", "sel=5", "9").await.expect_status(204);
+    put_data(&s, "c", "sel=7", "8").await.expect_status(204);
+    let r = s.get("/api/v1/data/data/c?sel=4:8&format=json").await;
+    assert_eq!(r.json(), json!([0, 9, 0, 8]));
+}

@@ -127,8 +127,22 @@ impl ArrayDescription {
     /// # Errors
     /// [`ArrayError::TooLarge`] naming the limit, the shape and the size.
     pub fn check_limits(&self, limits: &ArrayLimits) -> Result<(), ArrayError> {
+        let fill = self.fill_value.len() as u64;
+        if fill > limits.max_fill_value_bytes {
+            return Err(ArrayError::TooLarge(format!(
+                "fill_value: {fill} bytes, more than limits.max_fill_value_bytes = {}",
+                limits.max_fill_value_bytes
+            )));
+        }
         let max = limits.max_decoded_chunk_bytes;
-        let check_chunk = |what: &str, shape: &[u64]| match decoded_bytes(shape, &self.data_type) {
+        // A variable-length chunk filled with the fill value holds a copy of
+        // it per element: that is its decoded size before any data.
+        let per_fill = if self.data_type.is_variable() { self.fill_value.len() as u64 } else { 0 };
+        let size = |shape: &[u64]| {
+            let n = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
+            n.checked_mul(element_bytes(&self.data_type).checked_add(per_fill)?)
+        };
+        let check_chunk = |what: &str, shape: &[u64]| match size(shape) {
             Some(n) if n <= max => Ok(()),
             n => Err(ArrayError::TooLarge(format!(
                 "the {what} shape {shape:?} of {:?} is {} bytes decoded, more than \
@@ -151,13 +165,6 @@ impl ArrayDescription {
                     limits.max_inner_chunks_per_shard
                 )));
             }
-        }
-        let fill = self.fill_value.len() as u64;
-        if fill > limits.max_fill_value_bytes {
-            return Err(ArrayError::TooLarge(format!(
-                "fill_value: {fill} bytes, more than limits.max_fill_value_bytes = {}",
-                limits.max_fill_value_bytes
-            )));
         }
         Ok(())
     }
