@@ -249,8 +249,9 @@ pub struct Limits {
     /// for room), so concurrent decompression bombs share one cap.
     #[serde(default = "default_decode_budget")]
     pub decode_budget_bytes: u64,
-    /// Metadata document bytes the process parses at once (parsing costs
-    /// some 30 times a document's size); more parses wait.
+    /// Memory the process spends parsing metadata documents (and JSON
+    /// bodies) at once, each counted at 32 times its size (a parsed JSON
+    /// tree takes up to ~30 times its text); more parses wait.
     #[serde(default = "default_document_budget")]
     pub document_parse_budget_bytes: u64,
 }
@@ -320,7 +321,7 @@ const fn default_decode_budget() -> u64 {
     2 * 1024 * 1024 * 1024
 }
 const fn default_document_budget() -> u64 {
-    64 * 1024 * 1024
+    1024 * 1024 * 1024
 }
 const fn default_slab() -> u64 {
     32 * 1024 * 1024

@@ -187,12 +187,17 @@ fn invalid(key: &StoreKey) -> impl FnOnce(MetadataError) -> ServiceError + '_ {
     move |source| ServiceError::InvalidMetadata { key: key.to_string(), source }
 }
 
+/// Parse memory per document byte the budget assumes: a parsed JSON value
+/// tree takes up to about 30 times its text (small numbers and strings).
+pub const PARSE_COST_FACTOR: u64 = 32;
+
 /// What stands between a metadata document and its parse: a size limit
 /// (twice `limits.max_body_bytes` for documents in storage, room for the
 /// indentation and envelope zarrd adds around a body at the limit; bodies
 /// themselves are held to `max_body_bytes` where they arrive) and a byte budget shared by all parses of
-/// the process (`limits.document_parse_budget_bytes`: parsing costs some
-/// 30 times a document's size, so concurrent parses wait for room).
+/// the process (`limits.document_parse_budget_bytes` of parse memory, each
+/// document counted at [`PARSE_COST_FACTOR`] times its size; concurrent
+/// parses wait for room, one larger than the budget takes all of it).
 /// Parsing runs on the CPU pool. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct DocumentGate {
@@ -231,6 +236,19 @@ impl DocumentGate {
         self.max_bytes
     }
 
+    /// Budget units (KiB of parse memory) a document of `len` bytes takes.
+    fn units(&self, len: u64) -> u32 {
+        let cost = len.saturating_mul(PARSE_COST_FACTOR);
+        u32::try_from(cost.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, self.budget_kib)
+    }
+
+    /// Reserves room in the parse budget for a document of `len` bytes
+    /// parsed elsewhere (a JSON request body), held until dropped.
+    pub async fn reserve(&self, len: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let want = self.units(len as u64);
+        self.permits.clone().acquire_many_owned(want).await.ok()
+    }
+
     /// Parses the document stored (or to be stored) under `key`.
     ///
     /// # Errors
@@ -251,7 +269,7 @@ impl DocumentGate {
                 ),
             });
         }
-        let want = u32::try_from(len.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, self.budget_kib);
+        let want = self.units(len);
         let _permit = self
             .permits
             .acquire_many(want)

@@ -215,10 +215,7 @@ async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult
         ZarrFormat::V2 => {
             let key = group.path.key(".zmetadata")?;
             let Some(bytes) = node::read_optional(&group.mount, &key).await? else { return Ok(None) };
-            let value: Value = serde_json::from_slice(&bytes).map_err(|e| ServiceError::InvalidMetadata {
-                key: key.to_string(),
-                source: crate::zarr::metadata::MetadataError::new("", format!("not valid JSON: {e}")),
-            })?;
+            let value = group.gate.parse(&key, bytes).await?;
             let Some(docs) = value.get("metadata").and_then(Value::as_object) else { return Ok(None) };
             let mut out = Vec::new();
             for (k, doc) in docs {
@@ -612,7 +609,7 @@ async fn forget_in_consolidated(app: &App, mount: &Arc<Mount>, path: &NodePath) 
             ZarrFormat::V2 => {
                 let key = a.key(".zmetadata")?;
                 let Some(bytes) = node::read_optional(mount, &key).await? else { continue };
-                let Ok(mut doc) = serde_json::from_slice::<Value>(&bytes) else { continue };
+                let Ok(mut doc) = DocumentGate::of(app).parse(&key, bytes).await else { continue };
                 let Some(docs) = doc.get_mut("metadata").and_then(Value::as_object_mut) else { continue };
                 let before = docs.len();
                 docs.retain(|k, _| !k.starts_with(&format!("{rel}/")));
