@@ -332,8 +332,30 @@ fn unsupported(key: &StoreKey, e: &crate::zarr::array::ArrayError) -> ServiceErr
 }
 
 /// Reads one key whole with its ETag; `None` when it does not exist.
-async fn read_validated(mount: &Mount, key: &StoreKey) -> ServiceResult<(Option<Bytes>, Validator)> {
-    match mount.storage().read(key, &ReadRequest::default()).await {
+/// Reads at most `max` bytes of it (plus one): a larger document is refused
+/// without being read whole.
+async fn read_validated(mount: &Mount, key: &StoreKey, max: u64) -> ServiceResult<(Option<Bytes>, Validator)> {
+    let bounded = ReadRequest {
+        range: Some(crate::storage::ByteRange::Bounded { first: 0, last: max }),
+        ..ReadRequest::default()
+    };
+    let read = match mount.storage().read(key, &bounded).await {
+        // An empty object has no byte 0: read it as it is.
+        Err(StorageError::RangeNotSatisfiable { .. }) => mount.storage().read(key, &ReadRequest::default()).await,
+        other => other,
+    };
+    match read {
+        Ok(outcome) if outcome.meta.size > max => Err(ServiceError::InvalidMetadata {
+            key: key.to_string(),
+            source: MetadataError::new(
+                "",
+                format!(
+                    "the document is {} bytes, more than the {max} stored documents may have (twice \
+                     limits.max_body_bytes)",
+                    outcome.meta.size
+                ),
+            ),
+        }),
         Ok(outcome) => Ok((Some(outcome.body), (key.clone(), Some(outcome.meta.etag)))),
         Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok((None, (key.clone(), None))),
         Err(e) => Err(e.into()),
@@ -385,7 +407,7 @@ pub async fn open_in_with(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGat
 /// As [`open`].
 pub async fn load(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> ServiceResult<(Node, Vec<Validator>)> {
     let v3_key = path.key("zarr.json")?;
-    let (v3, v3_validator) = read_validated(&mount, &v3_key).await?;
+    let (v3, v3_validator) = read_validated(&mount, &v3_key, gate.max_bytes()).await?;
     let mut validators = vec![v3_validator];
     if let Some(bytes) = v3 {
         let value = gate.parse(&v3_key, bytes).await?;
@@ -411,9 +433,9 @@ pub async fn load(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> Se
     }
     let (zarray_key, zgroup_key, zattrs_key) = (path.key(".zarray")?, path.key(".zgroup")?, path.key(".zattrs")?);
     let ((zarray, v1), (zgroup, v2), (zattrs, v3)) = futures::try_join!(
-        read_validated(&mount, &zarray_key),
-        read_validated(&mount, &zgroup_key),
-        read_validated(&mount, &zattrs_key)
+        read_validated(&mount, &zarray_key, gate.max_bytes()),
+        read_validated(&mount, &zgroup_key, gate.max_bytes()),
+        read_validated(&mount, &zattrs_key, gate.max_bytes())
     )?;
     validators.extend([v1, v2, v3]);
     let (attributes, zattrs_value) = match zattrs {
