@@ -247,6 +247,25 @@ pub struct Limits {
     /// uploads cannot starve other requests of slots.
     #[serde(default = "default_max_uploads")]
     pub max_concurrent_uploads: usize,
+    /// Most inner chunks one shard of a sharded array may hold (its index
+    /// is 16 bytes per inner chunk, read and rewritten by every partial
+    /// access): creating or opening an array with more is refused (422).
+    #[serde(default = "default_max_inner_chunks")]
+    pub max_inner_chunks_per_shard: u64,
+    /// Largest fill value an array may declare, in bytes (422 beyond): a
+    /// fill value is repeated in every missing element of an answer.
+    #[serde(default = "default_max_fill_value")]
+    pub max_fill_value_bytes: u64,
+    /// Decoded bytes all chunk decodes of the process may produce at once
+    /// (each decode reserves its expected size before it starts and waits
+    /// for room), so concurrent decompression bombs share one cap.
+    #[serde(default = "default_decode_budget")]
+    pub decode_budget_bytes: u64,
+    /// Memory the process spends parsing metadata documents (and JSON
+    /// bodies) at once, each counted at 32 times its size (a parsed JSON
+    /// tree takes up to ~30 times its text); more parses wait.
+    #[serde(default = "default_document_budget")]
+    pub document_parse_budget_bytes: u64,
 }
 
 /// Caches.
@@ -302,6 +321,18 @@ const fn default_max_chunks_per_request() -> u64 {
     1 << 20
 }
 const fn default_max_decoded_chunk() -> u64 {
+    1024 * 1024 * 1024
+}
+const fn default_max_inner_chunks() -> u64 {
+    1 << 16
+}
+const fn default_max_fill_value() -> u64 {
+    64 * 1024
+}
+const fn default_decode_budget() -> u64 {
+    2 * 1024 * 1024 * 1024
+}
+const fn default_document_budget() -> u64 {
     1024 * 1024 * 1024
 }
 const fn default_slab() -> u64 {
@@ -385,6 +416,10 @@ impl Default for Limits {
             max_chunks_per_request: default_max_chunks_per_request(),
             max_decoded_chunk_bytes: default_max_decoded_chunk(),
             max_concurrent_uploads: default_max_uploads(),
+            max_inner_chunks_per_shard: default_max_inner_chunks(),
+            max_fill_value_bytes: default_max_fill_value(),
+            decode_budget_bytes: default_decode_budget(),
+            document_parse_budget_bytes: default_document_budget(),
         }
     }
 }
@@ -492,6 +527,11 @@ impl Config {
             ("max_concurrent_uploads", l.max_concurrent_uploads as u64),
             ("header_read_timeout_seconds", l.header_read_timeout_seconds),
             ("body_read_timeout_seconds", l.body_read_timeout_seconds),
+            ("max_chunks_per_request", l.max_chunks_per_request),
+            ("max_decoded_chunk_bytes", l.max_decoded_chunk_bytes),
+            ("max_inner_chunks_per_shard", l.max_inner_chunks_per_shard),
+            ("decode_budget_bytes", l.decode_budget_bytes),
+            ("document_parse_budget_bytes", l.document_parse_budget_bytes),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             bail!("limits.{name}: must be greater than 0");
@@ -689,6 +729,9 @@ mod tests {
             "header_read_timeout_seconds",
             "body_read_timeout_seconds",
             "max_selection_bytes",
+            "max_inner_chunks_per_shard",
+            "decode_budget_bytes",
+            "document_parse_budget_bytes",
         ] {
             let e = Config::from_toml_str(&format!("[limits]\n{name} = 0")).unwrap_err().to_string();
             assert!(e.contains(&format!("limits.{name}")), "{e}");

@@ -62,6 +62,8 @@ impl App {
     }
 
     fn assemble(config: Config, mounts: BTreeMap<String, Arc<Mount>>) -> Self {
+        // Decodes of the whole process share one budget (issue 12, finding 9).
+        crate::zarr::codec::budget::configure(config.limits.decode_budget_bytes);
         let locks = mounts.keys().map(|name| (name.clone(), Arc::new(MountLocks::default()))).collect();
         let chunk_cache = Arc::new(ChunkCache::new(config.cache.chunk_bytes));
         // Every write through a mount (either face) invalidates what the

@@ -92,7 +92,10 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for JsonBody<T> {
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
         require_json(&req)?;
-        serde_json::from_slice(&read_document(req, app).await?)
+        let body = read_document(req, app).await?;
+        // Parsing costs many times the body: within the document parse budget.
+        let _parse = crate::service::node::DocumentGate::of(app).reserve(body.len()).await;
+        serde_json::from_slice(&body)
             .map(Self)
             .map_err(|e| ApiError::bad_request("invalid_body", format!("request body: {e}")))
     }
@@ -117,7 +120,10 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for TypedJsonBody<T> {
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
         require_json(&req)?;
-        serde_json::from_slice(&read_document(req, app).await?).map(Self).map_err(|e| {
+        let body = read_document(req, app).await?;
+        // Parsing costs many times the body: within the document parse budget.
+        let _parse = crate::service::node::DocumentGate::of(app).reserve(body.len()).await;
+        serde_json::from_slice(&body).map(Self).map_err(|e| {
             let status = match e.classify() {
                 serde_json::error::Category::Data => axum::http::StatusCode::UNPROCESSABLE_ENTITY,
                 _ => axum::http::StatusCode::BAD_REQUEST,

@@ -9,6 +9,8 @@
 
 use tokio::sync::oneshot;
 
+use crate::zarr::region::Offload;
+
 /// Why CPU work did not produce a result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("internal error: CPU work failed: {0}")]
@@ -50,6 +52,20 @@ where
         guarded(f)
     } else {
         run(f).await
+    }
+}
+
+/// The CPU pool as the region engine's [`Offload`]: slice writes decode,
+/// place and encode each chunk here. A job that panics is dropped (the
+/// engine reports it as an internal error).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pool;
+
+impl Offload for Pool {
+    fn spawn(&self, job: Box<dyn FnOnce() + Send>) {
+        rayon::spawn(move || {
+            let _ = guarded(job);
+        });
     }
 }
 

@@ -113,6 +113,17 @@ impl MountLocks {
         WriteGuard { _nodes: vec![node], _stripes: self.stripes(keys).await }
     }
 
+    /// Locks every key stripe of the node at `node_path`, for a write that
+    /// touches at least [`STRIPES`] chunks (cheaper than listing its keys).
+    pub async fn write_all_keys(&self, node_path: &str) -> WriteGuard {
+        let node = self.node(node_path).read_owned().await;
+        let mut stripes = Vec::with_capacity(STRIPES);
+        for s in &self.stripes {
+            stripes.push(s.clone().lock_owned().await);
+        }
+        WriteGuard { _nodes: vec![node], _stripes: stripes }
+    }
+
     /// Locks one key for a raw store write: shared on every node lock held
     /// for a parent path, then the key's stripe.
     pub async fn raw_key(&self, key: &str) -> WriteGuard {

@@ -20,12 +20,12 @@
 //! stale entry inserted after it. Missing nodes are not cached.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use moka::sync::Cache;
 
-use super::node::{self, Node, NodePath, Validator};
+use super::node::{self, DocumentGate, Node, NodePath, Validator};
 use super::ServiceResult;
 use crate::storage::mount::RecheckPolicy;
 use crate::storage::{Mount, StorageError};
@@ -46,6 +46,8 @@ pub struct MetadataCache {
     entries: Cache<(String, String), Entry>,
     /// Bumped by every invalidation.
     generation: AtomicU64,
+    /// See [`MetadataCache::gate`].
+    gate: OnceLock<DocumentGate>,
 }
 
 impl Default for MetadataCache {
@@ -61,6 +63,7 @@ impl MetadataCache {
         Self {
             entries: Cache::builder().max_capacity(entries).support_invalidation_closures().build(),
             generation: AtomicU64::new(0),
+            gate: OnceLock::new(),
         }
     }
 
@@ -68,7 +71,7 @@ impl MetadataCache {
     ///
     /// # Errors
     /// As [`node::open`].
-    pub async fn open(&self, mount: Arc<Mount>, path: &NodePath) -> ServiceResult<Node> {
+    pub async fn open(&self, mount: Arc<Mount>, path: &NodePath, gate: DocumentGate) -> ServiceResult<Node> {
         let key = (mount.name().to_string(), path.as_str().to_string());
         if let Some(entry) = self.entries.get(&key) {
             let fresh = match mount.recheck_metadata() {
@@ -84,10 +87,18 @@ impl MetadataCache {
                 return Ok(entry.node);
             }
         }
-        let (node, validators) = node::load(mount, path).await?;
+        let (node, validators) = node::load(mount, path, &gate).await?;
         self.entries
             .insert(key, Entry { node: node.clone(), validators: Arc::new(validators), checked: Instant::now() });
         Ok(node)
+    }
+
+    /// The document gate for `config`'s limits (made on first use; one per
+    /// app, so its parse budget is shared by every request).
+    pub fn gate(&self, config: &crate::config::Config) -> DocumentGate {
+        self.gate
+            .get_or_init(|| DocumentGate::new(config.limits.max_body_bytes, config.limits.document_parse_budget_bytes))
+            .clone()
     }
 
     /// Forgets one node.
@@ -165,38 +176,38 @@ mod tests {
     #[tokio::test]
     async fn always_revalidates_by_etag() {
         let (cache, m, g) = (MetadataCache::default(), mount(RecheckPolicy::Always).await, NodePath::new("g").unwrap());
-        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
+        assert_eq!(attr(&cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap()), 1);
         overwrite(&m).await;
-        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 2);
+        assert_eq!(attr(&cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap()), 2);
     }
 
     #[tokio::test]
     async fn never_trusts_the_entry_until_invalidated() {
         let (cache, m, g) = (MetadataCache::default(), mount(RecheckPolicy::Never).await, NodePath::new("g").unwrap());
-        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
+        assert_eq!(attr(&cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap()), 1);
         overwrite(&m).await;
-        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
+        assert_eq!(attr(&cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap()), 1);
         cache.invalidate("m", &g);
-        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 2);
+        assert_eq!(attr(&cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap()), 2);
     }
 
     #[tokio::test]
     async fn after_a_duration_rechecks_once_stale() {
         let recheck = RecheckPolicy::After(std::time::Duration::from_millis(50));
         let (cache, m, g) = (MetadataCache::default(), mount(recheck).await, NodePath::new("g").unwrap());
-        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1);
+        assert_eq!(attr(&cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap()), 1);
         overwrite(&m).await;
-        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 1, "still fresh");
+        assert_eq!(attr(&cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap()), 1, "still fresh");
         tokio::time::sleep(std::time::Duration::from_millis(80)).await;
-        assert_eq!(attr(&cache.open(m.clone(), &g).await.unwrap()), 2, "stale: rechecked");
+        assert_eq!(attr(&cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap()), 2, "stale: rechecked");
     }
 
     #[tokio::test]
     async fn invalidate_tree_drops_descendants_only() {
         let (cache, m) = (MetadataCache::default(), mount(RecheckPolicy::Never).await);
         let (g, h) = (NodePath::new("g").unwrap(), NodePath::new("g/h").unwrap());
-        cache.open(m.clone(), &g).await.unwrap();
-        cache.open(m.clone(), &h).await.unwrap();
+        cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap();
+        cache.open(m.clone(), &h, DocumentGate::default()).await.unwrap();
         assert_eq!(cache.len(), 2);
         cache.invalidate_tree("m", &h);
         assert_eq!(cache.len(), 1);

@@ -20,9 +20,11 @@ use serde_json::{Map, Value};
 
 use super::{App, ServiceError, ServiceResult};
 use crate::storage::{Mount, ReadRequest, StorageError, StoreKey};
-use crate::zarr::array::{ArrayDescription, ZarrFormat};
+use crate::zarr::array::{ArrayDescription, ArrayLimits, ZarrFormat};
 use crate::zarr::metadata::v2::attributes_from_json;
-use crate::zarr::metadata::{ArrayMetadataV2, GroupMetadataV2, MetadataError, NodeMetadataV3};
+use crate::zarr::metadata::{
+    ArrayMetadataV2, ConsolidatedMetadataV2, DocumentKind, GroupMetadataV2, MetadataError, NodeMetadataV3,
+};
 
 /// A validated node path inside a mount (`""` is the root).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -104,8 +106,9 @@ pub struct ArrayNode {
     pub mount: Arc<Mount>,
     /// Its path in the mount.
     pub path: NodePath,
-    /// The normalised description the engine works from.
-    pub desc: ArrayDescription,
+    /// The normalised description the engine works from (shared, so CPU
+    /// work on the array can run on the CPU pool).
+    pub desc: Arc<ArrayDescription>,
     /// The stored metadata document (`zarr.json` or `.zarray`), as stored.
     pub metadata: Value,
     /// v2 only: the stored `.zattrs` (v3 keeps attributes inside `metadata`).
@@ -144,6 +147,8 @@ pub struct GroupNode {
     pub metadata: Value,
     /// v2 only: the stored `.zattrs`.
     pub zattrs: Option<Value>,
+    /// How its children's documents are read.
+    pub gate: DocumentGate,
 }
 
 /// An array or a group.
@@ -182,11 +187,144 @@ fn invalid(key: &StoreKey) -> impl FnOnce(MetadataError) -> ServiceError + '_ {
     move |source| ServiceError::InvalidMetadata { key: key.to_string(), source }
 }
 
-fn parse_json(key: &StoreKey, bytes: &[u8]) -> ServiceResult<Value> {
-    serde_json::from_slice(bytes).map_err(|e| ServiceError::InvalidMetadata {
-        key: key.to_string(),
-        source: MetadataError::new("", format!("not valid JSON: {e}")),
-    })
+/// Parse memory per document byte the budget assumes: a parsed JSON value
+/// tree takes up to about 30 times its text (small numbers and strings).
+pub const PARSE_COST_FACTOR: u64 = 32;
+
+/// What stands between a metadata document and its parse: a size limit
+/// (twice `limits.max_body_bytes` for documents in storage, room for the
+/// indentation and envelope zarrd adds around a body at the limit; bodies
+/// themselves are held to `max_body_bytes` where they arrive) and a byte budget shared by all parses of
+/// the process (`limits.document_parse_budget_bytes` of parse memory, each
+/// document counted at [`PARSE_COST_FACTOR`] times its size; concurrent
+/// parses wait for room, one larger than the budget takes all of it).
+/// Parsing runs on the CPU pool. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DocumentGate {
+    max_bytes: u64,
+    budget_kib: u32,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for DocumentGate {
+    fn default() -> Self {
+        let l = crate::config::Limits::default();
+        Self::new(l.max_body_bytes, l.document_parse_budget_bytes)
+    }
+}
+
+impl DocumentGate {
+    /// A gate for bodies of at most `max_body_bytes` (stored documents of
+    /// at most twice that), parsing at most `budget_bytes` of documents at
+    /// once.
+    #[must_use]
+    pub fn new(max_body_bytes: u64, budget_bytes: u64) -> Self {
+        let max_bytes = max_body_bytes.saturating_mul(2);
+        let budget_kib = u32::try_from(budget_bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX >> 4).min(u32::MAX >> 4);
+        Self { max_bytes, budget_kib, permits: Arc::new(tokio::sync::Semaphore::new(budget_kib as usize)) }
+    }
+
+    /// The gate of `app` (its configured limits).
+    #[must_use]
+    pub fn of(app: &App) -> Self {
+        app.metadata_cache().gate(app.config())
+    }
+
+    /// The largest document this gate parses.
+    #[must_use]
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Budget units (KiB of parse memory) a document of `len` bytes takes.
+    fn units(&self, len: u64) -> u32 {
+        let cost = len.saturating_mul(PARSE_COST_FACTOR);
+        u32::try_from(cost.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, self.budget_kib)
+    }
+
+    /// Reserves room in the parse budget for a document of `len` bytes
+    /// parsed elsewhere (a JSON request body), held until dropped.
+    pub async fn reserve(&self, len: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let want = self.units(len as u64);
+        self.permits.clone().acquire_many_owned(want).await.ok()
+    }
+
+    /// Parses the document stored (or to be stored) under `key`.
+    ///
+    /// # Errors
+    /// `InvalidMetadata` (422) for a document over the size limit, nested
+    /// too deep or not JSON.
+    pub async fn parse(&self, key: &StoreKey, bytes: Bytes) -> ServiceResult<Value> {
+        let len = bytes.len() as u64;
+        if len > self.max_bytes {
+            return Err(ServiceError::InvalidMetadata {
+                key: key.to_string(),
+                source: MetadataError::new(
+                    "",
+                    format!(
+                        "the document is {len} bytes, more than the {} stored documents may have \
+                         (twice limits.max_body_bytes)",
+                        self.max_bytes
+                    ),
+                ),
+            });
+        }
+        let want = self.units(len);
+        let _permit = self
+            .permits
+            .acquire_many(want)
+            .await
+            .map_err(|_| ServiceError::Internal("the document parse budget is closed".into()))?;
+        super::cpu::run(move || crate::zarr::metadata::parse_json(&bytes))
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))?
+            .map_err(invalid(key))
+    }
+
+    /// The checks a metadata document passes before zarrd stores it, with
+    /// the same parser and limits that will read it back: size, depth,
+    /// the document's own rules, and for arrays [`ArrayDescription`]'s
+    /// limits. Nothing is written when this fails.
+    ///
+    /// # Errors
+    /// `InvalidMetadata` (size, depth, rules) or `UnsupportedArray` (an
+    /// array over the limits, naming the limit).
+    pub async fn check_document(&self, key: &StoreKey, bytes: Bytes, limits: &ArrayLimits) -> ServiceResult<()> {
+        let Some(kind) = DocumentKind::from_key_name(key.name()) else { return Ok(()) };
+        let value = self.parse(key, bytes).await?;
+        let over = |e: crate::zarr::array::ArrayError| match e {
+            e @ crate::zarr::array::ArrayError::TooLarge(_) => {
+                Err(ServiceError::UnsupportedArray { key: key.to_string(), reason: e.to_string() })
+            }
+            // Valid but unsupported arrays may be stored (other tools read them).
+            _ => Ok(()),
+        };
+        match kind {
+            DocumentKind::ZarrJson => {
+                if let NodeMetadataV3::Array(meta) = NodeMetadataV3::from_json(&value, "").map_err(invalid(key))? {
+                    if let Err(e) = ArrayDescription::from_v3(&meta).and_then(|d| d.check_limits(limits)) {
+                        over(e)?;
+                    }
+                }
+            }
+            DocumentKind::ZArray => {
+                let meta = ArrayMetadataV2::from_json(&value, "").map_err(invalid(key))?;
+                if let Err(e) = ArrayDescription::from_v2(&meta, Map::new()).and_then(|d| d.check_limits(limits)) {
+                    over(e)?;
+                }
+            }
+            DocumentKind::ZGroup => {
+                GroupMetadataV2::from_json(&value, "").map_err(invalid(key))?;
+            }
+            DocumentKind::ZAttrs => {
+                attributes_from_json(&value, "").map_err(invalid(key))?;
+            }
+            DocumentKind::ZMetadata => {
+                ConsolidatedMetadataV2::from_json(&value, "").map_err(invalid(key))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn unsupported(key: &StoreKey, e: &crate::zarr::array::ArrayError) -> ServiceError {
@@ -194,8 +332,30 @@ fn unsupported(key: &StoreKey, e: &crate::zarr::array::ArrayError) -> ServiceErr
 }
 
 /// Reads one key whole with its ETag; `None` when it does not exist.
-async fn read_validated(mount: &Mount, key: &StoreKey) -> ServiceResult<(Option<Bytes>, Validator)> {
-    match mount.storage().read(key, &ReadRequest::default()).await {
+/// Reads at most `max` bytes of it (plus one): a larger document is refused
+/// without being read whole.
+async fn read_validated(mount: &Mount, key: &StoreKey, max: u64) -> ServiceResult<(Option<Bytes>, Validator)> {
+    let bounded = ReadRequest {
+        range: Some(crate::storage::ByteRange::Bounded { first: 0, last: max }),
+        ..ReadRequest::default()
+    };
+    let read = match mount.storage().read(key, &bounded).await {
+        // An empty object has no byte 0: read it as it is.
+        Err(StorageError::RangeNotSatisfiable { .. }) => mount.storage().read(key, &ReadRequest::default()).await,
+        other => other,
+    };
+    match read {
+        Ok(outcome) if outcome.meta.size > max => Err(ServiceError::InvalidMetadata {
+            key: key.to_string(),
+            source: MetadataError::new(
+                "",
+                format!(
+                    "the document is {} bytes, more than the {max} stored documents may have (twice \
+                     limits.max_body_bytes)",
+                    outcome.meta.size
+                ),
+            ),
+        }),
         Ok(outcome) => Ok((Some(outcome.body), (key.clone(), Some(outcome.meta.etag)))),
         Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok((None, (key.clone(), None))),
         Err(e) => Err(e.into()),
@@ -205,6 +365,14 @@ async fn read_validated(mount: &Mount, key: &StoreKey) -> ServiceResult<(Option<
 /// A metadata key and the ETag it had when read (`None`: absent).
 pub type Validator = (StoreKey, Option<String>);
 
+fn join_key(path: &NodePath, name: &str) -> String {
+    if path.as_str().is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}/{name}")
+    }
+}
+
 /// Opens the node at `path` in `mount`, through the metadata cache.
 ///
 /// # Errors
@@ -212,7 +380,7 @@ pub type Validator = (StoreKey, Option<String>);
 /// storage failures.
 pub async fn open(app: &App, mount: &str, path: &NodePath) -> ServiceResult<Node> {
     let mount = app.mount(mount)?.clone();
-    app.metadata_cache().open(mount, path).await
+    app.metadata_cache().open(mount, path, DocumentGate::of(app)).await
 }
 
 /// [`open`] on a mount already looked up, bypassing the cache (reads the
@@ -221,7 +389,15 @@ pub async fn open(app: &App, mount: &str, path: &NodePath) -> ServiceResult<Node
 /// # Errors
 /// As [`open`].
 pub async fn open_in(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<Node> {
-    Ok(load(mount, path).await?.0)
+    Ok(load(mount, path, &DocumentGate::default()).await?.0)
+}
+
+/// [`open_in`] with the documents read through `gate`.
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_in_with(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> ServiceResult<Node> {
+    Ok(load(mount, path, gate).await?.0)
 }
 
 /// Reads and parses a node's documents; also returns what to revalidate
@@ -229,20 +405,21 @@ pub async fn open_in(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<Node> 
 ///
 /// # Errors
 /// As [`open`].
-pub async fn load(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<(Node, Vec<Validator>)> {
+pub async fn load(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> ServiceResult<(Node, Vec<Validator>)> {
     let v3_key = path.key("zarr.json")?;
-    let (v3, v3_validator) = read_validated(&mount, &v3_key).await?;
+    let (v3, v3_validator) = read_validated(&mount, &v3_key, gate.max_bytes()).await?;
     let mut validators = vec![v3_validator];
     if let Some(bytes) = v3 {
-        let value = parse_json(&v3_key, &bytes)?;
+        let value = gate.parse(&v3_key, bytes).await?;
         return match NodeMetadataV3::from_json(&value, "").map_err(invalid(&v3_key))? {
             NodeMetadataV3::Array(meta) => {
                 let desc = ArrayDescription::from_v3(&meta).map_err(|e| unsupported(&v3_key, &e))?;
-                let node = ArrayNode { mount, path: path.clone(), desc, metadata: value, zattrs: None };
+                let node = ArrayNode { mount, path: path.clone(), desc: Arc::new(desc), metadata: value, zattrs: None };
                 Ok((Node::Array(Arc::new(node)), validators))
             }
             NodeMetadataV3::Group(group) => Ok((
                 Node::Group(Arc::new(GroupNode {
+                    gate: gate.clone(),
                     mount,
                     path: path.clone(),
                     format: ZarrFormat::V3,
@@ -256,29 +433,30 @@ pub async fn load(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<(Node, Ve
     }
     let (zarray_key, zgroup_key, zattrs_key) = (path.key(".zarray")?, path.key(".zgroup")?, path.key(".zattrs")?);
     let ((zarray, v1), (zgroup, v2), (zattrs, v3)) = futures::try_join!(
-        read_validated(&mount, &zarray_key),
-        read_validated(&mount, &zgroup_key),
-        read_validated(&mount, &zattrs_key)
+        read_validated(&mount, &zarray_key, gate.max_bytes()),
+        read_validated(&mount, &zgroup_key, gate.max_bytes()),
+        read_validated(&mount, &zattrs_key, gate.max_bytes())
     )?;
     validators.extend([v1, v2, v3]);
     let (attributes, zattrs_value) = match zattrs {
         Some(bytes) => {
-            let value = parse_json(&zattrs_key, &bytes)?;
+            let value = gate.parse(&zattrs_key, bytes).await?;
             (attributes_from_json(&value, "").map_err(invalid(&zattrs_key))?, Some(value))
         }
         None => (Map::new(), None),
     };
     if let Some(bytes) = zarray {
-        let value = parse_json(&zarray_key, &bytes)?;
+        let value = gate.parse(&zarray_key, bytes).await?;
         let meta = ArrayMetadataV2::from_json(&value, "").map_err(invalid(&zarray_key))?;
         let desc = ArrayDescription::from_v2(&meta, attributes).map_err(|e| unsupported(&zarray_key, &e))?;
-        let node = ArrayNode { mount, path: path.clone(), desc, metadata: value, zattrs: zattrs_value };
+        let node = ArrayNode { mount, path: path.clone(), desc: Arc::new(desc), metadata: value, zattrs: zattrs_value };
         return Ok((Node::Array(Arc::new(node)), validators));
     }
     if let Some(bytes) = zgroup {
-        let value = parse_json(&zgroup_key, &bytes)?;
+        let value = gate.parse(&zgroup_key, bytes).await?;
         GroupMetadataV2::from_json(&value, "").map_err(invalid(&zgroup_key))?;
         let node = GroupNode {
+            gate: gate.clone(),
             mount,
             path: path.clone(),
             format: ZarrFormat::V2,
@@ -291,13 +469,38 @@ pub async fn load(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<(Node, Ve
     Err(ServiceError::NodeNotFound { mount: mount.name().to_string(), path: path.to_string() })
 }
 
-/// Opens the node at `path` and requires it to be an array.
+/// The limits every array must keep to (`limits.max_decoded_chunk_bytes`,
+/// `max_inner_chunks_per_shard`, `max_fill_value_bytes`).
+#[must_use]
+pub fn array_limits(app: &App) -> ArrayLimits {
+    let l = &app.config().limits;
+    ArrayLimits {
+        max_decoded_chunk_bytes: l.max_decoded_chunk_bytes,
+        max_inner_chunks_per_shard: l.max_inner_chunks_per_shard,
+        max_fill_value_bytes: l.max_fill_value_bytes,
+    }
+}
+
+/// Opens the node at `path` and requires it to be an array whose chunks,
+/// shards and fill value keep to the configured limits ([`array_limits`]):
+/// documents written behind zarrd's back are checked here, before any
+/// chunk is read or written.
 ///
 /// # Errors
-/// As [`open`], plus `NotAnArray` for a group.
+/// As [`open`], plus `NotAnArray` for a group and `UnsupportedArray`
+/// (naming the limit) for an array over the limits.
 pub async fn open_array(app: &App, mount: &str, path: &NodePath) -> ServiceResult<Arc<ArrayNode>> {
     match open(app, mount, path).await? {
-        Node::Array(a) => Ok(a),
+        Node::Array(a) => {
+            a.desc.check_limits(&array_limits(app)).map_err(|e| {
+                let name = if a.format() == ZarrFormat::V3 { "zarr.json" } else { ".zarray" };
+                ServiceError::UnsupportedArray {
+                    key: format!("{mount}/{}", join_key(path, name)),
+                    reason: e.to_string(),
+                }
+            })?;
+            Ok(a)
+        }
         Node::Group(g) => Err(ServiceError::NotAnArray { mount: g.mount.name().to_string(), path: path.to_string() }),
     }
 }

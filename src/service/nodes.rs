@@ -28,7 +28,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use super::node::{self, ArrayNode, GroupNode, Node, NodePath};
+use super::node::{self, ArrayNode, DocumentGate, GroupNode, Node, NodePath};
 use super::{App, ServiceError, ServiceResult};
 use crate::storage::{KeyPrefix, Mount, PutCondition, StoreKey};
 use crate::zarr::array::{ArrayDescription, ArrayError, ZarrFormat};
@@ -144,7 +144,7 @@ pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceR
             }
             let crate::storage::ListEntry::Prefix { name } = entry else { continue };
             let Ok(child_path) = NodePath::new(&join(path.as_str(), &name)) else { continue };
-            let child = match node::open_in(group.mount.clone(), &child_path).await {
+            let child = match node::open_in_with(group.mount.clone(), &child_path, &group.gate).await {
                 Ok(n) => n,
                 Err(ServiceError::NodeNotFound { .. }) => continue,
                 Err(e) => return Err(e),
@@ -215,10 +215,7 @@ async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult
         ZarrFormat::V2 => {
             let key = group.path.key(".zmetadata")?;
             let Some(bytes) = node::read_optional(&group.mount, &key).await? else { return Ok(None) };
-            let value: Value = serde_json::from_slice(&bytes).map_err(|e| ServiceError::InvalidMetadata {
-                key: key.to_string(),
-                source: crate::zarr::metadata::MetadataError::new("", format!("not valid JSON: {e}")),
-            })?;
+            let value = group.gate.parse(&key, bytes).await?;
             let Some(docs) = value.get("metadata").and_then(Value::as_object) else { return Ok(None) };
             let mut out = Vec::new();
             for (k, doc) in docs {
@@ -263,15 +260,22 @@ fn to_bytes(v: &Value) -> Bytes {
     Bytes::from(serde_json::to_vec_pretty(v).unwrap_or_default())
 }
 
+/// Stores a metadata document after checking the exact bytes with the
+/// parser and limits that will read them back ([`DocumentGate::check_document`]):
+/// a rewrite zarrd could not read again (too large, nested too deep, an
+/// array over the limits) writes nothing.
 async fn put_doc(app: &App, mount: &Mount, path: &NodePath, name: &str, doc: &Value) -> ServiceResult<()> {
-    mount.put(&path.key(name)?, to_bytes(doc), &PutCondition::None).await?;
+    let key = path.key(name)?;
+    let bytes = to_bytes(doc);
+    DocumentGate::of(app).check_document(&key, bytes.clone(), &node::array_limits(app)).await?;
+    mount.put(&key, bytes, &PutCondition::None).await?;
     app.metadata_cache().invalidate(mount.name(), path);
     Ok(())
 }
 
 /// Whether a node exists at `path` (of either format), as opened.
-async fn existing(mount: &Arc<Mount>, path: &NodePath) -> ServiceResult<Option<Node>> {
-    match node::open_in(mount.clone(), path).await {
+async fn existing(app: &App, mount: &Arc<Mount>, path: &NodePath) -> ServiceResult<Option<Node>> {
+    match node::open_in_with(mount.clone(), path, &DocumentGate::of(app)).await {
         Ok(n) => Ok(Some(n)),
         Err(ServiceError::NodeNotFound { .. }) => Ok(None),
         Err(e) => Err(e),
@@ -418,7 +422,7 @@ async fn create_parents(app: &App, mount: &Arc<Mount>, path: &NodePath, format: 
         ancestors.push(a);
     }
     for a in ancestors.into_iter().rev() {
-        match existing(mount, &a).await? {
+        match existing(app, mount, &a).await? {
             Some(Node::Group(_)) => {}
             Some(Node::Array(_)) => {
                 return Err(ServiceError::Conflict(format!("cannot create `{path}`: its ancestor `{a}` is an array")))
@@ -454,7 +458,7 @@ pub async fn create(app: &App, mount: &str, path: &NodePath, new: &NewNode, mode
         return Err(bad("at least one of `create` and `open` must be true"));
     }
     let _guard = app.locks(mount)?.exclusive(path.as_str()).await;
-    if let Some(old) = existing(&m, path).await? {
+    if let Some(old) = existing(app, &m, path).await? {
         if mode.delete_existing && mode.create {
             delete_all(app, &m, path).await?;
         } else if mode.open {
@@ -493,7 +497,7 @@ pub async fn create(app: &App, mount: &str, path: &NodePath, new: &NewNode, mode
         }
         NewNode::Group { format, document } => write_group(app, &m, path, *format, document).await?,
     }
-    let node = node::open_in(m.clone(), path).await?;
+    let node = node::open_in_with(m.clone(), path, &DocumentGate::of(app)).await?;
     Ok(Created { node, created: true })
 }
 
@@ -559,7 +563,7 @@ async fn delete_all(app: &App, mount: &Arc<Mount>, path: &NodePath) -> ServiceRe
 pub async fn delete(app: &App, mount: &str, path: &NodePath, recursive: bool) -> ServiceResult<()> {
     let m = writable(app, mount)?;
     let _guard = app.locks(mount)?.exclusive(path.as_str()).await;
-    let node = existing(&m, path)
+    let node = existing(app, &m, path)
         .await?
         .ok_or_else(|| ServiceError::NodeNotFound { mount: mount.to_string(), path: path.to_string() })?;
     if let Node::Group(_) = node {
@@ -586,7 +590,7 @@ async fn forget_in_consolidated(app: &App, mount: &Arc<Mount>, path: &NodePath) 
     let mut ancestor = path.parent();
     while let Some(a) = ancestor {
         ancestor = a.parent();
-        let Some(Node::Group(g)) = existing(mount, &a).await? else { continue };
+        let Some(Node::Group(g)) = existing(app, mount, &a).await? else { continue };
         let rel = relative_to(&a, path);
         let gone = |k: &str| k == rel || k.starts_with(&format!("{rel}/"));
         match g.format {
@@ -605,7 +609,7 @@ async fn forget_in_consolidated(app: &App, mount: &Arc<Mount>, path: &NodePath) 
             ZarrFormat::V2 => {
                 let key = a.key(".zmetadata")?;
                 let Some(bytes) = node::read_optional(mount, &key).await? else { continue };
-                let Ok(mut doc) = serde_json::from_slice::<Value>(&bytes) else { continue };
+                let Ok(mut doc) = DocumentGate::of(app).parse(&key, bytes).await else { continue };
                 let Some(docs) = doc.get_mut("metadata").and_then(Value::as_object_mut) else { continue };
                 let before = docs.len();
                 docs.retain(|k, _| !k.starts_with(&format!("{rel}/")));
@@ -641,7 +645,7 @@ pub async fn update_attributes(
 ) -> ServiceResult<Map<String, Value>> {
     let m = writable(app, mount)?;
     let _guard = app.locks(mount)?.exclusive(path.as_str()).await;
-    let node = existing(&m, path)
+    let node = existing(app, &m, path)
         .await?
         .ok_or_else(|| ServiceError::NodeNotFound { mount: mount.to_string(), path: path.to_string() })?;
     let (format, current, metadata) = match &node {
@@ -695,7 +699,7 @@ pub struct Resize {
 pub async fn resize(app: &App, mount: &str, path: &NodePath, req: &Resize) -> ServiceResult<(Arc<ArrayNode>, u64)> {
     let m = writable(app, mount)?;
     let _guard = app.locks(mount)?.exclusive(path.as_str()).await;
-    let array = match existing(&m, path).await? {
+    let array = match existing(app, &m, path).await? {
         Some(Node::Array(a)) => a,
         Some(Node::Group(_)) => {
             return Err(ServiceError::NotAnArray { mount: mount.to_string(), path: path.to_string() })
@@ -743,21 +747,21 @@ pub async fn resize(app: &App, mount: &str, path: &NodePath, req: &Resize) -> Se
     }
     let name = if array.format() == ZarrFormat::V3 { "zarr.json" } else { ".zarray" };
     put_doc(app, &m, path, name, &doc).await?;
-    match node::open_in(m.clone(), path).await? {
+    match node::open_in_with(m.clone(), path, &DocumentGate::of(app)).await? {
         Node::Array(a) => Ok((a, deleted)),
         Node::Group(_) => Err(ServiceError::NotAnArray { mount: mount.to_string(), path: path.to_string() }),
     }
 }
 
 /// Every node below `group` (any depth), with its documents.
-async fn descendants(mount: &Arc<Mount>, group: &NodePath) -> ServiceResult<Vec<(NodePath, Node)>> {
+async fn descendants(app: &App, mount: &Arc<Mount>, group: &NodePath) -> ServiceResult<Vec<(NodePath, Node)>> {
     let mut out = Vec::new();
     let mut frontier = vec![group.clone()];
     while let Some(path) = frontier.pop() {
         for entry in mount.list(&prefix_of(&path)?).await? {
             let crate::storage::ListEntry::Prefix { name } = entry else { continue };
             let Ok(child) = NodePath::new(&join(path.as_str(), &name)) else { continue };
-            match existing(mount, &child).await? {
+            match existing(app, mount, &child).await? {
                 Some(n @ Node::Group(_)) => {
                     frontier.push(child.clone());
                     out.push((child, n));
@@ -779,14 +783,14 @@ async fn descendants(mount: &Arc<Mount>, group: &NodePath) -> ServiceResult<Vec<
 pub async fn consolidate(app: &App, mount: &str, path: &NodePath) -> ServiceResult<usize> {
     let m = writable(app, mount)?;
     let _guard = app.locks(mount)?.exclusive(path.as_str()).await;
-    let group = match existing(&m, path).await? {
+    let group = match existing(app, &m, path).await? {
         Some(Node::Group(g)) => g,
         Some(Node::Array(_)) => {
             return Err(bad(format!("`{path}` in mount `{mount}` is an array; only groups are consolidated")))
         }
         None => return Err(ServiceError::NodeNotFound { mount: mount.to_string(), path: path.to_string() }),
     };
-    let nodes = descendants(&m, path).await?;
+    let nodes = descendants(app, &m, path).await?;
     let empty_inline = json!({"kind": "inline", "must_understand": false, "metadata": {}});
     match group.format {
         ZarrFormat::V3 => {

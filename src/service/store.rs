@@ -10,7 +10,7 @@ use super::{App, ServiceError, ServiceResult};
 use crate::storage::{
     KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, StorageError, StoreKey,
 };
-use crate::zarr::metadata::{validate_document, DocumentKind};
+use crate::zarr::metadata::DocumentKind;
 
 /// A listing directly under a prefix.
 #[derive(Debug, Clone)]
@@ -82,10 +82,13 @@ pub async fn write(
     if m.read_only() {
         return Err(ServiceError::ReadOnly(mount.to_string()));
     }
-    if let Some(kind) = DocumentKind::from_key_name(key.name()) {
-        validate_document(kind, &body)
-            .map_err(|source| ServiceError::InvalidMetadata { key: key.to_string(), source })?;
+    let max_body = app.config().limits.max_body_bytes;
+    if DocumentKind::from_key_name(key.name()).is_some() && body.len() as u64 > max_body {
+        return Err(ServiceError::PayloadTooLarge { limit: max_body, option: "limits.max_body_bytes" });
     }
+    // A metadata document is checked as zarrd will read it back (size,
+    // depth, rules, array limits) before anything is stored.
+    super::node::DocumentGate::of(app).check_document(key, body.clone(), &super::node::array_limits(app)).await?;
     // The same key lock a slice write's read-modify-write holds, and shared
     // on the node lock of any array being resized or deleted right now.
     let _guard = app.locks(mount)?.raw_key(key.as_str()).await;

@@ -25,8 +25,10 @@ use super::format::decode::{self, BodyFormat};
 use super::node::{self, ArrayNode, NodePath};
 use super::{cpu, App, ServiceError, ServiceResult};
 use crate::storage::StorageError;
-use crate::zarr::region::{write_plan, RegionError, RegionOptions, SourceError, WritePlan};
+use crate::zarr::chunk::ChunkData;
+use crate::zarr::region::{write_plan_on, RegionError, RegionOptions, SourceError, WritePlan};
 use crate::zarr::selection::SelectionSpec;
+use crate::zarr::selection::{Selection, SelectionMode};
 
 /// How often a write is planned again when the array's metadata changed
 /// between planning and locking.
@@ -66,6 +68,7 @@ fn region_error(e: RegionError) -> ServiceError {
         },
         RegionError::Codec { key, source } => ServiceError::CorruptChunk { key, reason: source.to_string() },
         RegionError::Corrupt { key, reason } => ServiceError::CorruptChunk { key, reason },
+        RegionError::Internal(m) => ServiceError::Internal(m),
     }
 }
 
@@ -85,11 +88,86 @@ fn check_size(app: &App, dt: &crate::zarr::data_type::DataType, shape: &[u64]) -
     Ok(())
 }
 
+/// Most indices a strided, orthogonal or coordinate write may list (all
+/// dimensions together): such a plan keeps every index with its position
+/// in the body (about 24 bytes each), so this bounds a plan at some
+/// 100 MiB. Boxes (`a:b` in every dimension) list none, whatever their size.
+pub const MAX_INDEXED_WRITE: u64 = 1 << 22;
+
+/// Refuses, before the body is decoded, a write whose plan would list too
+/// many indices.
+fn check_indices(selection: &Selection) -> ServiceResult<()> {
+    if selection.mode != SelectionMode::Coordinate && selection.as_box().is_some() {
+        return Ok(());
+    }
+    let listed = selection.dims.iter().fold(0u64, |a, d| a.saturating_add(d.len()));
+    if listed > MAX_INDEXED_WRITE {
+        return Err(ServiceError::SelectionTooLarge(format!(
+            "the selection lists {listed} indices, more than the {MAX_INDEXED_WRITE} a strided, orthogonal or \
+             coordinate write may list; write it in parts or as boxes (start:stop)"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses, before any chunk is read or written, a write touching more
+/// than `limits.max_chunks_per_request` chunks (inner chunks for sharded
+/// arrays).
+fn check_chunks(app: &App, node: &ArrayNode, plan: &WritePlan<'_>) -> ServiceResult<()> {
+    let limit = app.config().limits.max_chunks_per_request;
+    let units = plan.work_units(&node.desc);
+    if units > limit {
+        let what = if node.desc.sharding.is_some() { "inner chunks" } else { "chunks" };
+        return Err(ServiceError::SelectionTooLarge(format!(
+            "the write touches {units} {what} (chunk shape {:?}), more than limits.max_chunks_per_request = \
+             {limit}; write it in parts",
+            node.desc.sharding.as_ref().map_or(&node.desc.chunk_shape[..], |s| s.inner_chunk_shape())
+        )));
+    }
+    Ok(())
+}
+
+/// Decoded bytes a slice write keeps in flight at once (chunks being
+/// read, updated and encoded): at most 16 chunks, fewer when chunks are
+/// large, never fewer than one.
+pub const WRITE_IN_FLIGHT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// How many chunks of `node` a slice write works on at once.
+fn chunks_in_flight(node: &ArrayNode) -> usize {
+    let elements = node.desc.chunk_shape.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+    let bytes = elements.saturating_mul(node.desc.data_type.size().map_or(24, |s| s as u64)).max(1);
+    #[allow(clippy::cast_possible_truncation)] // at most 16
+    let n = (WRITE_IN_FLIGHT_BYTES / bytes).clamp(1, 16) as usize;
+    n
+}
+
 /// Whether the array keeps chunks equal to the fill value.
 fn keeps_empty_chunks(node: &ArrayNode, requested: Option<bool>) -> bool {
     requested.unwrap_or_else(|| {
         node.desc.attributes.get(WRITE_EMPTY_CHUNKS_ATTRIBUTE).and_then(serde_json::Value::as_bool).unwrap_or(false)
     })
+}
+
+/// The full store keys to lock for `plan`; `None` when the write touches
+/// at least as many chunks as there are lock stripes (it then takes them
+/// all, without listing its keys).
+async fn lock_keys(
+    node: &Arc<ArrayNode>,
+    path: &NodePath,
+    plan: &Arc<WritePlan<'static>>,
+) -> ServiceResult<Option<Vec<String>>> {
+    if plan.chunk_count() >= super::locks::STRIPES as u64 {
+        return Ok(None);
+    }
+    let (node, path, plan) = (node.clone(), path.clone(), plan.clone());
+    cpu::run(move || {
+        plan.chunk_keys(&node.desc)
+            .map(|k| path.key(&k).map(|k| k.to_string()))
+            .collect::<ServiceResult<Vec<String>>>()
+            .map(Some)
+    })
+    .await
+    .map_err(|e| ServiceError::Internal(e.to_string()))?
 }
 
 /// Writes a selection of the array at `path`.
@@ -113,20 +191,30 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
             .map_err(|e| ServiceError::InvalidSelection(e.to_string()))?;
         let shape = selection.result_shape();
         check_size(app, &node.desc.data_type, &shape)?;
+        check_indices(&selection)?;
         let (req, dt) = (request.clone(), node.desc.data_type.clone());
         let decoded = cpu::run(move || decode::decode(req.format, &req.body, &dt, &shape))
             .await
             .map_err(|e| ServiceError::Internal(e.to_string()))?
             .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
-        let plan =
-            WritePlan::for_selection(&node.desc, &selection, &decoded.data, decoded.scalar).map_err(region_error)?;
-        let keys = plan
-            .chunk_keys(&node.desc)
-            .iter()
-            .map(|k| path.key(k).map(|k| k.to_string()))
-            .collect::<ServiceResult<Vec<String>>>()?;
-        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let _guard = app.locks(mount)?.write_keys(path.as_str(), &key_refs).await;
+        let data: Arc<ChunkData> = Arc::new(decoded.data);
+        let (desc, scalar) = (node.desc.clone(), decoded.scalar);
+        // Planning lists the selection's indices: CPU work, off the async workers.
+        let plan = cpu::run(move || WritePlan::for_selection_shared(&desc, &selection, data, scalar))
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))?
+            .map_err(region_error)?;
+        check_chunks(app, &node, &plan)?;
+        let plan = Arc::new(plan);
+        let keys = lock_keys(&node, path, &plan).await?;
+        let locks = app.locks(mount)?;
+        let _guard = match &keys {
+            Some(keys) => {
+                let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                locks.write_keys(path.as_str(), &key_refs).await
+            }
+            None => locks.write_all_keys(path.as_str()).await,
+        };
         let current = node::open_array(app, mount, path).await?;
         if current.metadata != node.metadata || current.zattrs != node.zattrs {
             node = current;
@@ -134,12 +222,13 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
         }
         let options = RegionOptions {
             store_empty_chunks: keeps_empty_chunks(&node, request.write_empty_chunks),
+            concurrency: chunks_in_flight(&node),
             ..RegionOptions::default()
         };
         let store = MountChunkStore::new(m.clone(), path.clone());
         // Every key written or deleted went through `Mount::put`/`delete`,
         // which invalidate the decoded chunk cache (`service::chunk_cache`).
-        return write_plan(&node.desc, &store, &store, &plan, &options).await.map_err(region_error);
+        return write_plan_on(&node.desc, &store, &store, &plan, &options, &cpu::Pool).await.map_err(region_error);
     }
     Err(ServiceError::WriteConflict {
         key: path.to_string(),

@@ -44,6 +44,43 @@ pub enum ArrayError {
     /// The codec chain could not be built.
     #[error("codecs: {0}")]
     Codec(#[from] CodecError),
+    /// The array declares more than a configured limit allows (the message
+    /// names the limit, the shape and the size).
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// What one array may declare, checked when an array is created or opened
+/// ([`ArrayDescription::check_limits`]) so that no request on it can need
+/// more: the engine then relies on these bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrayLimits {
+    /// Largest decoded chunk, shard or inner chunk, in bytes.
+    pub max_decoded_chunk_bytes: u64,
+    /// Most inner chunks per shard.
+    pub max_inner_chunks_per_shard: u64,
+    /// Largest fill value, in bytes.
+    pub max_fill_value_bytes: u64,
+}
+
+impl Default for ArrayLimits {
+    fn default() -> Self {
+        Self { max_decoded_chunk_bytes: 1 << 30, max_inner_chunks_per_shard: 1 << 16, max_fill_value_bytes: 64 << 10 }
+    }
+}
+
+/// Bytes one decoded element takes in memory: its size, or for
+/// variable-length types the per-element buffer (`Vec<u8>`) before any
+/// content.
+#[must_use]
+pub fn element_bytes(dt: &DataType) -> u64 {
+    dt.size().map_or(std::mem::size_of::<Vec<u8>>() as u64, |s| s as u64)
+}
+
+/// The decoded size of a chunk of `shape`; `None` when it overflows `u64`.
+#[must_use]
+pub fn decoded_bytes(shape: &[u64], dt: &DataType) -> Option<u64> {
+    shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?.checked_mul(element_bytes(dt))
 }
 
 /// Which metadata format an array is stored in.
@@ -83,6 +120,55 @@ pub struct ArrayDescription {
 }
 
 impl ArrayDescription {
+    /// Checks the array against `limits`: the decoded size of its chunks
+    /// (shards) and, when sharded, of its inner chunks and the number of
+    /// inner chunks per shard; the size of its fill value.
+    ///
+    /// # Errors
+    /// [`ArrayError::TooLarge`] naming the limit, the shape and the size.
+    pub fn check_limits(&self, limits: &ArrayLimits) -> Result<(), ArrayError> {
+        let fill = self.fill_value.len() as u64;
+        if fill > limits.max_fill_value_bytes {
+            return Err(ArrayError::TooLarge(format!(
+                "fill_value: {fill} bytes, more than limits.max_fill_value_bytes = {}",
+                limits.max_fill_value_bytes
+            )));
+        }
+        let max = limits.max_decoded_chunk_bytes;
+        // A variable-length chunk filled with the fill value holds a copy of
+        // it per element: that is its decoded size before any data.
+        let per_fill = if self.data_type.is_variable() { self.fill_value.len() as u64 } else { 0 };
+        let size = |shape: &[u64]| {
+            let n = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
+            n.checked_mul(element_bytes(&self.data_type).checked_add(per_fill)?)
+        };
+        let check_chunk = |what: &str, shape: &[u64]| match size(shape) {
+            Some(n) if n <= max => Ok(()),
+            n => Err(ArrayError::TooLarge(format!(
+                "the {what} shape {shape:?} of {:?} is {} bytes decoded, more than \
+                 limits.max_decoded_chunk_bytes = {max}",
+                self.data_type,
+                n.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
+            ))),
+        };
+        check_chunk(if self.sharding.is_some() { "shard" } else { "chunk" }, &self.chunk_shape)?;
+        if let Some(sharding) = &self.sharding {
+            check_chunk("inner chunk", sharding.inner_chunk_shape())?;
+            let per_shard = sharding.chunks_per_shard().iter().fold(1u64, |a, &d| a.saturating_mul(d));
+            if per_shard > limits.max_inner_chunks_per_shard {
+                return Err(ArrayError::TooLarge(format!(
+                    "a shard of shape {:?} holds {per_shard} inner chunks of shape {:?} (a {}-byte index), more \
+                     than limits.max_inner_chunks_per_shard = {}",
+                    self.chunk_shape,
+                    sharding.inner_chunk_shape(),
+                    sharding.index_size(),
+                    limits.max_inner_chunks_per_shard
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Normalises a parsed `zarr.json`.
     ///
     /// # Errors
@@ -167,6 +253,9 @@ impl ArrayDescription {
     /// # Errors
     /// Bytes that are not a valid encoding of a chunk (the error names the codec).
     pub fn decode_chunk(&self, bytes: Vec<u8>) -> Result<ChunkData, CodecError> {
+        // The process-wide decode budget (see `codec::budget`).
+        let expected = decoded_bytes(&self.chunk_shape, &self.data_type).unwrap_or(u64::MAX);
+        let _budget = crate::zarr::codec::budget::reserve(expected);
         self.codecs.decode(bytes, &self.chunk_repr())
     }
 

@@ -11,6 +11,7 @@
 
 pub mod array_to_array;
 pub mod array_to_bytes;
+pub mod budget;
 pub mod bytes_to_bytes;
 
 use std::fmt::Debug;
@@ -90,6 +91,14 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     /// # Errors
     /// A library failure.
     fn encode(&self, bytes: Vec<u8>) -> CodecResult<Vec<u8>>;
+    /// The most bytes a valid encoding of `decoded` bytes can take (the
+    /// codec's worst case): what a decoder of an earlier stage may be
+    /// asked to produce when the exact size is not known. The default
+    /// allows any compressor's expansion of incompressible data (deflate,
+    /// zstd, lz4, bzip2 and blosc all stay far below an eighth plus 64 KiB).
+    fn max_encoded_size(&self, decoded: u64) -> u64 {
+        self.encoded_size(decoded).unwrap_or_else(|| decoded.saturating_add(decoded / 8).saturating_add(64 * 1024))
+    }
     /// Decodes, producing at most `max_decoded` bytes: more is an error
     /// (never an allocation of the claimed size).
     ///
@@ -141,6 +150,21 @@ impl CodecChain {
         Ok(reprs)
     }
 
+    /// The most bytes each bytes→bytes codec may decode to (index 0: what
+    /// the array→bytes codec reads): the exact size where known, else the
+    /// worst-case encoding of the previous stage's bound, else (variable
+    /// length data) the variable decode cap. So a chain such as
+    /// gzip→gzip caps every stage near the chunk's size.
+    fn decode_caps(&self, a2b_input: &ChunkRepr) -> Vec<usize> {
+        let mut bound = self.array_to_bytes.encoded_size(a2b_input);
+        let mut caps = Vec::with_capacity(self.bytes_to_bytes.len());
+        for codec in &self.bytes_to_bytes {
+            caps.push(bound.and_then(|b| usize::try_from(b).ok()).unwrap_or(self.variable_decode_cap));
+            bound = bound.map(|b| codec.max_encoded_size(b));
+        }
+        caps
+    }
+
     /// The exact size of the bytes entering each bytes→bytes codec (index 0:
     /// what the array→bytes codec produces), where known.
     fn byte_sizes(&self, a2b_input: &ChunkRepr) -> Vec<Option<u64>> {
@@ -179,10 +203,9 @@ impl ArrayToBytesCodec for CodecChain {
     fn decode(&self, bytes: Vec<u8>, decoded: &ChunkRepr) -> CodecResult<ChunkData> {
         let reprs = self.reprs(decoded)?;
         let a2b_input = reprs.last().expect("non-empty");
-        let sizes = self.byte_sizes(a2b_input);
+        let caps = self.decode_caps(a2b_input);
         let mut bytes = bytes;
-        for (i, codec) in self.bytes_to_bytes.iter().enumerate().rev() {
-            let max = sizes[i].and_then(|s| usize::try_from(s).ok()).unwrap_or(self.variable_decode_cap);
+        for (codec, &max) in self.bytes_to_bytes.iter().zip(&caps).rev() {
             bytes = codec.decode(bytes, max)?;
         }
         let mut data = self.array_to_bytes.decode(bytes, a2b_input)?;

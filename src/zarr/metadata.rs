@@ -148,7 +148,51 @@ pub fn validate_document(kind: DocumentKind, bytes: &[u8]) -> Result<(), Metadat
     parse_document(kind, bytes).map(|_| ())
 }
 
-/// Parses JSON bytes; the error has an empty path.
-pub(crate) fn parse_json(bytes: &[u8]) -> Result<Value, MetadataError> {
+/// The deepest nesting of arrays and objects a metadata document may have
+/// (serde_json's own limit, 128, would fail later readers less clearly).
+pub const MAX_DOCUMENT_DEPTH: usize = 64;
+
+/// Checks that JSON `bytes` nest arrays and objects at most `max` deep,
+/// without parsing them (strings are skipped).
+///
+/// # Errors
+/// The offset where the nesting first goes deeper.
+pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), MetadataError> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Err(MetadataError::new(
+                        "",
+                        format!("nested more than {max} levels deep (at byte {i}); zarrd reads at most {max}"),
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Parses JSON bytes (at most [`MAX_DOCUMENT_DEPTH`] deep); the error has
+/// an empty path.
+///
+/// # Errors
+/// Invalid JSON, or JSON nested too deep.
+pub fn parse_json(bytes: &[u8]) -> Result<Value, MetadataError> {
+    check_depth(bytes, MAX_DOCUMENT_DEPTH)?;
     serde_json::from_slice(bytes).map_err(|e| MetadataError::new("", format!("invalid JSON: {e}")))
 }

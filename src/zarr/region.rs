@@ -45,6 +45,7 @@
 //! delete); whole-chunk writes read nothing and write unconditionally.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -60,7 +61,7 @@ use super::subset::{copy_region, ArraySubset, ChunkOverlap, RegularChunkGrid, Su
 
 mod placement;
 
-use placement::Placement;
+use placement::{DataRef, Placement, TouchedChunks};
 
 /// Why a [`ChunkSource`] or [`ChunkSink`] failed, classified by meaning so
 /// the service can map it to a status without reading messages.
@@ -182,6 +183,9 @@ pub enum RegionError {
         /// The codec and reason.
         source: CodecError,
     },
+    /// Work failed inside zarrd (a CPU job was dropped).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// Stored bytes under `key` are inconsistent (a shard shorter than its
     /// index claims, a shard that vanished between two reads).
     #[error("{key}: {reason}")]
@@ -465,18 +469,25 @@ pub async fn write_region_with(
     if !region.is_within(&desc.shape) {
         return Err(SubsetError(format!("region {region} is outside the array of shape {:?}", desc.shape)).into());
     }
-    let plan = WritePlan::build(desc, Placement::Box { region: region.clone(), data })?;
+    let plan = WritePlan::build(
+        desc,
+        Placement::Box { region: region.clone(), data: DataRef::Borrowed(data), scalar: false },
+    )?;
     write_plan(desc, source, sink, &plan, options).await
 }
 
 /// A write, planned: where its elements go and which chunks (or shards) it
 /// touches. The service locks [`WritePlan::chunk_keys`] before running it
-/// with [`write_plan`].
+/// with [`write_plan`] or [`write_plan_on`].
+///
+/// A plan's memory is in the selection's length (its per-dimension index
+/// lists, or its points), never in the number of chunks it touches: the
+/// touched chunks are enumerated on demand.
 #[derive(Debug)]
 pub struct WritePlan<'a> {
     placement: Placement<'a>,
-    /// Grid coordinates of every touched chunk and its in-array extent.
-    chunks: Vec<(Vec<u64>, ArraySubset)>,
+    /// Every touched chunk (grid coordinates).
+    chunks: TouchedChunks,
 }
 
 impl<'a> WritePlan<'a> {
@@ -492,9 +503,18 @@ impl<'a> WritePlan<'a> {
         data: &'a ChunkData,
         scalar: bool,
     ) -> Result<Self, RegionError> {
+        Self::of_selection(desc, selection, DataRef::Borrowed(data), scalar)
+    }
+
+    fn of_selection(
+        desc: &ArrayDescription,
+        selection: &Selection,
+        data: DataRef<'a>,
+        scalar: bool,
+    ) -> Result<Self, RegionError> {
         let n = if scalar { 1 } else { selection.num_elements() };
         let shape = selection.result_shape();
-        check_data(desc, data, n, &format_args!("a selection of shape {shape:?}"))?;
+        check_data(desc, &data, n, &format_args!("a selection of shape {shape:?}"))?;
         if selection.dims.len() != desc.shape.len() {
             return Err(RegionError::Data(format!(
                 "the selection has {} dimensions but the array has {}",
@@ -506,28 +526,52 @@ impl<'a> WritePlan<'a> {
     }
 
     fn build(desc: &ArrayDescription, placement: Placement<'a>) -> Result<Self, RegionError> {
-        let grid = desc.grid();
         if let Some(bbox) = placement.bounding_box() {
             if !bbox.is_within(&desc.shape) {
                 return Err(SubsetError(format!("{bbox} is outside the array of shape {:?}", desc.shape)).into());
             }
         }
-        let chunks = placement
-            .touched_chunks(&desc.chunk_shape)
-            .into_iter()
-            .filter_map(|c| {
-                let area = grid.chunk_subset(&c)?;
-                Some((c, area))
-            })
-            .collect();
+        let chunks = placement.touched_chunks(&desc.chunk_shape);
         Ok(Self { placement, chunks })
     }
 
-    /// The keys (relative to the array) of the chunks or shards the write
-    /// touches, in grid order.
+    /// How many chunks (shards, for a sharded array) the write touches.
     #[must_use]
-    pub fn chunk_keys(&self, desc: &ArrayDescription) -> Vec<String> {
-        self.chunks.iter().map(|(c, _)| desc.chunk_key(c)).collect()
+    pub fn chunk_count(&self) -> u64 {
+        self.chunks.len()
+    }
+
+    /// How many chunks the write touches, counting inner chunks for a
+    /// sharded array (the unit of decode and encode work).
+    #[must_use]
+    pub fn work_units(&self, desc: &ArrayDescription) -> u64 {
+        match &desc.sharding {
+            Some(sharding) => self.placement.touched_chunks(sharding.inner_chunk_shape()).len(),
+            None => self.chunks.len(),
+        }
+    }
+
+    /// The keys (relative to the array) of the chunks or shards the write
+    /// touches, in grid order, enumerated on demand (see
+    /// [`WritePlan::chunk_count`] before collecting them).
+    pub fn chunk_keys<'s>(&'s self, desc: &'s ArrayDescription) -> impl Iterator<Item = String> + 's {
+        self.chunks.iter().map(|c| desc.chunk_key(&c))
+    }
+}
+
+impl WritePlan<'static> {
+    /// As [`WritePlan::for_selection`], for data the plan shares, so the
+    /// plan can be run with [`write_plan_on`] (CPU work on another thread).
+    ///
+    /// # Errors
+    /// As [`WritePlan::for_selection`].
+    pub fn for_selection_shared(
+        desc: &ArrayDescription,
+        selection: &Selection,
+        data: Arc<ChunkData>,
+        scalar: bool,
+    ) -> Result<Self, RegionError> {
+        Self::of_selection(desc, selection, DataRef::Shared(data), scalar)
     }
 }
 
@@ -548,9 +592,61 @@ pub async fn write_selection(
     write_plan(desc, source, sink, &plan, options).await
 }
 
+/// Runs CPU work (decoding, placing and encoding one chunk) somewhere other
+/// than the calling task: the service hands it to its CPU pool. A job that
+/// panics must be dropped (its result channel closes).
+pub trait Offload: Send + Sync {
+    /// Runs `job` soon, on some other thread.
+    fn spawn(&self, job: Box<dyn FnOnce() + Send>);
+}
+
+/// Where a write's CPU work runs.
+enum Ctx<'c, 'a> {
+    /// Inline, on the calling task.
+    Inline { desc: &'c ArrayDescription, plan: &'c WritePlan<'a> },
+    /// On another thread, through `offload`.
+    Pool { desc: &'c Arc<ArrayDescription>, plan: &'c Arc<WritePlan<'static>>, offload: &'c dyn Offload },
+}
+
+impl Ctx<'_, '_> {
+    fn desc(&self) -> &ArrayDescription {
+        match self {
+            Self::Inline { desc, .. } => desc,
+            Self::Pool { desc, .. } => desc,
+        }
+    }
+
+    fn plan(&self) -> &WritePlan<'_> {
+        match self {
+            Self::Inline { plan, .. } => plan,
+            Self::Pool { plan, .. } => plan,
+        }
+    }
+
+    /// Runs `f` on the plan's description and placement with `input`.
+    async fn cpu<T, R>(&self, input: T, f: fn(&ArrayDescription, &Placement<'_>, T) -> R) -> Result<R, RegionError>
+    where
+        T: Send + 'static,
+        R: Send + 'static,
+    {
+        match self {
+            Self::Inline { desc, plan } => Ok(f(desc, &plan.placement, input)),
+            Self::Pool { desc, plan, offload } => {
+                let (desc, plan) = (Arc::clone(desc), Arc::clone(plan));
+                let (tx, rx) = futures::channel::oneshot::channel();
+                offload.spawn(Box::new(move || {
+                    // The receiver may be gone (the request was cancelled).
+                    let _ = tx.send(f(&desc, &plan.placement, input));
+                }));
+                rx.await.map_err(|_| RegionError::Internal("the CPU work of a chunk write failed".into()))
+            }
+        }
+    }
+}
+
 /// Runs a planned write: every touched chunk is written independently (at
 /// most [`RegionOptions::concurrency`] at a time); on an error, chunks
-/// already written stay written.
+/// already written stay written. Decoding and encoding run inline.
 ///
 /// # Errors
 /// A store failure, undecodable existing chunk or encode failure (naming
@@ -564,14 +660,44 @@ pub async fn write_plan(
     plan: &WritePlan<'_>,
     options: &RegionOptions,
 ) -> Result<(), RegionError> {
-    stream::iter(0..plan.chunks.len())
-        .map(|i| {
-            let (chunk, area) = &plan.chunks[i];
-            write_chunk(desc, source, sink, &plan.placement, chunk, area, options)
-        })
-        .buffer_unordered(options.concurrency.max(1))
-        .try_collect::<Vec<()>>()
-        .await?;
+    run_plan(&Ctx::Inline { desc, plan }, source, sink, options).await
+}
+
+/// As [`write_plan`], with every chunk's decoding, placing and encoding run
+/// through `offload`: the calling task only fetches and stores. Memory is
+/// bounded by the chunks in flight ([`RegionOptions::concurrency`]), each
+/// holding its stored bytes, its decoded chunk and its encoding.
+///
+/// # Errors
+/// As [`write_plan`]; [`RegionError::Internal`] when a job was dropped.
+pub async fn write_plan_on(
+    desc: &Arc<ArrayDescription>,
+    source: &dyn ChunkSource,
+    sink: &dyn ChunkSink,
+    plan: &Arc<WritePlan<'static>>,
+    options: &RegionOptions,
+    offload: &dyn Offload,
+) -> Result<(), RegionError> {
+    run_plan(&Ctx::Pool { desc, plan, offload }, source, sink, options).await
+}
+
+async fn run_plan(
+    ctx: &Ctx<'_, '_>,
+    source: &dyn ChunkSource,
+    sink: &dyn ChunkSink,
+    options: &RegionOptions,
+) -> Result<(), RegionError> {
+    let desc = ctx.desc();
+    let grid = desc.grid();
+    let grid = &grid;
+    let touched = ctx.plan().chunks.iter().filter_map(|chunk| {
+        let area = grid.chunk_subset(&chunk)?;
+        Some(write_chunk(ctx, source, sink, chunk, area, options))
+    });
+    let mut writes = stream::iter(touched).buffer_unordered(options.concurrency.max(1));
+    while let Some(result) = writes.next().await {
+        result?;
+    }
     Ok(())
 }
 
@@ -636,10 +762,10 @@ fn encode_outer(
     desc: &ArrayDescription,
     chunk: ChunkData,
     key: &str,
-    options: &RegionOptions,
+    store_empty_chunks: bool,
 ) -> Result<Option<Vec<u8>>, RegionError> {
     let repr = desc.chunk_repr();
-    if chunk.is_fill(&repr) && !options.store_empty_chunks {
+    if chunk.is_fill(&repr) && !store_empty_chunks {
         return Ok(None);
     }
     if let Some(sharding) = &desc.sharding {
@@ -649,41 +775,73 @@ fn encode_outer(
     }
 }
 
-async fn write_chunk(
+/// The CPU part of writing one whole (outer) chunk or shard: the stored
+/// bytes when read-modify-writing (`None`: start from the fill value),
+/// decoded, updated and encoded.
+struct ChunkJob {
+    key: String,
+    origin: Vec<u64>,
+    current: Option<Bytes>,
+    store_empty_chunks: bool,
+}
+
+fn rewrite_chunk(
     desc: &ArrayDescription,
+    placement: &Placement<'_>,
+    job: ChunkJob,
+) -> Result<Option<Vec<u8>>, RegionError> {
+    let elem = desc.data_type.size().unwrap_or(1);
+    let mut data = match job.current {
+        Some(bytes) => desc.decode_chunk(Vec::from(bytes)).map_err(codec_err(&job.key))?,
+        None => ChunkData::filled(&desc.chunk_repr()),
+    };
+    placement.place(&job.origin, &desc.chunk_shape, &mut data, elem)?;
+    encode_outer(desc, data, &job.key, job.store_empty_chunks)
+}
+
+async fn write_chunk(
+    ctx: &Ctx<'_, '_>,
     source: &dyn ChunkSource,
     sink: &dyn ChunkSink,
-    placement: &Placement<'_>,
-    chunk: &[u64],
-    area: &ArraySubset,
+    chunk: Vec<u64>,
+    area: ArraySubset,
     options: &RegionOptions,
 ) -> Result<(), RegionError> {
-    let key = desc.chunk_key(chunk);
+    let desc = ctx.desc();
+    let key = desc.chunk_key(&chunk);
     let origin: Vec<u64> = chunk.iter().zip(&desc.chunk_shape).map(|(c, s)| c * s).collect();
-    let elem = desc.data_type.size().unwrap_or(1);
-    let repr = desc.chunk_repr();
-    if placement.covers(area) {
+    let store_empty_chunks = options.store_empty_chunks;
+    if ctx.plan().placement.covers(&area) {
         // Whole chunk: built from the data alone, nothing read.
-        let mut data = ChunkData::filled(&repr);
-        placement.place(&origin, &desc.chunk_shape, &mut data, elem)?;
-        let encoded = encode_outer(desc, data, &key, options)?;
+        let job = ChunkJob { key: key.clone(), origin, current: None, store_empty_chunks };
+        let encoded = ctx.cpu(job, rewrite_chunk).await??;
         return store(sink, &key, encoded, None).await.map_err(source_err(&key));
     }
-    if let Some(sharding) = desc.sharding.as_deref() {
-        return with_retries(sink, &key, options, || {
-            write_inner_chunks(desc, sharding, source, sink, &key, placement, &origin, options)
+    if desc.sharding.is_some() {
+        return with_retries(sink, &key, options, || async {
+            let existing = source.get_versioned(&key).await.map_err(source_err(&key))?;
+            let expected = expected_of(existing.as_ref());
+            let job = ChunkJob {
+                key: key.clone(),
+                origin: origin.clone(),
+                current: existing.map(|v| v.bytes),
+                store_empty_chunks,
+            };
+            let merged = ctx.cpu(job, rewrite_inner_chunks).await??;
+            store(sink, &key, merged, expected.as_ref()).await.map_err(source_err(&key))
         })
         .await;
     }
     with_retries(sink, &key, options, || async {
         let current = source.get_versioned(&key).await.map_err(source_err(&key))?;
         let expected = expected_of(current.as_ref());
-        let mut data = match current {
-            Some(v) => desc.decode_chunk(Vec::from(v.bytes)).map_err(codec_err(&key))?,
-            None => ChunkData::filled(&repr),
+        let job = ChunkJob {
+            key: key.clone(),
+            origin: origin.clone(),
+            current: current.map(|v| v.bytes),
+            store_empty_chunks,
         };
-        placement.place(&origin, &desc.chunk_shape, &mut data, elem)?;
-        let encoded = encode_outer(desc, data, &key, options)?;
+        let encoded = ctx.cpu(job, rewrite_chunk).await??;
         store(sink, &key, encoded, expected.as_ref()).await.map_err(source_err(&key))
     })
     .await
@@ -691,21 +849,18 @@ async fn write_chunk(
 
 /// The read-modify-write of part of one shard at inner chunk granularity:
 /// only the inner chunks the write touches are decoded (when partly
-/// covered) and re-encoded; the others are copied as stored.
-#[allow(clippy::too_many_arguments)]
-async fn write_inner_chunks(
+/// covered) and re-encoded; the others are copied as stored. Answers the
+/// new shard (`None`: nothing left to store).
+fn rewrite_inner_chunks(
     desc: &ArrayDescription,
-    sharding: &ShardingCodec,
-    source: &dyn ChunkSource,
-    sink: &dyn ChunkSink,
-    key: &str,
     placement: &Placement<'_>,
-    origin: &[u64],
-    options: &RegionOptions,
-) -> Result<(), RegionError> {
-    let existing = source.get_versioned(key).await.map_err(source_err(key))?;
-    let expected = expected_of(existing.as_ref());
-    let existing = existing.map(|v| v.bytes);
+    job: ChunkJob,
+) -> Result<Option<Vec<u8>>, RegionError> {
+    let Some(sharding) = desc.sharding.as_deref() else {
+        return rewrite_chunk(desc, placement, job);
+    };
+    let (key, origin) = (job.key.as_str(), job.origin.as_slice());
+    let existing = job.current;
     let index = match &existing {
         Some(bytes) => Some(sharding.shard_index(bytes).map_err(codec_err(key))?),
         None => None,
@@ -721,7 +876,7 @@ async fn write_inner_chunks(
         .and_then(|b| b.intersect(&shard))
         .and_then(|b| b.intersect(&ArraySubset::from_shape(&desc.shape)))
     else {
-        return Ok(());
+        return Ok(existing.map(Vec::from));
     };
     let touched = touched.relative_to(origin);
     let mut replacements = Vec::new();
@@ -750,7 +905,7 @@ async fn write_inner_chunks(
             None => ChunkData::filled(inner_repr),
         };
         placement.place(&inner_origin, inner_shape, &mut chunk, elem)?;
-        let encoded = if chunk.is_fill(inner_repr) && !options.store_empty_chunks {
+        let encoded = if chunk.is_fill(inner_repr) && !job.store_empty_chunks {
             None
         } else {
             Some(sharding.encode_inner_chunk(chunk, &inner.chunk).map_err(codec_err(key))?)
@@ -758,8 +913,7 @@ async fn write_inner_chunks(
         replacements.push((inner.chunk, encoded));
     }
     let existing = existing.as_deref().zip(index.as_ref());
-    let merged = sharding.merge_shard(existing, replacements).map_err(codec_err(key))?;
-    store(sink, key, merged, expected.as_ref()).await.map_err(source_err(key))
+    sharding.merge_shard(existing, replacements).map_err(codec_err(key))
 }
 
 #[cfg(test)]

@@ -12,28 +12,48 @@
 //! data wins.
 
 use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 use crate::zarr::subset::{ArraySubset, SubsetError};
 
+/// The data of a write: borrowed (the engine's own callers), or shared so
+/// that CPU work on it can move to another thread.
+#[derive(Debug)]
+pub(crate) enum DataRef<'a> {
+    Borrowed(&'a ChunkData),
+    Shared(Arc<ChunkData>),
+}
+
+impl Deref for DataRef<'_> {
+    type Target = ChunkData;
+    fn deref(&self) -> &ChunkData {
+        match self {
+            Self::Borrowed(d) => d,
+            Self::Shared(d) => d,
+        }
+    }
+}
+
 /// The elements of a write, arranged.
 #[derive(Debug)]
 pub(crate) enum Placement<'a> {
-    /// `data` has the shape of `region`.
-    Box { region: ArraySubset, data: &'a ChunkData },
+    /// `data` has the shape of `region` (or is one element, broadcast).
+    Box { region: ArraySubset, data: DataRef<'a>, scalar: bool },
     /// Per dimension, `(array index, position along the data's dimension)`
     /// sorted (by index, then position, so a repeated index is written last
     /// from its last position), and the distinct indices, sorted; `data` is
     /// C order over the selected lengths, `lens` (or one element).
-    Outer { dims: Vec<Vec<(u64, u64)>>, distinct: Vec<Vec<u64>>, lens: Vec<u64>, data: &'a ChunkData, scalar: bool },
+    Outer { dims: Vec<Vec<(u64, u64)>>, distinct: Vec<Vec<u64>>, lens: Vec<u64>, data: DataRef<'a>, scalar: bool },
     /// Point `i` receives element `i` of `data` (or its one element).
     /// `by_chunk` buckets the point numbers by the grid chunk holding them.
     Points {
         points: Vec<Vec<u64>>,
         by_chunk: HashMap<Vec<u64>, Vec<usize>>,
         chunk_shape: Vec<u64>,
-        data: &'a ChunkData,
+        data: DataRef<'a>,
         scalar: bool,
     },
 }
@@ -62,7 +82,7 @@ impl<'a> Placement<'a> {
     /// The placement of `selection` (already resolved against the array)
     /// with `data`: the selection's result shape in C order, or one element
     /// when `scalar`.
-    pub(crate) fn of_selection(selection: &Selection, data: &'a ChunkData, scalar: bool, chunk_shape: &[u64]) -> Self {
+    pub(crate) fn of_selection(selection: &Selection, data: DataRef<'a>, scalar: bool, chunk_shape: &[u64]) -> Self {
         if selection.mode == SelectionMode::Coordinate {
             let n = selection.dims.first().map_or(0, DimIndexer::len);
             #[allow(clippy::cast_possible_truncation)] // a list held in memory
@@ -74,11 +94,10 @@ impl<'a> Placement<'a> {
             }
             return Self::Points { points, by_chunk, chunk_shape: chunk_shape.to_vec(), data, scalar };
         }
-        if !scalar {
-            if let Some((start, shape)) = selection.as_box() {
-                if let Ok(region) = ArraySubset::new(start, shape) {
-                    return Self::Box { region, data };
-                }
+        // A box (a one-element body broadcast too) needs no index lists.
+        if let Some((start, shape)) = selection.as_box() {
+            if let Ok(region) = ArraySubset::new(start, shape) {
+                return Self::Box { region, data, scalar };
             }
         }
         let dims: Vec<Vec<(u64, u64)>> = selection.dims.iter().map(dim_entries).collect();
@@ -130,15 +149,23 @@ impl<'a> Placement<'a> {
 
     /// The grid coordinates of every chunk (of `chunk_shape`) holding a
     /// written element, without looking at chunks the write does not touch.
-    pub(crate) fn touched_chunks(&self, chunk_shape: &[u64]) -> Vec<Vec<u64>> {
-        let per_dim: Vec<Vec<u64>> = match self {
+    /// Lazy: per dimension the touched chunk indices (a range, or the list
+    /// the selection's own indices give), their outer product enumerated on
+    /// demand, so a plan costs memory in the selection's length, never in
+    /// the number of chunks it touches.
+    pub(crate) fn touched_chunks(&self, chunk_shape: &[u64]) -> TouchedChunks {
+        let dims: Vec<DimChunks> = match self {
             Self::Box { region, .. } => {
                 if region.is_empty() {
-                    return Vec::new();
+                    return TouchedChunks::empty();
                 }
                 let end = region.end();
                 (0..region.rank())
-                    .map(|d| (region.start()[d] / chunk_shape[d]..=(end[d] - 1) / chunk_shape[d]).collect())
+                    .map(|d| {
+                        let first = region.start()[d] / chunk_shape[d];
+                        let last = (end[d] - 1) / chunk_shape[d];
+                        DimChunks::Range { first, len: last - first + 1 }
+                    })
                     .collect()
             }
             Self::Outer { distinct, .. } => distinct
@@ -147,23 +174,20 @@ impl<'a> Placement<'a> {
                 .map(|(v, c)| {
                     let mut out: Vec<u64> = v.iter().map(|x| x / c).collect();
                     out.dedup();
-                    out
+                    DimChunks::List(out)
                 })
                 .collect(),
-            Self::Points { by_chunk, .. } => {
-                let mut chunks: Vec<Vec<u64>> = by_chunk.keys().cloned().collect();
+            Self::Points { points, .. } => {
+                let mut chunks: Vec<Vec<u64>> =
+                    points.iter().map(|p| p.iter().zip(chunk_shape).map(|(x, c)| x / c).collect()).collect();
                 chunks.sort_unstable();
-                return chunks;
+                chunks.dedup();
+                let count = chunks.len() as u64;
+                return TouchedChunks { dims: Vec::new(), points: Some(chunks), count };
             }
         };
-        if per_dim.iter().any(Vec::is_empty) {
-            return Vec::new();
-        }
-        let lens: Vec<u64> = per_dim.iter().map(|v| v.len() as u64).collect();
-        ArraySubset::from_shape(&lens)
-            .indices()
-            .map(|i| i.iter().zip(&per_dim).map(|(&k, v)| v[to_usize(k)]).collect())
-            .collect()
+        let count = dims.iter().fold(1u64, |acc, d| acc.saturating_mul(d.len()));
+        TouchedChunks { dims, points: None, count }
     }
 
     /// Whether any written element lies in `area`.
@@ -232,10 +256,13 @@ impl<'a> Placement<'a> {
     ) -> Result<(), SubsetError> {
         let area = ArraySubset::new(origin.to_vec(), buf_shape.to_vec())?;
         match self {
-            Self::Box { region, data } => {
+            Self::Box { region, data, scalar } => {
                 let Some(part) = region.intersect(&area).filter(|p| !p.is_empty()) else { return Ok(()) };
-                let src_part = part.relative_to(region.start());
                 let dst_start = part.relative_to(origin);
+                if *scalar {
+                    return fill_box(data, buf, buf_shape, &dst_start, elem);
+                }
+                let src_part = part.relative_to(region.start());
                 super::copy_data(data, region.shape(), &src_part, buf, buf_shape, dst_start.start(), elem)
             }
             Self::Outer { dims, lens, data, scalar, .. } => {
@@ -290,9 +317,128 @@ impl<'a> Placement<'a> {
     }
 }
 
+/// The chunk indices a write touches along one dimension.
+#[derive(Debug)]
+pub(crate) enum DimChunks {
+    /// `first .. first + len`.
+    Range { first: u64, len: u64 },
+    /// These indices, sorted and distinct.
+    List(Vec<u64>),
+}
+
+impl DimChunks {
+    fn len(&self) -> u64 {
+        match self {
+            Self::Range { len, .. } => *len,
+            Self::List(v) => v.len() as u64,
+        }
+    }
+
+    fn get(&self, i: u64) -> u64 {
+        match self {
+            Self::Range { first, .. } => first + i,
+            Self::List(v) => v[to_usize(i)],
+        }
+    }
+}
+
+/// The chunks a write touches, in grid (C) order, enumerated on demand.
+#[derive(Debug)]
+pub(crate) struct TouchedChunks {
+    dims: Vec<DimChunks>,
+    /// For coordinate selections: the distinct chunks, sorted.
+    points: Option<Vec<Vec<u64>>>,
+    count: u64,
+}
+
+impl TouchedChunks {
+    fn empty() -> Self {
+        Self { dims: Vec::new(), points: Some(Vec::new()), count: 0 }
+    }
+
+    /// How many chunks (saturating at `u64::MAX`).
+    pub(crate) fn len(&self) -> u64 {
+        self.count
+    }
+
+    /// The grid coordinates of the `i`-th touched chunk (`i < len()`).
+    pub(crate) fn get(&self, i: u64) -> Vec<u64> {
+        if let Some(points) = &self.points {
+            return points[to_usize(i)].clone();
+        }
+        let mut out = vec![0u64; self.dims.len()];
+        let mut rest = i;
+        for (d, dim) in self.dims.iter().enumerate().rev() {
+            let n = dim.len();
+            out[d] = dim.get(rest % n);
+            rest /= n;
+        }
+        out
+    }
+
+    /// Every touched chunk, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Vec<u64>> + '_ {
+        (0..self.count).map(|i| self.get(i))
+    }
+}
+
 #[allow(clippy::cast_possible_truncation)] // offsets inside buffers held in memory
 fn to_usize(x: u64) -> usize {
     x as usize
+}
+
+/// Writes the one element `value` to every position of `part` of `buf`
+/// (C order, shape `buf_shape`).
+fn fill_box(
+    value: &ChunkData,
+    buf: &mut ChunkData,
+    buf_shape: &[u64],
+    part: &ArraySubset,
+    elem: usize,
+) -> Result<(), SubsetError> {
+    if elem == 0 && matches!(value, ChunkData::Fixed(_)) {
+        return Ok(());
+    }
+    let rank = buf_shape.len();
+    let st = strides(buf_shape);
+    let (lead, run) = match rank {
+        0 => (0, 1),
+        _ => (rank - 1, to_usize(part.shape()[rank - 1])),
+    };
+    let last_start = if rank == 0 { 0 } else { to_usize(part.start()[rank - 1]) };
+    let mut counter = vec![0u64; lead];
+    loop {
+        let base: usize = (0..lead).map(|d| to_usize(part.start()[d] + counter[d]) * st[d]).sum::<usize>() + last_start;
+        match (value, &mut *buf) {
+            (ChunkData::Fixed(v), ChunkData::Fixed(b)) if v.len() == elem => {
+                let end = (base + run) * elem;
+                if end > b.len() {
+                    return Err(SubsetError("a write outside its chunk".into()));
+                }
+                for dst in b[base * elem..end].chunks_exact_mut(elem) {
+                    dst.copy_from_slice(v);
+                }
+            }
+            (ChunkData::Variable(v), ChunkData::Variable(b)) if v.len() == 1 && base + run <= b.len() => {
+                for dst in &mut b[base..base + run] {
+                    dst.clone_from(&v[0]);
+                }
+            }
+            _ => return Err(SubsetError("expected 1 element of the array's type to broadcast".into())),
+        }
+        let mut d = lead;
+        loop {
+            if d == 0 {
+                return Ok(());
+            }
+            d -= 1;
+            counter[d] += 1;
+            if counter[d] < part.shape()[d] {
+                break;
+            }
+            counter[d] = 0;
+        }
+    }
 }
 
 /// C-order strides, in elements.

@@ -442,6 +442,10 @@ impl ShardingCodec {
     /// When the bytes are not a valid encoding of an inner chunk; the error
     /// names the inner chunk.
     pub fn decode_inner_chunk(&self, bytes: Vec<u8>, inner_coords: &[u64]) -> CodecResult<ChunkData> {
+        // The process-wide decode budget (see `codec::budget`).
+        let repr = &self.layout.inner_repr;
+        let expected = repr.num_elements().saturating_mul(repr.data_type.size().map_or(24, |s| s as u64));
+        let _budget = crate::zarr::codec::budget::reserve(expected);
         self.inner.decode(bytes, &self.layout.inner_repr).map_err(|e| err(format!("inner chunk {inner_coords:?}: {e}")))
     }
 

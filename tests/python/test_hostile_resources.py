@@ -1,0 +1,177 @@
+"""Hostile metadata and data against the real binary, with the server's peak RSS measured
+(issue 12, findings 4, 6-10): each request must be refused (or served) without raising the
+server's peak RSS past a bound far below what it cost before the fixes (gigabytes, or an
+abort).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gzip
+import json
+
+import pytest
+import requests
+import numcodecs
+from zarrd_harness import PeakRss, start_zarrd
+
+HTTP_TIMEOUT_S = 120
+MIB = 1024
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    logs = tmp_path_factory.mktemp("hostile-logs")
+    s = start_zarrd({"data": root.as_uri()}, log_path=logs / "zarrd.log")
+    s.root = root
+    yield s
+    s.stop()
+
+
+def v3(shape, chunks, dtype="uint8", fill=0, codecs=None):
+    return {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": dtype,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": fill,
+        "codecs": codecs or [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "attributes": {},
+    }
+
+
+def bound(rss: PeakRss, limit_kib: int, what: str) -> None:
+    """Asserts the rise and reports it (`pytest -s` shows the figures)."""
+    print(f"{what}: peak RSS rose {rss.rise_kib} KiB (bound {limit_kib} KiB)")
+    rss.assert_below(limit_kib, what)
+
+
+def behind(server, key: str, doc) -> None:
+    """Writes a document straight into the mount's directory, as another tool would."""
+    path = server.root / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(doc if isinstance(doc, bytes) else json.dumps(doc).encode())
+
+
+def put_data(server, path: str, sel: str, body: str) -> requests.Response:
+    return requests.put(
+        f"{server.url}/api/v1/data/data/{path}",
+        params={"sel": sel},
+        data=body,
+        headers={"content-type": "application/json"},
+        timeout=HTTP_TIMEOUT_S,
+    )
+
+
+def test_write_over_too_many_chunks_is_refused_in_bounded_memory(server):
+    # Finding 4: 412 GB allocation (abort) and > 2.9 GB before.
+    behind(server, "huge/zarr.json", v3([2**62, 2**62], [1, 1]))
+    for sel in ["0:131072,0:131072", "0:4096,0:4096"]:
+        with PeakRss(server) as rss:
+            r = put_data(server, "huge", sel, "0")
+        assert r.status_code == 413, r.text
+        assert "limits.max_chunks_per_request" in r.json()["error"]["message"]
+        bound(rss, 32 * MIB, f"write {sel}")
+    with PeakRss(server) as rss:
+        r = put_data(server, "huge", "0:100,0:100", "3")
+    assert r.status_code == 204, r.text
+    bound(rss, 64 * MIB, "write over 10,000 one-element chunks")
+
+
+def test_one_element_write_into_absurd_chunks_is_refused(server):
+    # Finding 6: 4 EiB allocation (abort) before.
+    behind(server, "absurd/zarr.json", v3([2**31, 2**31], [2**31, 2**31]))
+    with PeakRss(server) as rss:
+        r = put_data(server, "absurd", "0,0", "1")
+        g = requests.get(f"{server.url}/api/v1/data/data/absurd?sel=0,0&format=json", timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 422 and g.status_code == 422, (r.text, g.text)
+    assert "limits.max_decoded_chunk_bytes" in r.json()["error"]["message"]
+    bound(rss, 16 * MIB, "one-element write into [2^31, 2^31] chunks")
+
+
+def test_huge_fill_value_is_refused(server):
+    # Finding 7: 5,000 elements of a 1 MiB fill aborted at 5.5 GB before.
+    doc = v3([5000], [5000], "string", "f" * (1 << 20), [{"name": "vlen-utf8"}])
+    behind(server, "fill/zarr.json", doc)
+    with PeakRss(server) as rss:
+        r = requests.get(f"{server.url}/api/v1/data/data/fill?sel=0:5000&format=json", timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 422, r.text
+    assert "limits.max_fill_value_bytes" in r.json()["error"]["message"]
+    bound(rss, 32 * MIB, "JSON read of a 1 MiB fill value")
+
+
+def test_huge_stored_document_is_not_parsed(server):
+    # Finding 8: an 86 MiB zarr.json peaked at 2.7 GB; describing it aborted.
+    attributes = {f"k{i}": [i, i + 1, i + 2] for i in range(3_000_000)}
+    doc = json.dumps({"zarr_format": 3, "node_type": "group", "attributes": attributes}).encode()
+    assert len(doc) > 80 * 1024 * 1024
+    behind(server, "bigdoc/zarr.json", doc)
+    with PeakRss(server) as rss:
+        r = requests.get(f"{server.url}/api/v1/nodes/data/bigdoc", timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 422, r.text
+    assert "limits.max_body_bytes" in r.json()["error"]["message"]
+    # Only the first 2 x max_body_bytes + 1 of it are read, and nothing is parsed.
+    bound(rss, 48 * MIB, "describing an 86 MiB zarr.json")
+    with PeakRss(server) as rss:
+        r = requests.put(f"{server.url}/zarr/data/bigdoc2/zarr.json", data=doc, timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 413, r.text
+    bound(rss, 2 * len(doc) // 1024 + 16 * MIB, "raw PUT of an 86 MiB zarr.json")
+
+
+def test_chain_bomb_stops_near_the_chunk_size(server):
+    # Finding 9: a bytes->gzip->gzip chain decoded its outer layer up to 256 MiB.
+    codecs = [
+        {"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "gzip", "configuration": {"level": 1}},
+        {"name": "gzip", "configuration": {"level": 1}},
+    ]
+    behind(server, "chain/zarr.json", v3([1 << 20], [1 << 20], codecs=codecs))
+    behind(server, "chain/c/0", gzip.compress(bytes(200 << 20), compresslevel=1))
+    zcodecs = [codecs[0], {"name": "zstd", "configuration": {"level": 1, "checksum": False}}]
+    behind(server, "zbomb/zarr.json", v3([64 << 20], [64 << 20], codecs=zcodecs))
+    # Sixteen frames of 64 MiB of zeros: 1 GiB where 64 MiB is expected.
+    frame = numcodecs.Zstd(level=1).encode(bytes(64 << 20))
+    behind(server, "zbomb/c/0", frame * 16)
+
+    def read(path):
+        return requests.get(f"{server.url}/api/v1/data/data/{path}?sel=0:4&format=json", timeout=HTTP_TIMEOUT_S)
+
+    with PeakRss(server) as rss:
+        r = read("chain")
+    assert r.status_code == 500 and "exceeds the expected size" in r.text, r.text
+    bound(rss, 32 * MIB, "gzip->gzip bomb in a 1 MiB chunk")
+    # Four concurrent zstd bombs in 64 MiB chunks: each stops at its 64 MiB cap.
+    with PeakRss(server) as rss:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            replies = list(pool.map(read, ["zbomb"] * 4))
+    assert all(x.status_code == 500 for x in replies), [x.text for x in replies]
+    bound(rss, 4 * 2 * 64 * MIB + 64 * MIB, "four concurrent zstd bombs in 64 MiB chunks")
+
+
+def test_shard_index_limit(server):
+    # Finding 10: 2^24 inner chunks per shard (a 256 MiB index) cost 1.3 GB per write.
+    sharded = [
+        {
+            "name": "sharding_indexed",
+            "configuration": {
+                "chunk_shape": [1],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                "index_location": "end",
+            },
+        }
+    ]
+    behind(server, "shard/zarr.json", v3([1 << 24], [1 << 24], codecs=sharded))
+    with PeakRss(server) as rss:
+        r = put_data(server, "shard", "5", "1")
+    assert r.status_code == 422 and "limits.max_inner_chunks_per_shard" in r.text, r.text
+    bound(rss, 16 * MIB, "one-element write into a 2^24-chunk shard")
+    behind(server, "shard16/zarr.json", v3([1 << 16], [1 << 16], codecs=sharded))
+    with PeakRss(server) as rss:
+        assert put_data(server, "shard16", "5", "1").status_code == 204
+        r = requests.get(f"{server.url}/api/v1/data/data/shard16?sel=4:6&format=json", timeout=HTTP_TIMEOUT_S)
+    assert r.json() == [0, 1]
+    bound(rss, 32 * MIB, "one-element write and read in a 2^16-chunk shard")
