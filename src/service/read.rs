@@ -65,6 +65,10 @@ use crate::zarr::field::FieldView;
 use crate::zarr::selection::SelectionSpec;
 use plan::{ReadPlan, Slab, Slabs, Unit, UnitCopy, Units};
 
+/// What one cache entry costs beyond its data (the cache's own overhead,
+/// the key, the map's bookkeeping), for deciding whether a read may fill it.
+const CACHE_ENTRY_ESTIMATE: u64 = 512;
+
 /// Byte ranges of inner chunks at most this far apart are read together.
 const COALESCE_GAP: u64 = 4096;
 
@@ -806,9 +810,7 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
     let content_length = check_limits(app, params.format, &out_type, &out_shape)?;
     let es = desc.data_type.size().unwrap_or(0);
     let variable = desc.data_type.is_variable();
-    // A scan larger than half the cache would only evict hot chunks.
     let total = sel.num_elements().saturating_mul(es.max(16) as u64);
-    src.fill_cache = total <= src.cache.capacity() / 2;
     let limits = &app.config().limits;
     let (budget, max_units) = (limits.read_slab_bytes, limits.max_chunks_per_request);
     let unit = src.unit_shape.clone();
@@ -831,6 +833,9 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
             "the selection touches {touched} {what}, more than limits.max_chunks_per_request = {max_units}"
         )));
     }
+    // A scan larger than half the cache would only evict hot chunks (each
+    // entry, even of a missing chunk, weighs its overhead too).
+    src.fill_cache = total.max(touched.saturating_mul(CACHE_ENTRY_ESTIMATE)) <= src.cache.capacity() / 2;
     let plan = Plan {
         src: Arc::new(src),
         plan: Arc::new(read_plan),
