@@ -39,7 +39,8 @@
 //! (for sharded arrays: an inner chunk absent from its shard counts as
 //! missing, named with its shard's key).
 
-use std::collections::BTreeMap;
+pub mod plan;
+
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -57,11 +58,16 @@ use crate::storage::mount::RecheckPolicy;
 use crate::storage::request::ByteRange;
 use crate::storage::{Mount, ReadRequest, StorageError, StoreKey};
 use crate::zarr::byte_range::ByteRangeRequest;
-use crate::zarr::chunk::{ChunkData, ChunkRepr};
+use crate::zarr::chunk::ChunkData;
 use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
 use crate::zarr::data_type::DataType;
 use crate::zarr::field::FieldView;
-use crate::zarr::selection::{DimIndexer, Selection, SelectionMode, SelectionSpec};
+use crate::zarr::selection::SelectionSpec;
+use plan::{ReadPlan, Slab, Slabs, Unit, UnitCopy, Units};
+
+/// What one cache entry costs beyond its data (the cache's own overhead,
+/// the key, the map's bookkeeping), for deciding whether a read may fill it.
+const CACHE_ENTRY_ESTIMATE: u64 = 512;
 
 /// Byte ranges of inner chunks at most this far apart are read together.
 const COALESCE_GAP: u64 = 4096;
@@ -122,118 +128,6 @@ enum SlabData {
     Fixed(Vec<u8>),
     Variable(Vec<Vec<u8>>),
 }
-
-/// One run of a dimension's selected indices inside one chunk: output
-/// positions `out .. out + len` take chunk indices `inn, inn + step, ...`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Run {
-    out: u64,
-    inn: u64,
-    len: u64,
-    step: i64,
-}
-
-/// The part of one dimension's selection inside one chunk (along that
-/// dimension).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct DimGroup {
-    unit: u64,
-    runs: Vec<Run>,
-}
-
-/// Groups the indices at `positions` of `ix` by the chunk (extent `c`) they
-/// fall in; output positions are relative to `positions.start`.
-fn dim_groups(ix: &DimIndexer, positions: Range<u64>, c: u64) -> Vec<DimGroup> {
-    let mut groups: BTreeMap<u64, Vec<Run>> = BTreeMap::new();
-    let base = positions.start;
-    for p in positions {
-        let idx = ix.get(p);
-        let (unit, inn) = (idx / c, idx % c);
-        let out = p - base;
-        let runs = groups.entry(unit).or_default();
-        if let Some(r) = runs.last_mut() {
-            if r.out + r.len == out {
-                let delta = i128::from(inn) - i128::from(r.inn);
-                if r.len == 1 {
-                    if let Ok(step) = i64::try_from(delta) {
-                        r.step = step;
-                        r.len = 2;
-                        continue;
-                    }
-                } else if delta == i128::from(r.step) * i128::from(r.len) {
-                    r.len += 1;
-                    continue;
-                }
-            }
-        }
-        runs.push(Run { out, inn, len: 1, step: 1 });
-    }
-    groups.into_iter().map(|(unit, runs)| DimGroup { unit, runs }).collect()
-}
-
-/// Calls `f(src, dst, n)` for every run of `n` consecutive elements to copy
-/// from a chunk (strides `ss`) into a slab (strides `ds`).
-fn for_each_copy(runs: &[&[Run]], ss: &[u64], ds: &[u64], f: &mut impl FnMut(u64, u64, u64)) {
-    fn rec(d: usize, runs: &[&[Run]], ss: &[u64], ds: &[u64], so: u64, dof: u64, f: &mut impl FnMut(u64, u64, u64)) {
-        let last = d + 1 == runs.len();
-        for r in runs[d] {
-            if last && r.step == 1 && ds[d] == 1 && ss[d] == 1 {
-                f(so + r.inn, dof + r.out, r.len);
-                continue;
-            }
-            for j in 0..r.len {
-                // In the chunk by construction (the indexer's indices are).
-                let inn = u64::try_from(i128::from(r.inn) + i128::from(r.step) * i128::from(j)).unwrap_or(0);
-                let (s, o) = (so + inn * ss[d], dof + (r.out + j) * ds[d]);
-                if last {
-                    f(s, o, 1);
-                } else {
-                    rec(d + 1, runs, ss, ds, s, o, f);
-                }
-            }
-        }
-    }
-    if runs.is_empty() {
-        f(0, 0, 1);
-    } else {
-        rec(0, runs, ss, ds, 0, 0, f);
-    }
-}
-
-fn strides(shape: &[u64]) -> Vec<u64> {
-    let mut s = vec![1u64; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
-}
-
-/// How one chunk's elements land in a slab.
-#[derive(Debug, Clone)]
-enum UnitCopy {
-    /// Per dimension, the group (index into the slab's groups).
-    Outer { groups: Arc<Vec<Vec<DimGroup>>>, pick: Vec<usize>, dst_strides: Arc<Vec<u64>> },
-    /// `(slab position, flat index in the chunk)` pairs.
-    Points(Vec<(u64, u64)>),
-}
-
-impl UnitCopy {
-    /// Calls `f(src, dst, n)` for every run to copy.
-    fn each(&self, unit_strides: &[u64], f: &mut impl FnMut(u64, u64, u64)) {
-        match self {
-            Self::Outer { groups, pick, dst_strides } => {
-                let runs: Vec<&[Run]> = pick.iter().enumerate().map(|(d, &g)| groups[d][g].runs.as_slice()).collect();
-                for_each_copy(&runs, unit_strides, dst_strides, f);
-            }
-            Self::Points(pairs) => {
-                for &(dst, src) in pairs {
-                    f(src, dst, 1);
-                }
-            }
-        }
-    }
-}
-
 /// Where a read's chunks come from, and how they are cached.
 #[derive(Debug)]
 struct Source {
@@ -247,7 +141,6 @@ struct Source {
     fill_cache: bool,
     /// Decoding unit shape: the chunk, or the inner chunk when sharded.
     unit_shape: Vec<u64>,
-    unit_strides: Vec<u64>,
 }
 
 /// A whole chunk: cached, or its stored bytes still to decode.
@@ -409,7 +302,6 @@ fn needs_fill(fill: &[u8], variable: bool) -> bool {
 fn copy_unit(
     data: &ChunkData,
     unit_elems: u64,
-    unit_strides: &[u64],
     spec: &UnitCopy,
     slab: &Mutex<SlabData>,
     es: usize,
@@ -425,7 +317,7 @@ fn copy_unit(
                 ));
             }
             #[allow(clippy::cast_possible_truncation)] // within the buffers, checked above and by construction
-            spec.each(unit_strides, &mut |s, d, n| {
+            spec.each(&mut |s, d, n| {
                 let (s, d, n) = (s as usize * es, d as usize * es, n as usize * es);
                 dst[d..d + n].copy_from_slice(&src[s..s + n]);
             });
@@ -435,7 +327,7 @@ fn copy_unit(
                 return Err(corrupt(key, format!("decoded to {} elements, expected {unit_elems}", src.len())));
             }
             #[allow(clippy::cast_possible_truncation)]
-            spec.each(unit_strides, &mut |s, d, n| {
+            spec.each(&mut |s, d, n| {
                 let (s, d, n) = (s as usize, d as usize, n as usize);
                 dst[d..d + n].clone_from_slice(&src[s..s + n]);
             });
@@ -446,43 +338,33 @@ fn copy_unit(
 }
 
 /// Writes the fill value where `spec` would copy.
-fn fill_unit(fill: &[u8], unit_strides: &[u64], spec: &UnitCopy, slab: &Mutex<SlabData>) {
+fn fill_unit(fill: &[u8], spec: &UnitCopy, slab: &Mutex<SlabData>) {
     let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let es = fill.len();
     #[allow(clippy::cast_possible_truncation)]
     match &mut *guard {
-        SlabData::Fixed(dst) => spec.each(unit_strides, &mut |_, d, n| {
+        SlabData::Fixed(dst) => spec.each(&mut |_, d, n| {
             for i in 0..n as usize {
                 let at = (d as usize + i) * es;
                 dst[at..at + es].copy_from_slice(fill);
             }
         }),
-        SlabData::Variable(dst) => spec.each(unit_strides, &mut |_, d, n| {
+        SlabData::Variable(dst) => spec.each(&mut |_, d, n| {
             for item in &mut dst[d as usize..(d + n) as usize] {
                 item.clone_from(&fill.to_vec());
             }
         }),
     }
 }
-
-/// Missing units met while assembling a slab (with fill_missing off):
-/// grid coordinates and a description naming the key.
-type Missing = Mutex<Vec<(Vec<u64>, String)>>;
-
-/// One slab: where it sits, and the chunks it reads.
-#[derive(Debug, Clone)]
-struct SlabJob {
-    /// Elements in the slab.
-    len: u64,
-    /// Per touched unit: its grid coordinates and how it lands.
-    units: Vec<(Vec<u64>, UnitCopy)>,
-}
+/// The first missing unit met while assembling a slab (with fill_missing
+/// off): grid coordinates and a description naming the key.
+type Missing = Mutex<Option<(Vec<u64>, String)>>;
 
 /// The whole read, checked.
 #[derive(Debug)]
 struct Plan {
     src: Arc<Source>,
-    sel: Selection,
+    plan: Arc<ReadPlan>,
     /// Record size (0 for variable-length types).
     es: usize,
     variable: bool,
@@ -490,253 +372,128 @@ struct Plan {
     format: OutputFormat,
     out_type: DataType,
     out_shape: Vec<u64>,
-    budget: u64,
-    /// Outer mode: the split dimension and the segments along it.
-    k: usize,
-    segments: Vec<Range<u64>>,
-    /// Outer mode: the groups of the dimensions after `k` (every slab's).
-    tail_groups: Vec<Vec<DimGroup>>,
-}
-
-impl Plan {
-    fn lens(&self) -> Vec<u64> {
-        self.sel.dims.iter().map(DimIndexer::len).collect()
-    }
-
-    fn elem_estimate(&self) -> u64 {
-        if self.variable {
-            32
-        } else {
-            self.es as u64
-        }
-    }
-
-    /// Prepares the split: the dimension `k` and its segments.
-    fn split(&mut self) {
-        let unit = self.src.unit_shape.clone();
-        if self.sel.mode == SelectionMode::Coordinate || self.sel.dims.is_empty() {
-            return;
-        }
-        let lens = self.lens();
-        let es = self.elem_estimate();
-        let rank = lens.len();
-        let row = |d: usize| lens[d + 1..].iter().fold(es, |a, &l| a.saturating_mul(l));
-        let k = (0..rank).find(|&d| row(d) <= self.budget).unwrap_or(rank - 1);
-        let row_bytes = row(k).max(1);
-        let max_rows = (self.budget / row_bytes).max(1);
-        // Maximal runs of positions along k inside one chunk, cut to the
-        // budget, then merged greedily while they fit: slabs end on chunk
-        // boundaries wherever the budget allows.
-        let ix = &self.sel.dims[k];
-        let c = unit[k];
-        let mut segments: Vec<Range<u64>> = Vec::new();
-        let mut p = 0u64;
-        while p < lens[k] {
-            let u = ix.get(p) / c;
-            let mut e = p + 1;
-            while e < lens[k] && ix.get(e) / c == u {
-                e += 1;
-            }
-            let mut s = p;
-            while s < e {
-                let end = (s + max_rows).min(e);
-                match segments.last_mut() {
-                    Some(last) if last.end == s && end - last.start <= max_rows => last.end = end,
-                    _ => segments.push(s..end),
-                }
-                s = end;
-            }
-            p = e;
-        }
-        self.k = k;
-        self.segments = segments;
-        self.tail_groups = (k + 1..rank).map(|d| dim_groups(&self.sel.dims[d], 0..lens[d], unit[d])).collect();
-    }
-
-    /// Every slab, in output order.
-    fn slabs(self: &Arc<Self>) -> Box<dyn Iterator<Item = SlabJob> + Send> {
-        let plan = self.clone();
-        if self.sel.mode == SelectionMode::Coordinate {
-            let total = self.sel.num_elements();
-            let per = (self.budget / self.elem_estimate().max(1)).max(1);
-            let starts = (0..total).step_by(usize::try_from(per).unwrap_or(usize::MAX));
-            return Box::new(starts.map(move |a| plan.points_slab(a..(a + per).min(total))));
-        }
-        if self.sel.dims.is_empty() {
-            // A scalar: one unit, one element.
-            let groups = Arc::new(Vec::new());
-            let spec = UnitCopy::Outer { groups, pick: Vec::new(), dst_strides: Arc::new(Vec::new()) };
-            return Box::new(std::iter::once(SlabJob { len: 1, units: vec![(Vec::new(), spec)] }));
-        }
-        if self.sel.num_elements() == 0 {
-            return Box::new(std::iter::empty());
-        }
-        let lens = self.lens();
-        let k = self.k;
-        let prefix_count: u64 = lens[..k].iter().product();
-        let nseg = self.segments.len();
-        let it = (0..prefix_count).flat_map(move |pi| (0..nseg).map(move |si| (pi, si)));
-        Box::new(it.map(move |(pi, si)| plan.outer_slab(pi, si)))
-    }
-
-    fn outer_slab(&self, prefix_index: u64, seg: usize) -> SlabJob {
-        let lens = self.lens();
-        let k = self.k;
-        let unit = &self.src.unit_shape;
-        // The prefix position of each dimension before k.
-        let mut prefix = vec![0u64; k];
-        let mut rest = prefix_index;
-        for d in (0..k).rev() {
-            prefix[d] = rest % lens[d];
-            rest /= lens[d];
-        }
-        let range = self.segments[seg].clone();
-        let mut groups: Vec<Vec<DimGroup>> = Vec::with_capacity(lens.len());
-        for (d, &p) in prefix.iter().enumerate() {
-            groups.push(dim_groups(&self.sel.dims[d], p..p + 1, unit[d]));
-        }
-        groups.push(dim_groups(&self.sel.dims[k], range.clone(), unit[k]));
-        groups.extend(self.tail_groups.iter().cloned());
-        let mut slab_shape = vec![1u64; k];
-        slab_shape.push(range.end - range.start);
-        slab_shape.extend_from_slice(&lens[k + 1..]);
-        let len = slab_shape.iter().product();
-        let dst_strides = Arc::new(strides(&slab_shape));
-        let groups = Arc::new(groups);
-        let mut units = Vec::new();
-        let counts: Vec<usize> = groups.iter().map(Vec::len).collect();
-        let mut pick = vec![0usize; counts.len()];
-        'outer: loop {
-            let coords: Vec<u64> = pick.iter().enumerate().map(|(d, &g)| groups[d][g].unit).collect();
-            units.push((
-                coords,
-                UnitCopy::Outer { groups: groups.clone(), pick: pick.clone(), dst_strides: dst_strides.clone() },
-            ));
-            for d in (0..pick.len()).rev() {
-                pick[d] += 1;
-                if pick[d] < counts[d] {
-                    continue 'outer;
-                }
-                pick[d] = 0;
-            }
-            break;
-        }
-        SlabJob { len, units }
-    }
-
-    fn points_slab(&self, range: Range<u64>) -> SlabJob {
-        let unit = &self.src.unit_shape;
-        let mut by_unit: BTreeMap<Vec<u64>, Vec<(u64, u64)>> = BTreeMap::new();
-        for p in range.clone() {
-            let mut coords = Vec::with_capacity(unit.len());
-            let mut flat = 0u64;
-            for (d, ix) in self.sel.dims.iter().enumerate() {
-                let idx = ix.get(p);
-                coords.push(idx / unit[d]);
-                flat += (idx % unit[d]) * self.src.unit_strides[d];
-            }
-            by_unit.entry(coords).or_default().push((p - range.start, flat));
-        }
-        let units = by_unit.into_iter().map(|(c, pairs)| (c, UnitCopy::Points(pairs))).collect();
-        SlabJob { len: range.end - range.start, units }
-    }
 }
 
 fn concurrency() -> usize {
     (rayon::current_num_threads() * 4).max(8)
 }
 
+/// Inner chunks of one shard read per round (their byte ranges coalesced,
+/// their decodes in flight): bounds a shard's per-round state.
+const SHARD_BATCH: usize = 256;
+
+/// The next slab of `slabs`, made on the CPU pool (a slab's planning costs
+/// up to its rows or points).
+async fn next_slab(slabs: Slabs) -> ServiceResult<(Slabs, Option<Arc<Slab>>)> {
+    cpu::run(move || {
+        let mut slabs = slabs;
+        let next = slabs.next();
+        (slabs, next)
+    })
+    .await
+    .map_err(|e| ServiceError::Internal(e.to_string()))
+}
+
 /// Reads one slab's units into a fresh buffer.
-async fn assemble(plan: &Arc<Plan>, job: SlabJob) -> ServiceResult<SlabData> {
+async fn assemble(plan: &Arc<Plan>, slab: Arc<Slab>) -> ServiceResult<SlabData> {
     let src = &plan.src;
-    let n = usize::try_from(job.len).map_err(|_| ServiceError::BadRequest("slab too large".into()))?;
+    let n = usize::try_from(slab.len).map_err(|_| ServiceError::BadRequest("slab too large".into()))?;
     let data =
         if plan.variable { SlabData::Variable(vec![Vec::new(); n]) } else { SlabData::Fixed(vec![0u8; n * plan.es]) };
     // Copies into a small slab from chunks already decoded cost less than
     // the hand-off to the CPU pool: they run inline (a hot tile).
     let inline = !plan.variable && n.saturating_mul(plan.es) <= INLINE_SLAB_BYTES;
-    let slab = Arc::new(Mutex::new(data));
-    let missing: Arc<Missing> = Arc::new(Mutex::new(Vec::new()));
+    let data = Arc::new(Mutex::new(data));
+    let missing: Arc<Missing> = Arc::new(Mutex::new(None));
     match src.array.desc.sharding.clone() {
         None => {
-            stream::iter(job.units)
-                .map(|(coords, spec)| {
-                    let (slab, missing, plan) = (slab.clone(), missing.clone(), plan.clone());
-                    async move { read_chunk_unit(&plan, coords, spec, slab, missing, inline).await }
+            stream::iter(slab.units())
+                .map(|unit| {
+                    let (data, missing, plan) = (data.clone(), missing.clone(), plan.clone());
+                    async move { read_chunk_unit(&plan, unit, data, missing, inline).await }
                 })
                 .buffer_unordered(concurrency())
-                .try_collect::<Vec<()>>()
+                .try_for_each(|()| async { Ok(()) })
                 .await?;
         }
         Some(sharding) => {
-            let cps = sharding.chunks_per_shard().to_vec();
-            let mut shards: BTreeMap<Vec<u64>, Vec<(Vec<u64>, UnitCopy)>> = BTreeMap::new();
-            for (coords, spec) in job.units {
-                let shard: Vec<u64> = coords.iter().zip(&cps).map(|(u, n)| u / n).collect();
-                let inner: Vec<u64> = coords.iter().zip(&cps).map(|(u, n)| u % n).collect();
-                shards.entry(shard).or_default().push((inner, spec));
-            }
-            stream::iter(shards)
-                .map(|(shard, inners)| {
-                    let (slab, missing, plan, sharding) =
-                        (slab.clone(), missing.clone(), plan.clone(), sharding.clone());
-                    async move { read_shard_units(&plan, &sharding, shard, inners, slab, missing, inline).await }
+            stream::iter(slab.shards())
+                .map(|s| {
+                    let (data, missing, plan, sharding) =
+                        (data.clone(), missing.clone(), plan.clone(), sharding.clone());
+                    async move { read_shard_units(&plan, &sharding, s.shard, s.units, data, missing, inline).await }
                 })
                 .buffer_unordered(concurrency())
-                .try_collect::<Vec<()>>()
+                .try_for_each(|()| async { Ok(()) })
                 .await?;
         }
     }
-    let missing = std::mem::take(&mut *missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-    if let Some((_, what)) = missing.into_iter().min() {
+    let missing = missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some((_, what)) = missing {
         return Err(ServiceError::MissingChunk(what));
     }
-    let slab = Arc::try_unwrap(slab).map_err(|_| ServiceError::Internal("slab still shared".into()))?;
-    Ok(slab.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
+    let data = Arc::try_unwrap(data).map_err(|_| ServiceError::Internal("slab still shared".into()))?;
+    Ok(data.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
-/// A missing unit: filled, or noted as missing.
+/// Whether a missing unit needs any work: noting it (fill_missing off), or
+/// writing a fill value that is not what a fresh slab holds already.
+fn missing_needs_work(plan: &Plan) -> bool {
+    !plan.src.fill_missing || needs_fill(&plan.src.array.desc.fill_value, plan.variable)
+}
+
+/// A missing unit: filled, or noted as missing (the first, in grid order).
 fn on_missing(plan: &Plan, coords: Vec<u64>, what: String, spec: &UnitCopy, slab: &Mutex<SlabData>, missing: &Missing) {
     let src = &plan.src;
     if !src.fill_missing {
-        missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((coords, what));
+        let mut first = missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if first.as_ref().is_none_or(|(c, _)| coords < *c) {
+            *first = Some((coords, what));
+        }
     } else if needs_fill(&src.array.desc.fill_value, plan.variable) {
-        fill_unit(&src.array.desc.fill_value, &src.unit_strides, spec, slab);
+        fill_unit(&src.array.desc.fill_value, spec, slab);
     }
 }
 
 /// Slabs up to this size are filled inline from decoded chunks ([`cpu::run_or_inline`]).
 const INLINE_SLAB_BYTES: usize = 1 << 20;
 
+fn unit_elements(src: &Source) -> u64 {
+    src.unit_shape.iter().fold(1u64, |a, &b| a.saturating_mul(b))
+}
+
 async fn read_chunk_unit(
     plan: &Arc<Plan>,
-    coords: Vec<u64>,
-    spec: UnitCopy,
+    unit: Unit,
     slab: Arc<Mutex<SlabData>>,
     missing: Arc<Missing>,
     inline: bool,
 ) -> ServiceResult<()> {
     let src = plan.src.clone();
+    let Unit { coords, copy } = unit;
     let key = src.array.chunk_key(&coords)?;
     let es = plan.es.max(1);
-    let unit_elems: u64 = src.unit_shape.iter().product();
+    let unit_elems = unit_elements(&src);
     match src.chunk(&key).await? {
+        Fetched::Ready(None) if !missing_needs_work(plan) => Ok(()),
         Fetched::Ready(None) => {
             let what = format!("chunk {coords:?} (key `{key}`) is missing");
             let plan = plan.clone();
             // Filling runs off the async threads too: it may be a large copy.
-            cpu::run_or_inline(inline, move || on_missing(&plan, coords, what, &spec, &slab, &missing))
-                .await
-                .map_err(|e| ServiceError::Internal(e.to_string()))
+            cpu::run_or_inline(inline || !src.fill_missing, move || {
+                on_missing(&plan, coords, what, &copy, &slab, &missing);
+            })
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))
         }
-        Fetched::Ready(Some(data)) => cpu::run_or_inline(inline, move || {
-            copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, key.as_str())
-        })
-        .await
-        .map_err(|e| ServiceError::Internal(e.to_string()))?,
+        Fetched::Ready(Some(data)) => {
+            cpu::run_or_inline(inline, move || copy_unit(&data, unit_elems, &copy, &slab, es, key.as_str()))
+                .await
+                .map_err(|e| ServiceError::Internal(e.to_string()))?
+        }
         Fetched::Stored { bytes, etag, generation } => cpu::run(move || {
             let data = src.decode_chunk(&key, bytes, etag, generation)?;
-            copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, key.as_str())
+            copy_unit(&data, unit_elems, &copy, &slab, es, key.as_str())
         })
         .await
         .map_err(|e| ServiceError::Internal(e.to_string()))?,
@@ -747,7 +504,7 @@ async fn read_shard_units(
     plan: &Arc<Plan>,
     sharding: &Arc<ShardingCodec>,
     shard: Vec<u64>,
-    inners: Vec<(Vec<u64>, UnitCopy)>,
+    units: Units,
     slab: Arc<Mutex<SlabData>>,
     missing: Arc<Missing>,
     inline: bool,
@@ -756,11 +513,23 @@ async fn read_shard_units(
     let key = src.array.chunk_key(&shard)?;
     let mut fresh = false;
     // A shard rewritten between reading its index and its inner chunks is
-    // read again (once more; then the error stands).
+    // read again (once more; then the error stands). Every round of inner
+    // chunks is conditioned on the same index.
     for attempt in 0..3 {
         let (etag, stamp, index) = src.shard_index(&key, sharding, fresh).await?;
-        match read_shard_once(plan, sharding, &shard, &key, etag, stamp, index, &inners, &slab, &missing, inline).await
-        {
+        let mut it = units.clone();
+        let result = async {
+            loop {
+                let batch: Vec<Unit> = it.by_ref().take(SHARD_BATCH).collect();
+                if batch.is_empty() {
+                    return Ok(());
+                }
+                let at = ShardAt { shard: &shard, key: &key, etag: etag.clone(), stamp, index: index.clone() };
+                read_shard_once(plan, sharding, &at, &batch, &slab, &missing, inline).await?;
+            }
+        }
+        .await;
+        match result {
             Err(ServiceError::Storage(StorageError::PreconditionFailed { .. })) if attempt < 2 => fresh = true,
             other => return other,
         }
@@ -768,31 +537,40 @@ async fn read_shard_units(
     Err(corrupt(key.as_str(), "the shard kept changing while it was read"))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn read_shard_once(
-    plan: &Arc<Plan>,
-    sharding: &Arc<ShardingCodec>,
-    shard: &[u64],
-    key: &StoreKey,
+/// A shard, and the version of its index a read goes by.
+struct ShardAt<'a> {
+    shard: &'a [u64],
+    key: &'a StoreKey,
     etag: Option<String>,
     stamp: u64,
     index: Option<Arc<ShardIndex>>,
-    inners: &[(Vec<u64>, UnitCopy)],
+}
+
+async fn read_shard_once(
+    plan: &Arc<Plan>,
+    sharding: &Arc<ShardingCodec>,
+    at: &ShardAt<'_>,
+    inners: &[Unit],
     slab: &Arc<Mutex<SlabData>>,
     missing: &Arc<Missing>,
     inline: bool,
 ) -> ServiceResult<()> {
+    let ShardAt { shard, key, etag, stamp, index } = at;
+    let (key, stamp) = (*key, *stamp);
     let src = plan.src.clone();
     let es = plan.es.max(1);
-    let unit_elems: u64 = src.unit_shape.iter().product();
+    let unit_elems = unit_elements(&src);
     let global = |inner: &[u64]| -> Vec<u64> {
-        inner.iter().zip(shard).zip(sharding.chunks_per_shard()).map(|((i, s), n)| s * n + i).collect()
+        inner.iter().zip(*shard).zip(sharding.chunks_per_shard()).map(|((i, s), n)| s * n + i).collect()
     };
     let mut copies = Vec::new();
     let mut needed: Vec<(usize, Range<u64>)> = Vec::new();
-    for (i, (inner, spec)) in inners.iter().enumerate() {
+    for (i, Unit { coords: inner, copy: spec }) in inners.iter().enumerate() {
         let range = index.as_ref().and_then(|ix| ix.inner_range(inner));
         let Some(range) = range else {
+            if !missing_needs_work(plan) {
+                continue;
+            }
             let what = if index.is_some() {
                 format!("inner chunk {inner:?} of shard {shard:?} (key `{key}`) is missing")
             } else {
@@ -800,13 +578,15 @@ async fn read_shard_once(
             };
             let (plan, spec, slab, missing, coords) =
                 (plan.clone(), spec.clone(), slab.clone(), missing.clone(), global(inner));
-            copies.push(tokio::spawn(async move {
-                cpu::run(move || {
-                    on_missing(&plan, coords, what, &spec, &slab, &missing);
-                    Ok(())
-                })
-                .await
-            }));
+            let work = move || {
+                on_missing(&plan, coords, what, &spec, &slab, &missing);
+                Ok(())
+            };
+            if inline || !src.fill_missing {
+                cpu::run_or_inline(true, work).await.map_err(|e| ServiceError::Internal(e.to_string()))??;
+            } else {
+                copies.push(tokio::spawn(async move { cpu::run(work).await }));
+            }
             continue;
         };
         let ck = src.cache_key(key, Part::Inner(inner.clone()));
@@ -814,9 +594,8 @@ async fn read_shard_once(
             if let Cached::Inner { stamp: s, data: Some(data) } = &*entry {
                 if *s == stamp {
                     src.cache.record(true);
-                    let (data, spec, slab, src, key) =
-                        (data.clone(), spec.clone(), slab.clone(), src.clone(), key.to_string());
-                    let copy = move || copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, &key);
+                    let (data, spec, slab, key) = (data.clone(), spec.clone(), slab.clone(), key.to_string());
+                    let copy = move || copy_unit(&data, unit_elems, &spec, &slab, es, &key);
                     if inline {
                         cpu::run_or_inline(true, copy).await.map_err(|e| ServiceError::Internal(e.to_string()))??;
                     } else {
@@ -850,7 +629,7 @@ async fn read_shard_once(
     for (read, (range, bytes)) in reads.iter().zip(fetched) {
         for &m in &read.members {
             let (i, r) = &needed[m];
-            let (inner, spec) = &inners[*i];
+            let Unit { coords: inner, copy: spec } = &inners[*i];
             let (lo, hi) = (r.start - range.start, r.end - range.start);
             if hi > bytes.len() as u64 {
                 return Err(corrupt(
@@ -874,7 +653,7 @@ async fn read_shard_once(
                         };
                         src.cache.insert(ck, Cached::Inner { stamp, data: Some(data.clone()) }, generation);
                     }
-                    copy_unit(&data, unit_elems, &src.unit_strides, &spec, &slab, es, &key)
+                    copy_unit(&data, unit_elems, &spec, &slab, es, &key)
                 })
                 .await
             }));
@@ -955,7 +734,6 @@ async fn open(app: &Arc<App>, mount: &str, path: &NodePath, fill_missing: Option
         mount: m,
         cache: app.chunk_cache().clone(),
         fill_cache: true,
-        unit_strides: strides(&unit_shape),
         unit_shape,
         array,
     })
@@ -1032,24 +810,42 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
     let content_length = check_limits(app, params.format, &out_type, &out_shape)?;
     let es = desc.data_type.size().unwrap_or(0);
     let variable = desc.data_type.is_variable();
-    // A scan larger than half the cache would only evict hot chunks.
     let total = sel.num_elements().saturating_mul(es.max(16) as u64);
-    src.fill_cache = total <= src.cache.capacity() / 2;
-    let mut plan = Plan {
+    let limits = &app.config().limits;
+    let (budget, max_units) = (limits.read_slab_bytes, limits.max_chunks_per_request);
+    let unit = src.unit_shape.clone();
+    let per_shard = desc.sharding.as_ref().map(|s| s.chunks_per_shard().to_vec());
+    let sharded = per_shard.is_some();
+    let elem_estimate = if variable { 32 } else { es as u64 };
+    // Planning (and counting the units touched) runs on the CPU pool: it
+    // costs up to the selection's lists.
+    let (read_plan, touched) = cpu::run(move || {
+        let plan = ReadPlan::new(sel, unit, per_shard, elem_estimate, budget)?;
+        let touched = plan.touched_units();
+        Ok::<_, plan::PlanError>((plan, touched))
+    })
+    .await
+    .map_err(|e| ServiceError::Internal(e.to_string()))?
+    .map_err(|e| ServiceError::Internal(e.to_string()))?;
+    if touched > max_units {
+        let what = if sharded { "inner chunks" } else { "chunks" };
+        return Err(ServiceError::SelectionTooLarge(format!(
+            "the selection touches {touched} {what}, more than limits.max_chunks_per_request = {max_units}"
+        )));
+    }
+    // A scan larger than half the cache would only evict hot chunks (each
+    // entry, even of a missing chunk, weighs its overhead too).
+    src.fill_cache = total.max(touched.saturating_mul(CACHE_ENTRY_ESTIMATE)) <= src.cache.capacity() / 2;
+    let plan = Plan {
         src: Arc::new(src),
-        sel,
+        plan: Arc::new(read_plan),
         es,
         variable,
         field,
         format: params.format,
         out_type: out_type.clone(),
         out_shape: out_shape.clone(),
-        budget: app.config().limits.read_slab_bytes,
-        k: 0,
-        segments: Vec::new(),
-        tail_groups: Vec::new(),
     };
-    plan.split();
     start(Arc::new(plan), content_length).await
 }
 
@@ -1087,19 +883,10 @@ async fn produce(plan: Arc<Plan>, tx: mpsc::Sender<ServiceResult<Pieces>>, heade
     let mut json =
         (plan.format == OutputFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
     let mut pending = header;
-    let mut slabs = plan.slabs().peekable();
-    loop {
-        let Some(job) = slabs.next() else {
-            if let Some(enc) = json.as_mut() {
-                let mut out = Vec::new();
-                enc.finish(&mut out);
-                pending.push(Bytes::from(out));
-            }
-            let _ = tx.send(Ok(pending)).await;
-            return;
-        };
-        let result = async {
-            let data = assemble(&plan, job).await?;
+    let result = async {
+        let (mut slabs, mut current) = next_slab(plan.plan.slabs()).await?;
+        while let Some(slab) = current {
+            let data = assemble(&plan, slab).await?;
             let p = plan.clone();
             let mut enc = json.take();
             let (enc, pieces) = cpu::run(move || {
@@ -1109,29 +896,27 @@ async fn produce(plan: Arc<Plan>, tx: mpsc::Sender<ServiceResult<Pieces>>, heade
             .await
             .map_err(|e| ServiceError::Internal(e.to_string()))?;
             json = enc;
-            pieces
+            pending.extend(pieces?);
+            (slabs, current) = next_slab(slabs).await?;
+            if current.is_some() && tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
+                return Ok(false); // The client went away.
+            }
         }
-        .await;
-        match result {
-            Ok(pieces) => {
-                pending.extend(pieces);
-                if slabs.peek().is_none() {
-                    if let Some(enc) = json.as_mut() {
-                        let mut out = Vec::new();
-                        enc.finish(&mut out);
-                        pending.push(Bytes::from(out));
-                    }
-                    let _ = tx.send(Ok(std::mem::take(&mut pending))).await;
-                    return;
-                }
-                if tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
-                    return; // The client went away.
-                }
+        Ok::<_, ServiceError>(true)
+    }
+    .await;
+    match result {
+        Ok(true) => {
+            if let Some(enc) = json.as_mut() {
+                let mut out = Vec::new();
+                enc.finish(&mut out);
+                pending.push(Bytes::from(out));
             }
-            Err(e) => {
-                let _ = tx.send(Err(e)).await;
-                return;
-            }
+            let _ = tx.send(Ok(pending)).await;
+        }
+        Ok(false) => {}
+        Err(e) => {
+            let _ = tx.send(Err(e)).await;
         }
     }
 }
@@ -1234,40 +1019,165 @@ pub async fn read_chunk(app: &Arc<App>, mount: &str, path: &NodePath, params: Ch
         },
     };
     let data = match data {
-        Some(d) => d,
+        Some(d) => ChunkOut::Data(d),
         None if !src.fill_missing => {
             return Err(ServiceError::MissingChunk(match &params.inner {
                 Some(i) => format!("inner chunk {i:?} of shard {:?} (key `{key}`) is missing", params.coords),
                 None => format!("chunk {:?} (key `{key}`) is missing", params.coords),
             }))
         }
-        None => {
-            let repr = ChunkRepr { shape, data_type: desc.data_type.clone(), fill_value: desc.fill_value.clone() };
-            Arc::new(ChunkData::filled(&repr))
-        }
+        // Never materialised: the answer repeats the fill value, a slab at a time.
+        None => ChunkOut::Filled,
     };
-    let (format, ot, os) = (params.format, out_type.clone(), out_shape.clone());
-    let pieces = cpu::run(move || {
-        let mut pieces = Vec::new();
-        if format == OutputFormat::Npy {
-            pieces.push(Bytes::from(npy_header(&ot, &os)));
-        }
-        let mut json = (format == OutputFormat::Json).then(|| JsonEncoder::new(ot, os));
-        let slab = match &*data {
-            ChunkData::Fixed(b) => SlabData::Fixed(b.clone()),
-            ChunkData::Variable(items) => SlabData::Variable(items.clone()),
+    let es = desc.data_type.size().unwrap_or(0);
+    let variable = desc.data_type.is_variable();
+    let elements = shape.iter().fold(1u64, |a, &b| a.saturating_mul(b));
+    if let ChunkOut::Data(d) = &data {
+        let ok = match &**d {
+            ChunkData::Fixed(b) => !variable && b.len() as u64 == elements.saturating_mul(es as u64),
+            ChunkData::Variable(items) => variable && items.len() as u64 == elements,
         };
-        pieces.extend(encode_parts(field.as_ref(), slab, json.as_mut())?);
-        if let Some(enc) = json.as_mut() {
-            let mut out = Vec::new();
-            enc.finish(&mut out);
-            pieces.push(Bytes::from(out));
+        if !ok {
+            return Err(corrupt(key.as_str(), "decoded to the wrong number or kind of elements"));
         }
-        Ok::<_, ServiceError>(pieces)
-    })
-    .await
-    .map_err(|e| ServiceError::Internal(e.to_string()))??;
-    Ok(DataRead { shape: out_shape, data_type: out_type, format, content_length, first: pieces, rest: None })
+    }
+    let budget = app.config().limits.read_slab_bytes;
+    let per = (budget / if variable { 32 } else { es.max(1) as u64 }).max(1);
+    let job = ChunkJob {
+        data,
+        fill: desc.fill_value.clone(),
+        es,
+        variable,
+        elements,
+        per,
+        field,
+        format: params.format,
+        out_type: out_type.clone(),
+        out_shape: out_shape.clone(),
+    };
+    let (tx, mut rx) = mpsc::channel::<ServiceResult<Pieces>>(1);
+    tokio::spawn(produce_chunk(Arc::new(job), tx));
+    let first = match rx.recv().await {
+        Some(Ok(pieces)) => pieces,
+        Some(Err(e)) => return Err(e),
+        None => return Err(ServiceError::Internal("the read stopped before its first slab".into())),
+    };
+    Ok(DataRead { shape: out_shape, data_type: out_type, format: params.format, content_length, first, rest: Some(rx) })
+}
+
+/// A decoded chunk to answer, or a missing one (the fill value).
+#[derive(Debug)]
+enum ChunkOut {
+    Data(Arc<ChunkData>),
+    Filled,
+}
+
+/// A decoded chunk's bytes, shared (never copied) into the answer.
+struct ChunkBytes(Arc<ChunkData>);
+
+impl AsRef<[u8]> for ChunkBytes {
+    fn as_ref(&self) -> &[u8] {
+        match &*self.0 {
+            ChunkData::Fixed(b) => b,
+            ChunkData::Variable(_) => &[],
+        }
+    }
+}
+
+/// One decoded chunk read, streamed in slabs of `per` elements.
+#[derive(Debug)]
+struct ChunkJob {
+    data: ChunkOut,
+    fill: Vec<u8>,
+    es: usize,
+    variable: bool,
+    elements: u64,
+    per: u64,
+    field: Option<FieldView>,
+    format: OutputFormat,
+    out_type: DataType,
+    out_shape: Vec<u64>,
+}
+
+impl ChunkJob {
+    /// Elements `range` as a slab (a copy of that part only).
+    #[allow(clippy::cast_possible_truncation)] // ranges inside the chunk, which is in memory (or at most `per`)
+    fn slab(&self, range: Range<u64>) -> SlabData {
+        let (a, b) = (range.start as usize, range.end as usize);
+        match (&self.data, self.variable) {
+            (ChunkOut::Data(d), _) => match &**d {
+                ChunkData::Fixed(bytes) => SlabData::Fixed(bytes[a * self.es..b * self.es].to_vec()),
+                ChunkData::Variable(items) => SlabData::Variable(items[a..b].to_vec()),
+            },
+            (ChunkOut::Filled, false) => SlabData::Fixed(self.fill.repeat(b - a)),
+            (ChunkOut::Filled, true) => SlabData::Variable(vec![self.fill.clone(); b - a]),
+        }
+    }
+}
+
+/// Sends a decoded chunk read's body: raw and npy answers share the decoded
+/// bytes (or one slab of fill values, sent as often as needed); JSON and
+/// field answers are encoded a slab at a time on the CPU pool.
+async fn produce_chunk(job: Arc<ChunkJob>, tx: mpsc::Sender<ServiceResult<Pieces>>) {
+    let mut pending = Vec::new();
+    if job.format == OutputFormat::Npy {
+        pending.push(Bytes::from(npy_header(&job.out_type, &job.out_shape)));
+    }
+    let plain = job.format != OutputFormat::Json && job.field.is_none() && !job.variable;
+    #[allow(clippy::cast_possible_truncation)] // at most one slab
+    let shared: Option<Bytes> = match (&job.data, plain) {
+        (ChunkOut::Data(d), true) => Some(Bytes::from_owner(ChunkBytes(d.clone()))),
+        (ChunkOut::Filled, true) => Some(Bytes::from(job.fill.repeat(job.per.min(job.elements) as usize))),
+        _ => None,
+    };
+    let mut json =
+        (job.format == OutputFormat::Json).then(|| JsonEncoder::new(job.out_type.clone(), job.out_shape.clone()));
+    let mut at = 0u64;
+    loop {
+        let end = at.saturating_add(job.per).min(job.elements);
+        if end > at {
+            #[allow(clippy::cast_possible_truncation)] // inside the chunk or the fill slab
+            let piece = match (&shared, &job.data) {
+                (Some(b), ChunkOut::Data(_)) => Ok(vec![b.slice(at as usize * job.es..end as usize * job.es)]),
+                (Some(b), ChunkOut::Filled) => Ok(vec![b.slice(..(end - at) as usize * job.es)]),
+                (None, _) => {
+                    let (j, mut enc) = (job.clone(), json.take());
+                    match cpu::run(move || {
+                        let pieces = encode_parts(j.field.as_ref(), j.slab(at..end), enc.as_mut());
+                        (enc, pieces)
+                    })
+                    .await
+                    {
+                        Ok((enc, pieces)) => {
+                            json = enc;
+                            pieces
+                        }
+                        Err(e) => Err(ServiceError::Internal(e.to_string())),
+                    }
+                }
+            };
+            match piece {
+                Ok(p) => pending.extend(p),
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            }
+        }
+        at = end;
+        if at >= job.elements {
+            break;
+        }
+        if tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
+            return; // The client went away.
+        }
+    }
+    if let Some(enc) = json.as_mut() {
+        let mut out = Vec::new();
+        enc.finish(&mut out);
+        pending.push(Bytes::from(out));
+    }
+    let _ = tx.send(Ok(pending)).await;
 }
 
 /// One inner chunk of a shard, decoded (`None`: missing or empty).
@@ -1310,42 +1220,6 @@ async fn read_one_inner(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dim_groups_make_runs_per_chunk() {
-        let ix = DimIndexer::Slice { start: 2, step: 1, len: 8 };
-        let g = dim_groups(&ix, 0..8, 4);
-        assert_eq!(
-            g,
-            vec![
-                DimGroup { unit: 0, runs: vec![Run { out: 0, inn: 2, len: 2, step: 1 }] },
-                DimGroup { unit: 1, runs: vec![Run { out: 2, inn: 0, len: 4, step: 1 }] },
-                DimGroup { unit: 2, runs: vec![Run { out: 6, inn: 0, len: 2, step: 1 }] },
-            ]
-        );
-        let ix = DimIndexer::Slice { start: 9, step: -3, len: 4 }; // 9, 6, 3, 0
-        let g = dim_groups(&ix, 0..4, 5);
-        assert_eq!(g[0], DimGroup { unit: 0, runs: vec![Run { out: 2, inn: 3, len: 2, step: -3 }] });
-        assert_eq!(g[1], DimGroup { unit: 1, runs: vec![Run { out: 0, inn: 4, len: 2, step: -3 }] });
-        let ix = DimIndexer::List(vec![7, 0, 7, 7, 1]);
-        let g = dim_groups(&ix, 1..5, 4);
-        assert_eq!(g[0].runs, vec![Run { out: 0, inn: 0, len: 1, step: 1 }, Run { out: 3, inn: 1, len: 1, step: 1 }]);
-        assert_eq!(g[1].runs, vec![Run { out: 1, inn: 3, len: 2, step: 0 }]);
-    }
-
-    #[test]
-    fn copies_follow_runs() {
-        // A 4x4 chunk; rows 1..3, columns 3, 1 (step -2).
-        let rows = [Run { out: 0, inn: 1, len: 2, step: 1 }];
-        let cols = [Run { out: 0, inn: 3, len: 2, step: -2 }];
-        let mut seen = Vec::new();
-        for_each_copy(&[&rows, &cols], &[4, 1], &[2, 1], &mut |s, d, n| seen.push((s, d, n)));
-        assert_eq!(seen, vec![(7, 0, 1), (5, 1, 1), (11, 2, 1), (9, 3, 1)]);
-        let cols = [Run { out: 0, inn: 0, len: 4, step: 1 }];
-        let mut seen = Vec::new();
-        for_each_copy(&[&rows, &cols], &[4, 1], &[4, 1], &mut |s, d, n| seen.push((s, d, n)));
-        assert_eq!(seen, vec![(4, 0, 4), (8, 4, 4)]);
-    }
 
     #[test]
     fn fields_name_the_choices() {

@@ -1,0 +1,1038 @@
+//! Read planning: a checked selection turned into slabs and, per slab, the
+//! decoding units (chunks, or inner chunks of shards) it touches — all
+//! produced lazily.
+//!
+//! Nothing here holds a collection proportional to the number of units a
+//! whole selection touches. A plan keeps the selection and, for the
+//! dimensions after the split dimension, their projection onto the unit grid
+//! (computed arithmetically for slices, stored only for lists, which are
+//! part of the request already). A slab keeps its own dimension's projection
+//! (bounded by the slab's rows) or, for coordinate selections, its points in
+//! unit order (4 bytes per point, the slab's points bounded by the budget).
+//! Units are enumerated one at a time, by an odometer over the per-dimension
+//! groups.
+//!
+//! The number of units a read touches is counted arithmetically up front
+//! ([`ReadPlan::touched_units`]), so `limits.max_chunks_per_request` is
+//! checked before any work. All arithmetic on shapes is checked or
+//! saturating: a 32-dimensional array or a shape near `u64::MAX` cannot
+//! overflow or blow up.
+//!
+//! This module depends on the selection alone (no service state), so the
+//! fuzz target `read_plan` drives it directly.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
+
+/// Estimated bytes of planning state per point of a coordinate selection
+/// (its index in the sort, the unit coordinates compared while sorting):
+/// a points slab holds at most `budget / max(element size, this)` points.
+const POINT_COST: u64 = 64;
+
+/// One run of a dimension's selected indices inside one unit: output
+/// positions `out .. out + len` take unit indices `inn, inn + step, ...`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// First output position (relative to the slab).
+    pub out: u64,
+    /// First index inside the unit.
+    pub inn: u64,
+    /// How many positions.
+    pub len: u64,
+    /// Distance between consecutive indices inside the unit.
+    pub step: i64,
+}
+
+/// One dimension of a slab projected onto the unit grid: a sequence of
+/// groups (one per touched unit along the dimension, in monotonic unit
+/// order), each with its runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Axis {
+    /// Positions `0..len` take indices `start + step * p` (units of extent
+    /// `c`); groups are computed, never stored.
+    Slice {
+        /// First index.
+        start: u64,
+        /// Distance between indices (never 0 when `len > 1`).
+        step: i64,
+        /// Positions.
+        len: u64,
+        /// Unit extent along this dimension.
+        c: u64,
+    },
+    /// Stored groups (list selections): group `g` is unit `units[g]`, runs
+    /// `runs[bounds[g]..bounds[g + 1]]`; units ascending.
+    Groups {
+        /// Unit of each group.
+        units: Vec<u64>,
+        /// Group `g`'s runs start at `bounds[g]` (one more entry at the end).
+        bounds: Vec<usize>,
+        /// Every group's runs.
+        runs: Vec<Run>,
+    },
+}
+
+fn at(start: u64, step: i64, p: u64) -> u64 {
+    // In the dimension by construction (the indexer's indices are).
+    u64::try_from(i128::from(start) + i128::from(step) * i128::from(p)).unwrap_or(0)
+}
+
+impl Axis {
+    /// The projection of positions `positions` of `ix` onto units of
+    /// extent `c` (positions in the result are relative to
+    /// `positions.start`).
+    #[must_use]
+    pub fn of(ix: &DimIndexer, positions: Range<u64>, c: u64) -> Self {
+        let c = c.max(1);
+        let len = positions.end.saturating_sub(positions.start);
+        match ix {
+            DimIndexer::Index(x) => Self::Slice { start: *x, step: 1, len: len.min(1), c },
+            DimIndexer::Slice { start, step, .. } => {
+                Self::Slice { start: at(*start, *step, positions.start), step: *step, len, c }
+            }
+            DimIndexer::List(_) => {
+                let mut runs_out: Vec<Run> = Vec::new();
+                // Sort positions by unit, keeping output order within one.
+                let mut order: Vec<u64> = positions.clone().collect();
+                order.sort_by_key(|&p| ix.get(p) / c);
+                let mut units = Vec::new();
+                let mut bounds = Vec::new();
+                for p in order {
+                    let idx = ix.get(p);
+                    let (unit, inn, out) = (idx / c, idx % c, p - positions.start);
+                    if units.last() != Some(&unit) {
+                        units.push(unit);
+                        bounds.push(runs_out.len());
+                    } else if let Some(r) = runs_out.last_mut() {
+                        if r.out + r.len == out {
+                            let delta = i128::from(inn) - i128::from(r.inn);
+                            if r.len == 1 {
+                                if let Ok(step) = i64::try_from(delta) {
+                                    r.step = step;
+                                    r.len = 2;
+                                    continue;
+                                }
+                            } else if delta == i128::from(r.step) * i128::from(r.len) {
+                                r.len += 1;
+                                continue;
+                            }
+                        }
+                    }
+                    runs_out.push(Run { out, inn, len: 1, step: 1 });
+                }
+                bounds.push(runs_out.len());
+                Self::Groups { units, bounds, runs: runs_out }
+            }
+        }
+    }
+
+    /// Whether consecutive positions of a slice never skip a unit (then
+    /// groups are units, else positions).
+    fn dense(step: i64, len: u64, c: u64) -> bool {
+        len <= 1 || step.unsigned_abs() <= c
+    }
+
+    /// How many groups (touched units along this dimension).
+    #[must_use]
+    pub fn groups(&self) -> u64 {
+        match self {
+            Self::Slice { len: 0, .. } => 0,
+            Self::Slice { start, step, len, c } => {
+                if Self::dense(*step, *len, *c) {
+                    let (a, b) = (start / c, at(*start, *step, len - 1) / c);
+                    a.abs_diff(b) + 1
+                } else {
+                    *len
+                }
+            }
+            Self::Groups { units, .. } => units.len() as u64,
+        }
+    }
+
+    /// The unit of group `g` (monotonic in `g`).
+    #[must_use]
+    pub fn unit(&self, g: u64) -> u64 {
+        match self {
+            Self::Slice { start, step, len, c } => {
+                if Self::dense(*step, *len, *c) {
+                    if *step >= 0 {
+                        start / c + g
+                    } else {
+                        start / c - g
+                    }
+                } else {
+                    at(*start, *step, g) / c
+                }
+            }
+            #[allow(clippy::cast_possible_truncation)] // g < groups()
+            Self::Groups { units, .. } => units[g as usize],
+        }
+    }
+
+    /// Appends group `g`'s runs to `out`.
+    pub fn runs(&self, g: u64, out: &mut Vec<Run>) {
+        match self {
+            Self::Slice { start, step, len, c } => {
+                if !Self::dense(*step, *len, *c) {
+                    let idx = at(*start, *step, g);
+                    out.push(Run { out: g, inn: idx % c, len: 1, step: 1 });
+                    return;
+                }
+                let (start, c, s) = (u128::from(*start), u128::from(*c), u128::from(step.unsigned_abs().max(1)));
+                let u = u128::from(self.unit(g));
+                let (lo, hi) = if *step >= 0 {
+                    let first = u * c;
+                    let lo = if first <= start { 0 } else { (first - start).div_ceil(s) };
+                    (lo, ((u + 1) * c - 1 - start) / s + 1)
+                } else {
+                    let top = (u + 1) * c - 1;
+                    let lo = if start <= top { 0 } else { (start - top).div_ceil(s) };
+                    (lo, (start - u * c) / s + 1)
+                };
+                let hi = hi.min(u128::from(*len));
+                #[allow(clippy::cast_possible_truncation)] // positions < len, indices < the dimension
+                let (lo, hi) = (lo as u64, hi as u64);
+                let inn = u128::from(at(start as u64, *step, lo)) - u * c;
+                #[allow(clippy::cast_possible_truncation)]
+                out.push(Run { out: lo, inn: inn as u64, len: hi - lo, step: if hi - lo > 1 { *step } else { 1 } });
+            }
+            #[allow(clippy::cast_possible_truncation)]
+            Self::Groups { bounds, runs, .. } => {
+                out.extend_from_slice(&runs[bounds[g as usize]..bounds[g as usize + 1]]);
+            }
+        }
+    }
+
+    /// The first group after `g` whose unit is in another block of `n`
+    /// units (a shard), or `groups()`.
+    #[must_use]
+    pub fn block_end(&self, g: u64, n: u64) -> u64 {
+        let n = n.max(1);
+        let block = self.unit(g) / n;
+        let (mut lo, mut hi) = (g + 1, self.groups());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.unit(mid) / n == block {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+}
+
+/// Units touched along one dimension by the whole selection.
+fn touched_along(ix: &DimIndexer, c: u64) -> u64 {
+    match ix {
+        DimIndexer::List(v) => {
+            let mut u: Vec<u64> = v.iter().map(|i| i / c.max(1)).collect();
+            u.sort_unstable();
+            u.dedup();
+            u.len() as u64
+        }
+        _ => Axis::of(ix, 0..ix.len(), c).groups(),
+    }
+}
+
+/// Why a plan cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PlanError(pub String);
+
+/// A read, planned: the selection, the unit grid and the split into slabs.
+#[derive(Debug)]
+pub struct ReadPlan {
+    sel: Selection,
+    unit: Vec<u64>,
+    unit_strides: Vec<u64>,
+    /// Units per shard along each dimension (sharded arrays).
+    per_shard: Option<Vec<u64>>,
+    lens: Vec<u64>,
+    elements: u64,
+    /// Outer mode: the split dimension, rows per slab at most, and the
+    /// number of positions before it.
+    k: usize,
+    max_rows: u64,
+    prefix_count: u64,
+    /// Outer mode: the dimensions after `k` (every slab's).
+    tail: Arc<Vec<Axis>>,
+    /// Coordinate mode: points per slab.
+    points_per_slab: u64,
+}
+
+impl ReadPlan {
+    /// Plans `sel` over units of shape `unit` (the chunk, or the inner
+    /// chunk when sharded, with `per_shard` inner chunks per shard), in
+    /// slabs of at most `budget` bytes of elements of about `elem_bytes`.
+    ///
+    /// # Errors
+    /// A unit shape of the wrong rank or with a zero extent.
+    pub fn new(
+        sel: Selection,
+        unit: Vec<u64>,
+        per_shard: Option<Vec<u64>>,
+        elem_bytes: u64,
+        budget: u64,
+    ) -> Result<Self, PlanError> {
+        if unit.len() != sel.dims.len() || unit.contains(&0) {
+            return Err(PlanError(format!(
+                "the unit shape {unit:?} does not fit a selection of {} dimensions",
+                sel.dims.len()
+            )));
+        }
+        if let Some(n) = &per_shard {
+            if n.len() != unit.len() || n.contains(&0) {
+                return Err(PlanError(format!("the shard layout {n:?} does not fit the unit shape {unit:?}")));
+            }
+        }
+        let es = elem_bytes.max(1);
+        let lens: Vec<u64> = sel.dims.iter().map(DimIndexer::len).collect();
+        let elements = sel.num_elements();
+        let rank = lens.len();
+        let mut unit_strides = vec![1u64; rank];
+        for d in (0..rank.saturating_sub(1)).rev() {
+            unit_strides[d] = unit_strides[d + 1].saturating_mul(unit[d + 1]);
+        }
+        let mut plan = Self {
+            sel,
+            unit,
+            unit_strides,
+            per_shard,
+            lens,
+            elements,
+            k: 0,
+            max_rows: 1,
+            prefix_count: 0,
+            tail: Arc::new(Vec::new()),
+            points_per_slab: (budget / es.max(POINT_COST)).clamp(1, u64::from(u32::MAX)),
+        };
+        if plan.sel.mode != SelectionMode::Coordinate && rank > 0 && elements > 0 {
+            let row = |d: usize| plan.lens[d + 1..].iter().fold(es, |a, &l| a.saturating_mul(l));
+            let k = (0..rank).find(|&d| row(d) <= budget).unwrap_or(rank - 1);
+            plan.k = k;
+            plan.max_rows = (budget / row(k).max(1)).max(1);
+            plan.prefix_count = plan.lens[..k].iter().fold(1u64, |a, &b| a.saturating_mul(b));
+            let tail = (k + 1..rank).map(|d| Axis::of(&plan.sel.dims[d], 0..plan.lens[d], plan.unit[d])).collect();
+            plan.tail = Arc::new(tail);
+        }
+        Ok(plan)
+    }
+
+    /// Elements of the whole read.
+    #[must_use]
+    pub fn elements(&self) -> u64 {
+        self.elements
+    }
+
+    /// The unit shape.
+    #[must_use]
+    pub fn unit_shape(&self) -> &[u64] {
+        &self.unit
+    }
+
+    /// The unit's C-order strides.
+    #[must_use]
+    pub fn unit_strides(&self) -> &[u64] {
+        &self.unit_strides
+    }
+
+    /// How many units (chunks, or inner chunks) the whole read touches,
+    /// saturating; counted without enumerating them (coordinate selections:
+    /// the distinct units among the points, by sorting).
+    #[must_use]
+    pub fn touched_units(&self) -> u64 {
+        if self.elements == 0 && self.sel.mode != SelectionMode::Coordinate {
+            return 0;
+        }
+        match self.sel.mode {
+            SelectionMode::Coordinate => {
+                let n = usize::try_from(self.sel.num_elements()).unwrap_or(usize::MAX);
+                if n == 0 {
+                    return 0;
+                }
+                if self.sel.dims.is_empty() {
+                    return 1;
+                }
+                let mut order: Vec<usize> = (0..n).collect();
+                order.sort_unstable_by(|&a, &b| self.point_key_cmp(a as u64, b as u64, false));
+                let distinct = order
+                    .windows(2)
+                    .filter(|w| self.point_key_cmp(w[0] as u64, w[1] as u64, false) != std::cmp::Ordering::Equal)
+                    .count();
+                distinct as u64 + 1
+            }
+            _ => self
+                .sel
+                .dims
+                .iter()
+                .zip(&self.unit)
+                .map(|(ix, &c)| touched_along(ix, c))
+                .fold(1u64, u64::saturating_mul),
+        }
+    }
+
+    /// Compares points `a` and `b` by unit (by shard first when `shards`).
+    fn point_key_cmp(&self, a: u64, b: u64, shards: bool) -> std::cmp::Ordering {
+        if shards {
+            if let Some(n) = &self.per_shard {
+                for ((ix, &c), &n) in self.sel.dims.iter().zip(&self.unit).zip(n) {
+                    let o = (ix.get(a) / c / n).cmp(&(ix.get(b) / c / n));
+                    if o.is_ne() {
+                        return o;
+                    }
+                }
+            }
+        }
+        for (ix, &c) in self.sel.dims.iter().zip(&self.unit) {
+            let o = (ix.get(a) / c).cmp(&(ix.get(b) / c));
+            if o.is_ne() {
+                return o;
+            }
+        }
+        std::cmp::Ordering::Equal
+    }
+
+    /// Every slab, in output order, produced one at a time.
+    #[must_use]
+    pub fn slabs(self: &Arc<Self>) -> Slabs {
+        Slabs { plan: self.clone(), prefix: 0, pos: 0, done: false }
+    }
+
+    /// The end of the segment along `k` that starts at `s`: maximal runs of
+    /// positions inside one unit, cut to `max_rows`, merged while they fit.
+    fn segment_end(&self, s: u64) -> u64 {
+        let k = self.k;
+        let (ix, c, len) = (&self.sel.dims[k], self.unit[k], self.lens[k]);
+        let limit = s.saturating_add(self.max_rows).min(len);
+        let mut e = s;
+        while e < limit {
+            let run_end = match ix {
+                DimIndexer::Slice { start, step, .. } => {
+                    let (idx, c) = (u128::from(at(*start, *step, e)), u128::from(c));
+                    let u = idx / c;
+                    let s_abs = u128::from(step.unsigned_abs().max(1));
+                    let inside = if *step >= 0 { u * c + (c - 1) - idx } else { idx - u * c };
+                    u64::try_from(u128::from(e) + inside / s_abs + 1).unwrap_or(u64::MAX)
+                }
+                _ => {
+                    let u = ix.get(e) / c;
+                    let mut x = e + 1;
+                    while x < len && x <= limit && ix.get(x) / c == u {
+                        x += 1;
+                    }
+                    x
+                }
+            };
+            if run_end <= limit {
+                e = run_end;
+            } else if e == s {
+                e = limit;
+            } else {
+                break;
+            }
+        }
+        e.max(s + 1).min(len)
+    }
+}
+
+/// The slabs of a plan, made one at a time (each `next` costs at most the
+/// slab's own rows or points).
+#[derive(Debug)]
+pub struct Slabs {
+    plan: Arc<ReadPlan>,
+    prefix: u64,
+    pos: u64,
+    done: bool,
+}
+
+impl Iterator for Slabs {
+    type Item = Arc<Slab>;
+
+    fn next(&mut self) -> Option<Arc<Slab>> {
+        if self.done {
+            return None;
+        }
+        let plan = &self.plan;
+        if plan.sel.mode == SelectionMode::Coordinate {
+            let total = plan.sel.num_elements();
+            if self.pos >= total {
+                self.done = true;
+                return None;
+            }
+            let (a, b) = (self.pos, self.pos.saturating_add(plan.points_per_slab).min(total));
+            self.pos = b;
+            #[allow(clippy::cast_possible_truncation)] // points_per_slab <= u32::MAX
+            let mut order: Vec<u32> = (0..(b - a) as u32).collect();
+            order.sort_by(|&x, &y| plan.point_key_cmp(a + u64::from(x), a + u64::from(y), true));
+            return Some(Arc::new(Slab { plan: plan.clone(), len: b - a, kind: SlabKind::Points { start: a, order } }));
+        }
+        if plan.sel.dims.is_empty() {
+            self.done = true;
+            return Some(Arc::new(Slab {
+                plan: plan.clone(),
+                len: 1,
+                kind: SlabKind::Outer { head: Vec::new(), dst_strides: Vec::new() },
+            }));
+        }
+        if plan.elements == 0 || self.prefix >= plan.prefix_count {
+            self.done = true;
+            return None;
+        }
+        let k = plan.k;
+        let (s, e) = (self.pos, plan.segment_end(self.pos));
+        // The prefix position of each dimension before k.
+        let mut prefix = vec![0u64; k];
+        let mut rest = self.prefix;
+        for d in (0..k).rev() {
+            prefix[d] = rest % plan.lens[d];
+            rest /= plan.lens[d];
+        }
+        if e >= plan.lens[k] {
+            self.pos = 0;
+            self.prefix += 1;
+        } else {
+            self.pos = e;
+        }
+        let mut head: Vec<Axis> =
+            prefix.iter().enumerate().map(|(d, &p)| Axis::of(&plan.sel.dims[d], p..p + 1, plan.unit[d])).collect();
+        head.push(Axis::of(&plan.sel.dims[k], s..e, plan.unit[k]));
+        let mut shape = vec![1u64; k];
+        shape.push(e - s);
+        shape.extend_from_slice(&plan.lens[k + 1..]);
+        let len = shape.iter().fold(1u64, |a, &b| a.saturating_mul(b));
+        let mut dst_strides = vec![1u64; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            dst_strides[d] = dst_strides[d + 1].saturating_mul(shape[d + 1]);
+        }
+        Some(Arc::new(Slab { plan: plan.clone(), len, kind: SlabKind::Outer { head, dst_strides } }))
+    }
+}
+
+/// One slab: a contiguous run of the output, in C order.
+#[derive(Debug)]
+pub struct Slab {
+    plan: Arc<ReadPlan>,
+    /// Elements in the slab.
+    pub len: u64,
+    kind: SlabKind,
+}
+
+#[derive(Debug)]
+enum SlabKind {
+    /// Basic and orthogonal: per dimension `0..=k` its axis (the rest are
+    /// the plan's `tail`), and the slab's strides.
+    Outer { head: Vec<Axis>, dst_strides: Vec<u64> },
+    /// Coordinate: points `start..start + order.len()`, as offsets sorted
+    /// by unit (by shard first, when sharded).
+    Points { start: u64, order: Vec<u32> },
+}
+
+/// One unit a slab touches, and how its elements land in the slab.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    /// The unit's grid coordinates (inner chunk grid, when sharded).
+    pub coords: Vec<u64>,
+    /// Where its elements go.
+    pub copy: UnitCopy,
+}
+
+/// How one unit's elements land in a slab.
+#[derive(Debug, Clone)]
+pub struct UnitCopy {
+    slab: Arc<Slab>,
+    /// Outer: the group per dimension; points: the range of `order`.
+    pick: Vec<u64>,
+}
+
+impl UnitCopy {
+    /// Calls `f(src, dst, n)` for every run of `n` consecutive elements to
+    /// copy from the unit (C order, flat) into the slab (flat).
+    pub fn each(&self, f: &mut impl FnMut(u64, u64, u64)) {
+        let slab = &self.slab;
+        let plan = &slab.plan;
+        match &slab.kind {
+            SlabKind::Outer { head, dst_strides } => {
+                let mut runs = Vec::with_capacity(self.pick.len());
+                let mut bounds = Vec::with_capacity(self.pick.len() + 1);
+                for (d, &g) in self.pick.iter().enumerate() {
+                    bounds.push(runs.len());
+                    slab.axis(d, head).runs(g, &mut runs);
+                }
+                bounds.push(runs.len());
+                let per_dim: Vec<&[Run]> = bounds.windows(2).map(|w| &runs[w[0]..w[1]]).collect();
+                for_each_copy(&per_dim, &plan.unit_strides, dst_strides, f);
+            }
+            SlabKind::Points { start, order } => {
+                #[allow(clippy::cast_possible_truncation)] // a range of `order`
+                for &o in &order[self.pick[0] as usize..self.pick[1] as usize] {
+                    let p = start + u64::from(o);
+                    let mut flat = 0u64;
+                    for ((ix, &c), &st) in plan.sel.dims.iter().zip(&plan.unit).zip(&plan.unit_strides) {
+                        flat += (ix.get(p) % c) * st;
+                    }
+                    f(flat, u64::from(o), 1);
+                }
+            }
+        }
+    }
+}
+
+/// The units of one shard a slab touches.
+#[derive(Debug)]
+pub struct ShardUnits {
+    /// The shard's grid coordinates.
+    pub shard: Vec<u64>,
+    /// Its units (coordinates inside the shard), produced lazily.
+    pub units: Units,
+}
+
+impl Slab {
+    fn axis<'a>(&'a self, d: usize, head: &'a [Axis]) -> &'a Axis {
+        head.get(d).unwrap_or_else(|| &self.plan.tail[d - head.len()])
+    }
+
+    fn axes(&self) -> Vec<&Axis> {
+        match &self.kind {
+            SlabKind::Outer { head, .. } => (0..self.plan.lens.len()).map(|d| self.axis(d, head)).collect(),
+            SlabKind::Points { .. } => Vec::new(),
+        }
+    }
+
+    /// Every unit this slab touches, one at a time (grid coordinates).
+    #[must_use]
+    pub fn units(self: &Arc<Self>) -> Units {
+        match &self.kind {
+            SlabKind::Outer { .. } => {
+                let ranges = self.axes().iter().map(|a| 0..a.groups()).collect();
+                Units::outer(self.clone(), ranges, None)
+            }
+            SlabKind::Points { order, .. } => {
+                Units { slab: self.clone(), state: UnitsState::Points { at: 0, end: order.len(), shard: None } }
+            }
+        }
+    }
+
+    /// The units of this slab shard by shard (`per_shard` units per shard
+    /// along each dimension, as given to the plan), one shard at a time.
+    #[must_use]
+    pub fn shards(self: &Arc<Self>) -> Shards {
+        let n = self.plan.per_shard.clone().unwrap_or_else(|| vec![1; self.plan.unit.len()]);
+        match &self.kind {
+            SlabKind::Outer { .. } => {
+                let axes = self.axes();
+                let spans: Vec<Range<u64>> = axes.iter().zip(&n).map(|(a, &n)| 0..a.block_end(0, n)).collect();
+                let done = axes.iter().any(|a| a.groups() == 0);
+                Shards { slab: self.clone(), n, spans, at: 0, done }
+            }
+            SlabKind::Points { order, .. } => {
+                Shards { slab: self.clone(), n, spans: Vec::new(), at: 0, done: order.is_empty() }
+            }
+        }
+    }
+
+    fn point_unit(&self, o: u32) -> Vec<u64> {
+        let SlabKind::Points { start, .. } = &self.kind else { return Vec::new() };
+        let p = start + u64::from(o);
+        self.plan.sel.dims.iter().zip(&self.plan.unit).map(|(ix, &c)| ix.get(p) / c).collect()
+    }
+}
+
+/// A slab's shards, one at a time.
+#[derive(Debug)]
+pub struct Shards {
+    slab: Arc<Slab>,
+    n: Vec<u64>,
+    /// Outer: the current shard's group range per dimension.
+    spans: Vec<Range<u64>>,
+    /// Points: the next offset into `order`.
+    at: usize,
+    done: bool,
+}
+
+impl Iterator for Shards {
+    type Item = ShardUnits;
+
+    fn next(&mut self) -> Option<ShardUnits> {
+        if self.done {
+            return None;
+        }
+        let slab = self.slab.clone();
+        match &slab.kind {
+            SlabKind::Points { order, .. } => {
+                let first = slab.point_unit(order[self.at]);
+                let shard: Vec<u64> = first.iter().zip(&self.n).map(|(u, n)| u / n).collect();
+                let begin = self.at;
+                let mut end = begin;
+                while end < order.len() {
+                    let u = slab.point_unit(order[end]);
+                    if u.iter().zip(&self.n).zip(&shard).any(|((u, n), s)| u / n != *s) {
+                        break;
+                    }
+                    end += 1;
+                }
+                self.at = end;
+                self.done = end >= order.len();
+                let units = Units {
+                    slab: slab.clone(),
+                    state: UnitsState::Points { at: begin, end, shard: Some((shard.clone(), self.n.clone())) },
+                };
+                Some(ShardUnits { shard, units })
+            }
+            SlabKind::Outer { .. } => {
+                let axes = slab.axes();
+                let shard: Vec<u64> =
+                    self.spans.iter().zip(&axes).zip(&self.n).map(|((r, a), n)| a.unit(r.start) / n).collect();
+                let units = Units::outer(slab.clone(), self.spans.clone(), Some((shard.clone(), self.n.clone())));
+                // Advance the odometer of spans.
+                let mut d = self.spans.len();
+                loop {
+                    if d == 0 {
+                        self.done = true;
+                        break;
+                    }
+                    d -= 1;
+                    let a = axes[d];
+                    let next = self.spans[d].end;
+                    if next < a.groups() {
+                        self.spans[d] = next..a.block_end(next, self.n[d]);
+                        break;
+                    }
+                    self.spans[d] = 0..a.block_end(0, self.n[d]);
+                }
+                Some(ShardUnits { shard, units })
+            }
+        }
+    }
+}
+
+/// Units, one at a time.
+#[derive(Debug, Clone)]
+pub struct Units {
+    slab: Arc<Slab>,
+    state: UnitsState,
+}
+
+#[derive(Debug, Clone)]
+enum UnitsState {
+    /// An odometer over group ranges per dimension (`None`: finished).
+    Outer {
+        ranges: Vec<Range<u64>>,
+        pick: Option<Vec<u64>>,
+        shard: Option<(Vec<u64>, Vec<u64>)>,
+    },
+    Points {
+        at: usize,
+        end: usize,
+        shard: Option<(Vec<u64>, Vec<u64>)>,
+    },
+}
+
+impl Units {
+    fn outer(slab: Arc<Slab>, ranges: Vec<Range<u64>>, shard: Option<(Vec<u64>, Vec<u64>)>) -> Self {
+        let pick = (!ranges.iter().any(|r| r.is_empty())).then(|| ranges.iter().map(|r| r.start).collect());
+        Self { slab, state: UnitsState::Outer { ranges, pick, shard } }
+    }
+}
+
+/// Grid coordinates `coords`, made relative to their shard.
+fn in_shard(coords: Vec<u64>, shard: Option<&(Vec<u64>, Vec<u64>)>) -> Vec<u64> {
+    match shard {
+        Some((s, n)) => coords.iter().zip(s).zip(n).map(|((c, s), n)| c - s * n).collect(),
+        None => coords,
+    }
+}
+
+impl Iterator for Units {
+    type Item = Unit;
+
+    fn next(&mut self) -> Option<Unit> {
+        let slab = self.slab.clone();
+        match &mut self.state {
+            UnitsState::Outer { ranges, pick, shard } => {
+                let current = pick.clone()?;
+                let axes = slab.axes();
+                let coords = current.iter().zip(&axes).map(|(&g, a)| a.unit(g)).collect();
+                let coords = in_shard(coords, shard.as_ref());
+                // Advance.
+                let p = pick.as_mut()?;
+                let mut d = p.len();
+                loop {
+                    if d == 0 {
+                        *pick = None;
+                        break;
+                    }
+                    d -= 1;
+                    p[d] += 1;
+                    if p[d] < ranges[d].end {
+                        break;
+                    }
+                    p[d] = ranges[d].start;
+                }
+                Some(Unit { coords, copy: UnitCopy { slab, pick: current } })
+            }
+            UnitsState::Points { at, end, shard } => {
+                if *at >= *end {
+                    return None;
+                }
+                let SlabKind::Points { order, .. } = &slab.kind else { return None };
+                let first = slab.point_unit(order[*at]);
+                let begin = *at;
+                let mut e = begin + 1;
+                while e < *end && slab.point_unit(order[e]) == first {
+                    e += 1;
+                }
+                *at = e;
+                let coords = in_shard(first, shard.as_ref());
+                Some(Unit { coords, copy: UnitCopy { slab: slab.clone(), pick: vec![begin as u64, e as u64] } })
+            }
+        }
+    }
+}
+
+/// Calls `f(src, dst, n)` for every run of `n` consecutive elements to copy
+/// from a unit (strides `ss`) into a slab (strides `ds`).
+pub fn for_each_copy(runs: &[&[Run]], ss: &[u64], ds: &[u64], f: &mut impl FnMut(u64, u64, u64)) {
+    fn rec(d: usize, runs: &[&[Run]], ss: &[u64], ds: &[u64], so: u64, dof: u64, f: &mut impl FnMut(u64, u64, u64)) {
+        let last = d + 1 == runs.len();
+        for r in runs[d] {
+            if last && r.step == 1 && ds[d] == 1 && ss[d] == 1 {
+                f(so + r.inn, dof + r.out, r.len);
+                continue;
+            }
+            for j in 0..r.len {
+                let inn = at(r.inn, r.step, j);
+                let (s, o) = (so + inn * ss[d], dof + (r.out + j) * ds[d]);
+                if last {
+                    f(s, o, 1);
+                } else {
+                    rec(d + 1, runs, ss, ds, s, o, f);
+                }
+            }
+        }
+    }
+    if runs.is_empty() {
+        f(0, 0, 1);
+    } else {
+        rec(0, runs, ss, ds, 0, 0, f);
+    }
+}
+
+/// Checks a plan against the selection it came from, for tests and the
+/// `read_plan` fuzz target: the slabs tile the output in order (their
+/// lengths add up to the selection's elements, none over the budget's
+/// element count unless a single row is larger), and for slabs of at most
+/// `check_elems` elements every output element is written exactly once,
+/// from the unit position holding the array index the selection names.
+/// Stops after `max_slabs` slabs and `max_units` units.
+///
+/// # Errors
+/// The first broken invariant.
+#[doc(hidden)]
+pub fn verify(plan: &Arc<ReadPlan>, max_slabs: u64, max_units: u64, check_elems: u64) -> Result<(), String> {
+    let rank = plan.sel.dims.len();
+    let coordinate = plan.sel.mode == SelectionMode::Coordinate;
+    let (mut offset, mut slabs, mut units) = (0u64, 0u64, 0u64);
+    for slab in plan.slabs() {
+        slabs += 1;
+        if slabs > max_slabs {
+            return Ok(());
+        }
+        if slab.len == 0 {
+            return Err("an empty slab".into());
+        }
+        let check = slab.len <= check_elems;
+        #[allow(clippy::cast_possible_truncation)]
+        let mut seen = if check { vec![false; slab.len as usize] } else { Vec::new() };
+        let sharded = plan.per_shard.is_some();
+        let mut each_unit = |coords: Vec<u64>, copy: &UnitCopy| -> Result<bool, String> {
+            units += 1;
+            if units > max_units {
+                return Ok(false);
+            }
+            if coords.len() != rank {
+                return Err(format!("unit coordinates {coords:?} of the wrong rank"));
+            }
+            let mut err = None;
+            copy.each(&mut |src, dst, n| {
+                if !check || err.is_some() {
+                    return;
+                }
+                for i in 0..n {
+                    let (src, dst) = (src + i, dst + i);
+                    #[allow(clippy::cast_possible_truncation)]
+                    let Some(slot) = seen.get_mut(dst as usize) else {
+                        err = Some(format!("destination {dst} outside the slab of {}", slab.len));
+                        return;
+                    };
+                    if std::mem::replace(slot, true) {
+                        err = Some(format!("destination {dst} written twice"));
+                        return;
+                    }
+                    // The array index the selection names for this element.
+                    let global = offset + dst;
+                    let mut want = vec![0u64; rank];
+                    if coordinate {
+                        for (d, ix) in plan.sel.dims.iter().enumerate() {
+                            want[d] = ix.get(global);
+                        }
+                    } else {
+                        let mut rest = global;
+                        for d in (0..rank).rev() {
+                            want[d] = plan.sel.dims[d].get(rest % plan.lens[d]);
+                            rest /= plan.lens[d];
+                        }
+                    }
+                    let mut rest = src;
+                    for d in (0..rank).rev() {
+                        let got = coords[d] * plan.unit[d] + rest % plan.unit[d];
+                        rest /= plan.unit[d];
+                        if got != want[d] {
+                            err = Some(format!(
+                                "element {global}: dimension {d} reads index {got}, the selection names {}",
+                                want[d]
+                            ));
+                            return;
+                        }
+                    }
+                }
+            });
+            err.map_or(Ok(true), Err)
+        };
+        if sharded {
+            'shards: for s in slab.shards() {
+                let n = plan.per_shard.as_deref().unwrap_or(&[]);
+                for u in s.units {
+                    let coords = u.coords.iter().zip(&s.shard).zip(n).map(|((i, s), n)| s * n + i).collect();
+                    if !each_unit(coords, &u.copy)? {
+                        break 'shards;
+                    }
+                }
+            }
+        } else {
+            for u in slab.units() {
+                if !each_unit(u.coords.clone(), &u.copy)? {
+                    break;
+                }
+            }
+        }
+        if units <= max_units {
+            if let Some(p) = seen.iter().position(|s| !s) {
+                return Err(format!("element {} of the output never written", offset + p as u64));
+            }
+        }
+        offset += slab.len;
+    }
+    if offset != plan.elements && !(coordinate && plan.elements == 0) {
+        return Err(format!("the slabs hold {offset} elements, the selection {}", plan.elements));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zarr::selection::SelectionSpec;
+
+    fn plan(
+        shape: &[u64],
+        unit: &[u64],
+        shards: Option<&[u64]>,
+        sel: &str,
+        mode: SelectionMode,
+        budget: u64,
+    ) -> Arc<ReadPlan> {
+        let sel = SelectionSpec::parse(sel, mode).unwrap().resolve(shape, None).unwrap();
+        Arc::new(ReadPlan::new(sel, unit.to_vec(), shards.map(<[u64]>::to_vec), 1, budget).unwrap())
+    }
+
+    #[test]
+    fn axes_project_slices_arithmetically() {
+        let ix = DimIndexer::Slice { start: 2, step: 1, len: 8 };
+        let a = Axis::of(&ix, 0..8, 4);
+        assert_eq!(a.groups(), 3);
+        let mut r = Vec::new();
+        for g in 0..3 {
+            a.runs(g, &mut r);
+        }
+        assert_eq!(
+            r,
+            vec![
+                Run { out: 0, inn: 2, len: 2, step: 1 },
+                Run { out: 2, inn: 0, len: 4, step: 1 },
+                Run { out: 6, inn: 0, len: 2, step: 1 }
+            ]
+        );
+        let ix = DimIndexer::Slice { start: 9, step: -3, len: 4 }; // 9, 6, 3, 0
+        let a = Axis::of(&ix, 0..4, 5);
+        assert_eq!((a.groups(), a.unit(0), a.unit(1)), (2, 1, 0));
+        let mut r = Vec::new();
+        a.runs(0, &mut r);
+        a.runs(1, &mut r);
+        assert_eq!(r, vec![Run { out: 0, inn: 4, len: 2, step: -3 }, Run { out: 2, inn: 3, len: 2, step: -3 }]);
+        let ix = DimIndexer::List(vec![7, 0, 7, 7, 1]);
+        let a = Axis::of(&ix, 1..5, 4);
+        let mut r = Vec::new();
+        a.runs(0, &mut r);
+        assert_eq!(r, vec![Run { out: 0, inn: 0, len: 1, step: 1 }, Run { out: 3, inn: 1, len: 1, step: 1 }]);
+        r.clear();
+        a.runs(1, &mut r);
+        assert_eq!(r, vec![Run { out: 1, inn: 3, len: 2, step: 0 }]);
+        // Sparse: each position its own unit.
+        let a = Axis::of(&DimIndexer::Slice { start: 1, step: 7, len: 3 }, 0..3, 3);
+        assert_eq!((a.groups(), a.unit(0), a.unit(1), a.unit(2)), (3, 0, 2, 5));
+    }
+
+    #[test]
+    fn copies_follow_runs() {
+        let rows = [Run { out: 0, inn: 1, len: 2, step: 1 }];
+        let cols = [Run { out: 0, inn: 3, len: 2, step: -2 }];
+        let mut seen = Vec::new();
+        for_each_copy(&[&rows, &cols], &[4, 1], &[2, 1], &mut |s, d, n| seen.push((s, d, n)));
+        assert_eq!(seen, vec![(7, 0, 1), (5, 1, 1), (11, 2, 1), (9, 3, 1)]);
+    }
+
+    #[test]
+    fn plans_tile_the_selection_exactly() {
+        use SelectionMode::{Basic, Coordinate};
+        let cases: &[(&[u64], &[u64], Option<&[u64]>, &str, SelectionMode)] = &[
+            (&[10, 9], &[3, 4], None, "", Basic),
+            (&[10, 9], &[3, 4], None, "1:9:2,::-1", Basic),
+            (&[10, 9], &[3, 4], None, "-1,[8,0,3,3]", Basic),
+            (&[10, 9], &[3, 4], None, "::-4,2:8:5", Basic),
+            (&[10, 9], &[1, 1], Some(&[2, 3]), "::-1,1:", Basic),
+            (&[10, 9], &[2, 3], Some(&[2, 2]), "[9,0,4,5],::2", Basic),
+            (&[10, 9], &[2, 3], Some(&[2, 2]), "[9,0,4,5,9],[1,2,8,8,0]", Coordinate),
+            (&[10, 9], &[2, 3], None, "[9,0,4,5,9],[1,2,8,8,0]", Coordinate),
+            (&[4, 5, 6], &[3, 2, 4], None, "1:,::-2,[5,0,1]", Basic),
+            (&[], &[], None, "", Basic),
+            (&[5, 0], &[2, 2], None, "", Basic),
+        ];
+        for budget in [1, 3, 7, 16, 1 << 20] {
+            for (shape, unit, shards, sel, mode) in cases {
+                let p = plan(shape, unit, *shards, sel, *mode, budget);
+                verify(&p, u64::MAX, u64::MAX, u64::MAX).unwrap_or_else(|e| panic!("{sel} {shape:?} {budget}: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn counts_touched_units_without_enumerating_them() {
+        let p = plan(&[1 << 40, 1 << 40], &[1, 1], None, "0:1000,0:3000", SelectionMode::Basic, 1 << 25);
+        assert_eq!(p.touched_units(), 3_000_000);
+        let p = plan(&[100, 100], &[10, 10], None, "::11,[5,5,95]", SelectionMode::Basic, 1 << 25);
+        assert_eq!(p.touched_units(), 10 * 2);
+        let p = plan(&[100, 100], &[10, 10], None, "[1,2,55],[3,4,99]", SelectionMode::Coordinate, 1 << 25);
+        assert_eq!(p.touched_units(), 2);
+        // 32 dimensions of 2, chunks of 1: 2^32 units, counted, not walked.
+        let shape = vec![2u64; 32];
+        let p = plan(&shape, &[1; 32], None, "", SelectionMode::Basic, 1 << 25);
+        assert_eq!(p.touched_units(), 1 << 32);
+        let mut slabs = p.slabs();
+        let first = slabs.next().unwrap();
+        assert_eq!(first.len, 1 << 25);
+        assert_eq!(first.units().take(3).count(), 3, "units come one at a time");
+    }
+}

@@ -1,0 +1,253 @@
+//! Resource bounds of the read path (issue 12, findings 5 and 6): reads of
+//! many small chunks are planned lazily and counted up front
+//! (`limits.max_chunks_per_request`), 32-dimensional arrays plan without
+//! blowing up, `/healthz` answers while the heaviest allowed reads run, and
+//! decoded-chunk reads of missing chunks stream the fill value instead of
+//! materialising the chunk.
+//!
+//! The tests that measure memory read this process's peak RSS (`VmHWM`,
+//! reset through `/proc/self/clear_refs`): the server runs in-process, and
+//! every test here holds [`SERIAL`] so no other test of this binary
+//! allocates meanwhile.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Backend, TestServer};
+use futures::StreamExt;
+use tokio::sync::Mutex;
+
+/// One test at a time: the memory figures are the process's.
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+fn v3_array(shape: &[u64], chunks: &[u64], data_type: &str, fill: &str) -> String {
+    format!(
+        r#"{{"zarr_format":3,"node_type":"array","shape":{shape:?},"data_type":"{data_type}",
+ "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":{chunks:?}}}}},
+ "chunk_key_encoding":{{"name":"default","configuration":{{"separator":"/"}}}},
+ "fill_value":{fill},"codecs":[{{"name":"bytes","configuration":{{"endian":"little"}}}}],"attributes":{{}}}}"#
+    )
+}
+
+fn sharded_array(shape: &[u64], shard: &[u64], inner: &[u64]) -> String {
+    format!(
+        r#"{{"zarr_format":3,"node_type":"array","shape":{shape:?},"data_type":"uint8",
+ "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":{shard:?}}}}},
+ "chunk_key_encoding":{{"name":"default"}},"fill_value":5,
+ "codecs":[{{"name":"sharding_indexed","configuration":{{"chunk_shape":{inner:?},
+   "codecs":[{{"name":"bytes"}}],"index_codecs":[{{"name":"bytes","configuration":{{"endian":"little"}}}}]}}}}]}}"#
+    )
+}
+
+fn proc_status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|r| r.trim_start_matches(':').split_whitespace().next()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{field} not in /proc/self/status"))
+}
+
+/// Resets the peak RSS to the current RSS; the current RSS.
+fn reset_peak() -> u64 {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset VmHWM");
+    proc_status_kib("VmRSS")
+}
+
+/// Streams a GET's body, counting bytes (never holding it whole); the status,
+/// the length and the first `keep` bytes.
+async fn get_streamed(s: &TestServer, path: &str, keep: usize) -> (u16, u64, Vec<u8>) {
+    let resp = s.client.get(s.url(path)).timeout(Duration::from_secs(120)).send().await.expect("send");
+    let status = resp.status().as_u16();
+    let mut body = resp.bytes_stream();
+    let (mut n, mut head) = (0u64, Vec::new());
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.expect("body");
+        if head.len() < keep {
+            head.extend_from_slice(&chunk[..chunk.len().min(keep - head.len())]);
+        }
+        n += chunk.len() as u64;
+    }
+    (status, n, head)
+}
+
+fn config(max_chunks: u64) -> zarrd::config::Config {
+    let mut c = common::test_config();
+    c.limits.max_chunks_per_request = max_chunks;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touched_chunks_are_counted_before_any_work() {
+    let _serial = SERIAL.lock().await;
+    let s = TestServer::start_with(Backend::Memory, "chunk_count", config(1000)).await.unwrap();
+    let huge = 1u64 << 62;
+    s.put("/zarr/data/tiny/zarr.json", v3_array(&[huge, huge], &[1, 1], "uint8", "3")).await.expect_status(201);
+    // 100 x 11 chunks: one too many.
+    let r = s.get("/api/v1/data/data/tiny?sel=0:100,0:11").await;
+    r.expect_error(413, "selection_too_large");
+    let msg = r.error_message();
+    assert!(msg.contains("1100") && msg.contains("max_chunks_per_request = 1000"), "{msg}");
+    // Exactly at the limit: read, every element the fill value.
+    let r = s.get("/api/v1/data/data/tiny?sel=0:100,0:10").await;
+    r.expect_status(200);
+    assert_eq!(r.body, vec![3u8; 1000]);
+    // Strided and listed selections count the chunks they touch, not the span.
+    s.put("/zarr/data/wide/zarr.json", v3_array(&[huge, huge], &[10, 10], "uint8", "3")).await.expect_status(201);
+    s.get("/api/v1/data/data/wide?sel=0:100000:7,0:20").await.expect_error(413, "selection_too_large");
+    let r = s.get("/api/v1/data/data/wide?sel=0:10000:1000,[1,2,3,95,11]").await;
+    r.expect_status(200);
+    assert_eq!(r.body.len(), 50);
+    // Coordinate selections: the distinct chunks among the points.
+    let pts: Vec<String> = (0..1001).map(|i| (i * 10).to_string()).collect();
+    let list = pts.join(",");
+    let r = s.get(&format!("/api/v1/data/data/wide?sel=[{list}],[{list}]&mode=coordinate")).await;
+    r.expect_error(413, "selection_too_large");
+    assert!(r.error_message().contains("1001 chunks"), "{}", r.error_message());
+    let list = pts[..1000].join(",");
+    s.get(&format!("/api/v1/data/data/wide?sel=[{list}],[{list}]&mode=coordinate")).await.expect_status(200);
+    // Sharded arrays count inner chunks.
+    s.put("/zarr/data/sh/zarr.json", sharded_array(&[huge, huge], &[64, 64], &[2, 2])).await.expect_status(201);
+    let r = s.get("/api/v1/data/data/sh?sel=0:64,0:64").await;
+    r.expect_error(413, "selection_too_large");
+    assert!(r.error_message().contains("1024 inner chunks"), "{}", r.error_message());
+    let r = s.get("/api/v1/data/data/sh?sel=0:62,0:64").await;
+    r.expect_status(200);
+    assert_eq!(r.body, vec![5u8; 62 * 64]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_dimensions_plan_without_blowing_up() {
+    let _serial = SERIAL.lock().await;
+    let s = TestServer::start_with(Backend::Memory, "dims32", config(1 << 16)).await.unwrap();
+    let shape = vec![2u64; 32];
+    s.put("/zarr/data/d32/zarr.json", v3_array(&shape, &[1; 32], "uint8", "9")).await.expect_status(201);
+    let before = reset_peak();
+    // The whole array: 2^32 elements (4 GiB, within max_selection_bytes),
+    // 2^32 chunks: refused up front, naming both numbers.
+    let r = s.get("/api/v1/data/data/d32").await;
+    r.expect_error(413, "selection_too_large");
+    let msg = r.error_message();
+    assert!(msg.contains("4294967296 chunks") && msg.contains("65536"), "{msg}");
+    // Within the limits: 16 dimensions fixed, 2^16 chunks of one element.
+    let sel = vec!["1"; 16].join(",");
+    let t = Instant::now();
+    let r = s.get(&format!("/api/v1/data/data/d32?sel={sel}")).await;
+    r.expect_status(200);
+    assert_eq!(r.body, vec![9u8; 1 << 16]);
+    // One element written, read back through a 32-dimensional selection.
+    let mut coords = vec!["0"; 32];
+    coords[31] = "1";
+    let key = format!("/zarr/data/d32/c/{}", coords.join("/"));
+    s.put(&key, vec![42u8]).await.expect_status(201);
+    let r = s.get(&format!("/api/v1/data/data/d32?sel={}", vec!["0"; 31].join(","))).await;
+    r.expect_status(200);
+    assert_eq!(r.body, vec![9, 42]);
+    let rise = proc_status_kib("VmHWM").saturating_sub(before);
+    println!("32 dimensions: 2^16 chunks read in {:?}, peak RSS rise {rise} KiB", t.elapsed());
+    assert!(rise < 256 * 1024, "peak RSS rose by {rise} KiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_answer_while_the_heaviest_reads_run() {
+    let _serial = SERIAL.lock().await;
+    // The heaviest reads these limits allow: 2^16 chunks of one element
+    // each, every one missing, filled with a non-zero value (so every chunk
+    // means work), three at once.
+    let s = TestServer::start_with(Backend::Memory, "healthz", config(1 << 16)).await.unwrap();
+    s.put("/zarr/data/t/zarr.json", v3_array(&[1 << 40, 1 << 40], &[1, 1], "uint16", "513")).await.expect_status(201);
+    let before = reset_peak();
+    let started = Instant::now();
+    let reads: Vec<_> = (0..3u64)
+        .map(|i| {
+            let (client, url) = (s.client.clone(), s.url(&format!("/api/v1/data/data/t?sel={i}:{},0:256", i + 256)));
+            tokio::spawn(async move {
+                let r = client.get(url).timeout(Duration::from_secs(300)).send().await.expect("read");
+                assert_eq!(r.status(), 200);
+                let body = r.bytes().await.expect("body");
+                assert_eq!(body.len(), 2 << 16);
+                assert!(body.chunks(2).all(|c| c == [1, 2]), "fill value 513");
+            })
+        })
+        .collect();
+    let mut worst = Duration::ZERO;
+    let mut checks = 0;
+    // Bounded: at most 600 checks (~5 minutes), stops when the reads end.
+    while checks < 600 && reads.iter().any(|r| !r.is_finished()) {
+        let t = Instant::now();
+        let r = s.client.get(s.url("/healthz")).timeout(Duration::from_secs(30)).send().await.expect("healthz");
+        assert_eq!(r.status(), 200);
+        worst = worst.max(t.elapsed());
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for r in reads {
+        r.await.expect("read task");
+    }
+    let rise = proc_status_kib("VmHWM").saturating_sub(before);
+    println!(
+        "3 reads of 2^16 chunks: {:?}; {checks} health checks, slowest {worst:?}; peak RSS rise {rise} KiB",
+        started.elapsed()
+    );
+    assert!(checks > 0);
+    assert!(worst < Duration::from_secs(1), "/healthz took {worst:?} while reads ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_decoded_chunks_stream_the_fill_value() {
+    let _serial = SERIAL.lock().await;
+    let s = TestServer::start(Backend::Memory, "fill_chunk").await.unwrap();
+    // One chunk of 256 MiB, missing.
+    let side = 16384u64;
+    s.put("/zarr/data/big/zarr.json", v3_array(&[side, side], &[side, side], "uint8", "7")).await.expect_status(201);
+    let before = reset_peak();
+    let (status, n, head) = get_streamed(&s, "/api/v1/chunks/data/big?coords=0,0", 1 << 20).await;
+    let rise = proc_status_kib("VmHWM").saturating_sub(before);
+    assert_eq!(status, 200);
+    assert_eq!(n, side * side);
+    assert!(head.iter().all(|&b| b == 7));
+    println!("a missing 256 MiB chunk streamed; peak RSS rise {rise} KiB");
+    // The chunk is 256 MiB: filling it (and cloning it) would show here.
+    assert!(rise < 128 * 1024, "peak RSS rose by {rise} KiB");
+    // npy and a stored chunk: shared, not copied.
+    let (status, n, head) = get_streamed(&s, "/api/v1/chunks/data/big?coords=0,0&format=npy", 16).await;
+    assert_eq!(status, 200);
+    assert!(n > side * side && head.starts_with(b"\x93NUMPY"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planning_huge_reads_leaves_the_workers_free() {
+    let _serial = SERIAL.lock().await;
+    // 8 GiB selections (within max_selection_bytes) of 1 GiB chunks: the
+    // split into slabs must not walk the 2^33 positions on an async worker.
+    let s = TestServer::start(Backend::Memory, "plan_off_workers").await.unwrap();
+    s.put("/zarr/data/long/zarr.json", v3_array(&[1 << 40], &[1 << 30], "uint8", "0")).await.expect_status(201);
+    let reads: Vec<_> = (0..2)
+        .map(|i| {
+            let (client, url) =
+                (s.client.clone(), s.url(&format!("/api/v1/data/data/long?sel={i}:{}", (1u64 << 33) + i)));
+            tokio::spawn(async move {
+                let r = client.get(url).timeout(Duration::from_secs(120)).send().await.expect("read");
+                assert_eq!(r.status(), 200);
+                let mut body = r.bytes_stream();
+                let first = body.next().await.expect("a first piece").expect("body");
+                assert!(first.iter().all(|&b| b == 0));
+                // Dropped here: the server stops producing.
+            })
+        })
+        .collect();
+    let mut worst = Duration::ZERO;
+    for _ in 0..10 {
+        let t = Instant::now();
+        let r = s.client.get(s.url("/healthz")).timeout(Duration::from_secs(60)).send().await.expect("healthz");
+        assert_eq!(r.status(), 200);
+        worst = worst.max(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for r in reads {
+        r.await.expect("read task");
+    }
+    println!("two 8 GiB reads starting: slowest health check {worst:?}");
+    assert!(worst < Duration::from_secs(1), "/healthz took {worst:?} while reads were planned");
+}
