@@ -144,6 +144,19 @@ async fn unknown_body_members_are_refused_naming_them() {
     let r = send(addr, "POST", "/api/v1/data/data/a", Some(r#"{"selection": [0, 0], "formt": "json"}"#)).await;
     assert!(matches!(r.status, 400 | 422), "{r}");
     assert!(r.error_message().contains("formt"), "{r}");
+    // Node creation: a zarr.json (the v3 rule: unknown members only as
+    // objects with "must_understand": false), a v2 document, a TensorStore
+    // spec.
+    for body in [
+        r#"{"zarr_format": 3, "node_type": "group", "atributes": {"a": 1}}"#,
+        r#"{"zarr_format": 2, "atributes": {"a": 1}}"#,
+        r#"{"driver": "zarr3", "dtype": "uint8", "shape": [4], "chunk_shap": [2]}"#,
+    ] {
+        let r = send(addr, "PUT", "/api/v1/nodes/data/typo", Some(body)).await;
+        assert!(matches!(r.status, 400 | 422), "{body}: {r}");
+        assert!(r.error_message().contains("atributes") || r.error_message().contains("chunk_shap"), "{body}: {r}");
+    }
+    send(addr, "GET", "/api/v1/nodes/data/typo", None).await.expect_status(404);
 }
 
 #[test]
