@@ -395,3 +395,27 @@ async fn shard_indexes_are_bounded() {
     let r = s.get("/api/v1/data/data/c?sel=4:8&format=json").await;
     assert_eq!(r.json(), json!([0, 9, 0, 8]));
 }
+
+/// Finding 8, the budget: with a parse budget smaller than one document,
+/// concurrent creates and attribute updates (each holding the budget while
+/// it parses, checks and writes its document, and parsing again inside)
+/// run one at a time and all finish: no request waits on itself.
+#[tokio::test]
+async fn a_tiny_parse_budget_serialises_document_work_without_deadlock() {
+    let mut config = common::test_config();
+    config.limits.document_parse_budget_bytes = 1024;
+    let s = TestServer::start_with(Backend::Memory, "finding8-budget", config).await.expect("memory backend");
+    let pad = "p".repeat(20_000);
+    let work = (0..12).map(|i| {
+        let s = &s;
+        let pad = &pad;
+        async move {
+            let doc = json!({"zarr_format": 3, "node_type": "group", "attributes": {"pad": pad, "i": i}});
+            s.send(json_req(s, "PUT", &format!("/api/v1/nodes/data/g{i}"), &doc)).await.expect_status(201);
+            let patch = json!({"more": pad});
+            s.send(json_req(s, "PATCH", &format!("/api/v1/attributes/data/g{i}"), &patch)).await.expect_status(200);
+            s.get(&format!("/api/v1/nodes/data/g{i}")).await.expect_status(200);
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(work)).await.expect("no deadlock");
+}

@@ -187,6 +187,35 @@ fn invalid(key: &StoreKey) -> impl FnOnce(MetadataError) -> ServiceError + '_ {
     move |source| ServiceError::InvalidMetadata { key: key.to_string(), source }
 }
 
+tokio::task_local! {
+    /// Set while a task holds a reservation of the parse budget for its
+    /// whole operation ([`DocumentGate::scoped`]): its own parses do not
+    /// reserve again (which could wait on itself).
+    static RESERVED: ();
+}
+
+fn reserved_here() -> bool {
+    RESERVED.try_with(|()| ()).is_ok()
+}
+
+/// The length of `v` serialised as compact JSON, without building it.
+#[must_use]
+pub fn json_len(v: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
 /// Parse memory per document byte the budget assumes: a parsed JSON value
 /// tree takes up to about 30 times its text (small numbers and strings).
 pub const PARSE_COST_FACTOR: u64 = 32;
@@ -243,10 +272,26 @@ impl DocumentGate {
     }
 
     /// Reserves room in the parse budget for a document of `len` bytes
-    /// parsed elsewhere (a JSON request body), held until dropped.
+    /// parsed elsewhere (a JSON request body), held until dropped; `None`
+    /// inside [`DocumentGate::scoped`], which reserved already.
     pub async fn reserve(&self, len: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if reserved_here() {
+            return None;
+        }
         let want = self.units(len as u64);
         self.permits.clone().acquire_many_owned(want).await.ok()
+    }
+
+    /// Runs `f` (an operation on a document of about `len` bytes: a create,
+    /// an attribute update) holding its share of the parse budget
+    /// throughout, so the copies it makes of the document (parsed, checked,
+    /// serialised) count, not only its parses.
+    pub async fn scoped<F: std::future::Future>(&self, len: usize, f: F) -> F::Output {
+        if reserved_here() {
+            return f.await;
+        }
+        let _permit = self.reserve(len).await;
+        RESERVED.scope((), f).await
     }
 
     /// Parses the document stored (or to be stored) under `key`.
@@ -269,12 +314,7 @@ impl DocumentGate {
                 ),
             });
         }
-        let want = self.units(len);
-        let _permit = self
-            .permits
-            .acquire_many(want)
-            .await
-            .map_err(|_| ServiceError::Internal("the document parse budget is closed".into()))?;
+        let _permit = self.reserve(usize::try_from(len).unwrap_or(usize::MAX)).await;
         super::cpu::run(move || crate::zarr::metadata::parse_json(&bytes))
             .await
             .map_err(|e| ServiceError::Internal(e.to_string()))?

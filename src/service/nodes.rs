@@ -453,6 +453,23 @@ async fn write_group(app: &App, mount: &Mount, path: &NodePath, format: ZarrForm
 /// (missing and not `create`), `Conflict` (an ancestor is an array, or the
 /// existing node is of the other kind), storage failures.
 pub async fn create(app: &App, mount: &str, path: &NodePath, new: &NewNode, mode: OpenMode) -> ServiceResult<Created> {
+    let len = match new {
+        NewNode::Array(NewArray::V3(doc)) => node::json_len(doc),
+        NewNode::Array(NewArray::V2 { zarray, zattrs }) => {
+            node::json_len(zarray) + zattrs.as_ref().map_or(0, node::json_len)
+        }
+        NewNode::Group { document, .. } => node::json_len(document),
+    };
+    DocumentGate::of(app).scoped(len, create_scoped(app, mount, path, new, mode)).await
+}
+
+async fn create_scoped(
+    app: &App,
+    mount: &str,
+    path: &NodePath,
+    new: &NewNode,
+    mode: OpenMode,
+) -> ServiceResult<Created> {
     let m = writable(app, mount)?;
     if !mode.create && !mode.open {
         return Err(bad("at least one of `create` and `open` must be true"));
@@ -637,6 +654,17 @@ pub enum AttributeUpdate {
 /// # Errors
 /// `ReadOnly`, `NodeNotFound`, storage failures.
 pub async fn update_attributes(
+    app: &App,
+    mount: &str,
+    path: &NodePath,
+    attributes: Map<String, Value>,
+    how: AttributeUpdate,
+) -> ServiceResult<Map<String, Value>> {
+    let len = node::json_len(&attributes);
+    DocumentGate::of(app).scoped(len, update_attributes_scoped(app, mount, path, attributes, how)).await
+}
+
+async fn update_attributes_scoped(
     app: &App,
     mount: &str,
     path: &NodePath,

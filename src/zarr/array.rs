@@ -151,7 +151,8 @@ impl ArrayDescription {
                 n.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
             ))),
         };
-        check_chunk(if self.sharding.is_some() { "shard" } else { "chunk" }, &self.chunk_shape)?;
+        // A shard is never decoded whole (reads and writes work per inner
+        // chunk); it is bounded by its inner chunks and their number.
         if let Some(sharding) = &self.sharding {
             check_chunk("inner chunk", sharding.inner_chunk_shape())?;
             let per_shard = sharding.chunks_per_shard().iter().fold(1u64, |a, &d| a.saturating_mul(d));
@@ -165,6 +166,8 @@ impl ArrayDescription {
                     limits.max_inner_chunks_per_shard
                 )));
             }
+        } else {
+            check_chunk("chunk", &self.chunk_shape)?;
         }
         Ok(())
     }

@@ -811,8 +811,9 @@ async fn write_chunk(
     let key = desc.chunk_key(&chunk);
     let origin: Vec<u64> = chunk.iter().zip(&desc.chunk_shape).map(|(c, s)| c * s).collect();
     let store_empty_chunks = options.store_empty_chunks;
-    if ctx.plan().placement.covers(&area) {
-        // Whole chunk: built from the data alone, nothing read.
+    if desc.sharding.is_none() && ctx.plan().placement.covers(&area) {
+        // Whole chunk: built from the data alone, nothing read. (A shard is
+        // always written per inner chunk, never built whole in memory.)
         let job = ChunkJob { key: key.clone(), origin, current: None, store_empty_chunks };
         let encoded = ctx.cpu(job, rewrite_chunk).await??;
         return store(sink, &key, encoded, None).await.map_err(source_err(&key));

@@ -175,3 +175,4 @@ def test_shard_index_limit(server):
         r = requests.get(f"{server.url}/api/v1/data/data/shard16?sel=4:6&format=json", timeout=HTTP_TIMEOUT_S)
     assert r.json() == [0, 1]
     bound(rss, 32 * MIB, "one-element write and read in a 2^16-chunk shard")
+
