@@ -10,17 +10,25 @@
 //! (no user-space walk that a rename could race): what is opened is what was
 //! checked. Loops end in `ELOOP` after the kernel's 40 links.
 //!
+//! Where the kernel has no `openat2` (before Linux 5.6, some seccomp
+//! sandboxes, valgrind), paths are walked one segment at a time with
+//! `openat(O_NOFOLLOW)` from the root's handle instead: still race-free
+//! (every step is relative to a held directory handle), and stricter — no
+//! link is followed at all.
+//!
 //! Everything else in the local backend works from the file descriptors this
 //! module hands out (`*at` calls relative to a confined directory handle,
 //! never following a link in the last component when writing or deleting).
 
 #[cfg(not(target_os = "linux"))]
-compile_error!("zarrd's local mounts need Linux (openat2 with RESOLVE_BENEATH confines them): see src/storage/beneath.rs");
+compile_error!(
+    "zarrd's local mounts need Linux (openat2 with RESOLVE_BENEATH confines them): see src/storage/beneath.rs"
+);
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 /// The resolution rule every open uses.
@@ -35,24 +43,40 @@ const RACE_RETRIES: usize = 8;
 pub struct Root {
     fd: OwnedFd,
     path: PathBuf,
+    /// False where the kernel has no `openat2`: paths are walked.
+    openat2: bool,
 }
 
 impl Root {
-    /// Opens `path` (which must be a directory) and checks the kernel
-    /// confines lookups below it (`openat2`, Linux 5.6 and later).
+    /// Opens `path` (which must be a directory); lookups below it are
+    /// confined by `openat2` where the kernel has it, else walked.
     ///
     /// # Errors
-    /// The directory cannot be opened, or the kernel has no `openat2`.
+    /// The directory cannot be opened.
     pub fn open(path: &Path) -> std::io::Result<Self> {
         let fd = rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-        let root = Self { fd, path: path.to_path_buf() };
+        let mut root = Self { fd, path: path.to_path_buf(), openat2: true };
         match root.open_at("", OFlags::PATH | OFlags::DIRECTORY) {
             Ok(_) => Ok(root),
-            Err(Errno::NOSYS) => Err(std::io::Error::other(
-                "this kernel has no openat2 (Linux 5.6 or later is needed to confine local mounts)",
-            )),
+            Err(Errno::NOSYS) => {
+                tracing::warn!(
+                    root = %path.display(),
+                    "the kernel has no openat2: the local mount is confined by walking each path, and symbolic \
+                     links in it are not followed"
+                );
+                root.openat2 = false;
+                Ok(root)
+            }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// As [`Root::open`], walking paths as where there is no `openat2`.
+    #[cfg(test)]
+    fn open_walking(path: &Path) -> std::io::Result<Self> {
+        let mut root = Self::open(path)?;
+        root.openat2 = false;
+        Ok(root)
     }
 
     /// The root's path.
@@ -74,6 +98,9 @@ impl Root {
     /// The kernel's: `EXDEV` (the path leaves the root), `ELOOP` (a loop or
     /// a magic link), `ENOENT`, `ENOTDIR`, ...
     pub fn open_at(&self, rel: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+        if !self.openat2 {
+            return self.walk(rel, flags);
+        }
         let rel = if rel.is_empty() { "." } else { rel };
         let mut last = Errno::AGAIN;
         for _ in 0..RACE_RETRIES {
@@ -83,6 +110,44 @@ impl Root {
             }
         }
         Err(last)
+    }
+}
+
+impl Root {
+    /// [`Root::open_at`] without `openat2`: one `openat(O_NOFOLLOW)` per
+    /// segment, each relative to the directory handle the previous one
+    /// gave; any link (or `..`) is `ELOOP` / `EXDEV`, never followed.
+    fn walk(&self, rel: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+        let is_link = |at: BorrowedFd<'_>, name: &str| {
+            rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink)
+        };
+        if rel.is_empty() || rel == "." {
+            return rustix::fs::openat(&self.fd, ".", flags | OFlags::CLOEXEC, Mode::empty());
+        }
+        let mut dir: Option<OwnedFd> = None;
+        let mut segments = rel.split('/').peekable();
+        while let Some(segment) = segments.next() {
+            if matches!(segment, "" | "." | "..") {
+                return Err(Errno::XDEV);
+            }
+            let at = dir.as_ref().map_or(self.fd.as_fd(), AsFd::as_fd);
+            if segments.peek().is_none() {
+                if is_link(at, segment) {
+                    return Err(Errno::LOOP);
+                }
+                // A link swapped in meanwhile is still not followed
+                // (`O_NOFOLLOW`: `ELOOP`, or a handle of the link itself).
+                return rustix::fs::openat(at, segment, flags | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty());
+            }
+            let step = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            match rustix::fs::openat(at, segment, step, Mode::empty()) {
+                Ok(fd) => dir = Some(fd),
+                Err(Errno::NOTDIR) if is_link(at, segment) => return Err(Errno::LOOP),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Errno::NOENT)
     }
 }
 
@@ -128,5 +193,19 @@ mod tests {
             assert!(is_escape(got) && is_absent(got));
         }
         assert_eq!(root.open_at("../secret", OFlags::RDONLY).unwrap_err(), Errno::XDEV);
+
+        // Without openat2: plain paths open, no link is followed at all.
+        let walking = Root::open_walking(&root_path).unwrap();
+        assert!(walking.open_at("a/f", OFlags::RDONLY).is_ok());
+        assert!(walking.open_at("a", OFlags::PATH | OFlags::DIRECTORY).is_ok());
+        assert!(walking.open_at("", OFlags::PATH | OFlags::DIRECTORY).is_ok());
+        for rel in ["inside", "up", "abs", "magic", "loop1", "a/self/f", "a/self", "../secret"] {
+            for flags in [OFlags::RDONLY, OFlags::PATH, OFlags::PATH | OFlags::DIRECTORY] {
+                let got = walking.open_at(rel, flags).unwrap_err();
+                assert!(is_escape(got), "{rel}: {got:?}");
+            }
+        }
+        assert_eq!(walking.open_at("a/missing", OFlags::RDONLY).unwrap_err(), Errno::NOENT);
+        assert_eq!(walking.open_at("a/f/x", OFlags::RDONLY).unwrap_err(), Errno::NOTDIR);
     }
 }
