@@ -851,6 +851,7 @@ pub fn verify(plan: &Arc<ReadPlan>, max_slabs: u64, max_units: u64, check_elems:
         #[allow(clippy::cast_possible_truncation)]
         let mut seen = if check { vec![false; slab.len as usize] } else { Vec::new() };
         let sharded = plan.per_shard.is_some();
+        let mut want: Vec<u64> = Vec::with_capacity(rank);
         let mut each_unit = |coords: Vec<u64>, copy: &UnitCopy| -> Result<bool, String> {
             units += 1;
             if units > max_units {
@@ -877,7 +878,8 @@ pub fn verify(plan: &Arc<ReadPlan>, max_slabs: u64, max_units: u64, check_elems:
                     }
                     // The array index the selection names for this element.
                     let global = offset + dst;
-                    let mut want = vec![0u64; rank];
+                    want.clear();
+                    want.resize(rank, 0);
                     if coordinate {
                         for (d, ix) in plan.sel.dims.iter().enumerate() {
                             want[d] = ix.get(global);
@@ -1001,7 +1003,8 @@ mod tests {
     #[test]
     fn plans_tile_the_selection_exactly() {
         use SelectionMode::{Basic, Coordinate};
-        let cases: &[(&[u64], &[u64], Option<&[u64]>, &str, SelectionMode)] = &[
+        type Case<'a> = (&'a [u64], &'a [u64], Option<&'a [u64]>, &'a str, SelectionMode);
+        let cases: &[Case] = &[
             (&[10, 9], &[3, 4], None, "", Basic),
             (&[10, 9], &[3, 4], None, "1:9:2,::-1", Basic),
             (&[10, 9], &[3, 4], None, "-1,[8,0,3,3]", Basic),
