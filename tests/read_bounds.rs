@@ -251,3 +251,30 @@ async fn planning_huge_reads_leaves_the_workers_free() {
     println!("two 8 GiB reads starting: slowest health check {worst:?}");
     assert!(worst < Duration::from_secs(1), "/healthz took {worst:?} while reads were planned");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_small_chunks_stay_within_the_memory_formula() {
+    let _serial = SERIAL.lock().await;
+    // README, "Memory bounds": read ≈ 3 × read_slab_bytes + cores × (stored
+    // + decoded unit) + max(4 × cores, 8) × stored unit + the selection's
+    // lists, plus the shared chunk cache. Here: 1 MiB slabs, a 4 MiB cache,
+    // units of 16 bytes, no lists.
+    let mut c = config(1 << 20);
+    c.limits.read_slab_bytes = 1 << 20;
+    c.cache.chunk_bytes = 4 << 20;
+    let s = TestServer::start_with(Backend::Memory, "formula", c).await.unwrap();
+    s.put("/zarr/data/m/zarr.json", v3_array(&[1 << 30, 1 << 30], &[4, 4], "uint8", "17")).await.expect_status(201);
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get) as u64;
+    let unit = 16u64;
+    let formula_kib = (3 * (1 << 20) + cores * 2 * unit + (4 * cores).max(8) * unit + (4 << 20)) / 1024;
+    let before = reset_peak();
+    let t = Instant::now();
+    // 2048 x 2048 elements (4 MiB), 2^18 chunks, all missing: fill value.
+    let (status, n, head) = get_streamed(&s, "/api/v1/data/data/m?sel=0:2048,0:2048", 4096).await;
+    let rise = proc_status_kib("VmHWM").saturating_sub(before);
+    assert_eq!(status, 200);
+    assert_eq!(n, 2048 * 2048);
+    assert!(head.iter().all(|&b| b == 17));
+    println!("2^18 chunks, 4 MiB in {:?}: peak RSS rise {rise} KiB, formula {formula_kib} KiB", t.elapsed());
+    assert!(rise < formula_kib, "peak RSS rose by {rise} KiB, the formula says {formula_kib} KiB");
+}

@@ -57,12 +57,13 @@ use super::{cpu, App, ServiceError, ServiceResult};
 use crate::storage::mount::RecheckPolicy;
 use crate::storage::request::ByteRange;
 use crate::storage::{Mount, ReadRequest, StorageError, StoreKey};
+use crate::zarr::array::ArrayDescription;
 use crate::zarr::byte_range::ByteRangeRequest;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
 use crate::zarr::data_type::DataType;
 use crate::zarr::field::FieldView;
-use crate::zarr::selection::SelectionSpec;
+use crate::zarr::selection::{Selection, SelectionSpec};
 use plan::{ReadPlan, Slab, Slabs, Unit, UnitCopy, Units};
 
 /// What one cache entry costs beyond its data (the cache's own overhead,
@@ -469,6 +470,10 @@ async fn read_chunk_unit(
     missing: Arc<Missing>,
     inline: bool,
 ) -> ServiceResult<()> {
+    // Units that complete at once (cached, missing, in memory) would let a
+    // slab of many of them run in one poll: each takes from the task's
+    // budget, so the producer yields to other requests every so often.
+    tokio::task::coop::consume_budget().await;
     let src = plan.src.clone();
     let Unit { coords, copy } = unit;
     let key = src.array.chunk_key(&coords)?;
@@ -566,6 +571,7 @@ async fn read_shard_once(
     let mut copies = Vec::new();
     let mut needed: Vec<(usize, Range<u64>)> = Vec::new();
     for (i, Unit { coords: inner, copy: spec }) in inners.iter().enumerate() {
+        tokio::task::coop::consume_budget().await;
         let range = index.as_ref().and_then(|ix| ix.inner_range(inner));
         let Some(range) = range else {
             if !missing_needs_work(plan) {
@@ -813,14 +819,12 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
     let total = sel.num_elements().saturating_mul(es.max(16) as u64);
     let limits = &app.config().limits;
     let (budget, max_units) = (limits.read_slab_bytes, limits.max_chunks_per_request);
-    let unit = src.unit_shape.clone();
-    let per_shard = desc.sharding.as_ref().map(|s| s.chunks_per_shard().to_vec());
-    let sharded = per_shard.is_some();
-    let elem_estimate = if variable { 32 } else { es as u64 };
+    let sharded = desc.sharding.is_some();
+    let array = src.array.clone();
     // Planning (and counting the units touched) runs on the CPU pool: it
     // costs up to the selection's lists.
     let (read_plan, touched) = cpu::run(move || {
-        let plan = ReadPlan::new(sel, unit, per_shard, elem_estimate, budget)?;
+        let plan = plan_read(&array.desc, sel, budget)?;
         let touched = plan.touched_units();
         Ok::<_, plan::PlanError>((plan, touched))
     })
@@ -847,6 +851,22 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
         out_shape: out_shape.clone(),
     };
     start(Arc::new(plan), content_length).await
+}
+
+/// The plan of reading `sel` (checked against `desc`'s shape) in slabs of
+/// at most `budget` bytes: what [`read`] does after its checks (public for
+/// the `read_plan` fuzz target). Units are chunks, or inner chunks of
+/// shards; elements of variable-length types count as 32 bytes.
+///
+/// # Errors
+/// A selection whose rank does not match the array's.
+pub fn plan_read(desc: &ArrayDescription, sel: Selection, budget: u64) -> Result<ReadPlan, plan::PlanError> {
+    let (unit, per_shard) = match &desc.sharding {
+        Some(s) => (s.inner_chunk_shape().to_vec(), Some(s.chunks_per_shard().to_vec())),
+        None => (desc.chunk_shape.clone(), None),
+    };
+    let elem_estimate = if desc.data_type.is_variable() { 32 } else { desc.data_type.size().unwrap_or(1) as u64 };
+    ReadPlan::new(sel, unit, per_shard, elem_estimate, budget)
 }
 
 /// Starts the producer; waits for its first message.

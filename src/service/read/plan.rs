@@ -571,7 +571,7 @@ impl UnitCopy {
                     let p = start + u64::from(o);
                     let mut flat = 0u64;
                     for ((ix, &c), &st) in plan.sel.dims.iter().zip(&plan.unit).zip(&plan.unit_strides) {
-                        flat += (ix.get(p) % c) * st;
+                        flat = flat.saturating_add((ix.get(p) % c).saturating_mul(st));
                     }
                     f(flat, u64::from(o), 1);
                 }
@@ -799,12 +799,15 @@ pub fn for_each_copy(runs: &[&[Run]], ss: &[u64], ds: &[u64], f: &mut impl FnMut
         let last = d + 1 == runs.len();
         for r in runs[d] {
             if last && r.step == 1 && ds[d] == 1 && ss[d] == 1 {
-                f(so + r.inn, dof + r.out, r.len);
+                f(so.saturating_add(r.inn), dof + r.out, r.len);
                 continue;
             }
             for j in 0..r.len {
+                // Saturating: a unit of more than 2^64 elements is refused
+                // long before any copy (limits.max_decoded_chunk_bytes).
                 let inn = at(r.inn, r.step, j);
-                let (s, o) = (so + inn * ss[d], dof + (r.out + j) * ds[d]);
+                let s = so.saturating_add(inn.saturating_mul(ss[d]));
+                let o = dof.saturating_add((r.out + j).saturating_mul(ds[d]));
                 if last {
                     f(s, o, 1);
                 } else {
@@ -843,10 +846,12 @@ pub fn verify(plan: &Arc<ReadPlan>, max_slabs: u64, max_units: u64, check_elems:
         if slab.len == 0 {
             return Err("an empty slab".into());
         }
-        let check = slab.len <= check_elems;
+        let unit_fits = plan.unit.iter().try_fold(1u64, |a, &b| a.checked_mul(b)).is_some();
+        let check = slab.len <= check_elems && unit_fits;
         #[allow(clippy::cast_possible_truncation)]
         let mut seen = if check { vec![false; slab.len as usize] } else { Vec::new() };
         let sharded = plan.per_shard.is_some();
+        let mut want: Vec<u64> = Vec::with_capacity(rank);
         let mut each_unit = |coords: Vec<u64>, copy: &UnitCopy| -> Result<bool, String> {
             units += 1;
             if units > max_units {
@@ -873,7 +878,8 @@ pub fn verify(plan: &Arc<ReadPlan>, max_slabs: u64, max_units: u64, check_elems:
                     }
                     // The array index the selection names for this element.
                     let global = offset + dst;
-                    let mut want = vec![0u64; rank];
+                    want.clear();
+                    want.resize(rank, 0);
                     if coordinate {
                         for (d, ix) in plan.sel.dims.iter().enumerate() {
                             want[d] = ix.get(global);
@@ -997,7 +1003,8 @@ mod tests {
     #[test]
     fn plans_tile_the_selection_exactly() {
         use SelectionMode::{Basic, Coordinate};
-        let cases: &[(&[u64], &[u64], Option<&[u64]>, &str, SelectionMode)] = &[
+        type Case<'a> = (&'a [u64], &'a [u64], Option<&'a [u64]>, &'a str, SelectionMode);
+        let cases: &[Case] = &[
             (&[10, 9], &[3, 4], None, "", Basic),
             (&[10, 9], &[3, 4], None, "1:9:2,::-1", Basic),
             (&[10, 9], &[3, 4], None, "-1,[8,0,3,3]", Basic),
