@@ -183,6 +183,12 @@ impl IntoResponse for ApiError {
             resp
         };
         resp.headers_mut().extend(self.headers.into_iter().map(|(k, v)| (Some(k), v)));
+        if matches!(self.code, "payload_too_large" | "body_timeout") {
+            // The request's body was not read to its end, so the connection
+            // cannot carry another request: say so, or a client that reuses
+            // it races the close (HTTP/2 drops this header; it has no need).
+            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         resp
     }
 }
