@@ -50,6 +50,7 @@ use super::guard::{Guard, Permit};
 use super::metrics::Counted;
 use super::{store, REQUEST_ID};
 use crate::metrics::{HttpMetrics, RouteMetrics};
+use crate::service::node::DocumentGate;
 use crate::service::App;
 
 /// The application as one cheap-to-clone service; see the module
@@ -166,7 +167,8 @@ impl Front {
             permit: None,
         };
         let mut req = req;
-        if !req.body().is_end_stream() {
+        let has_body = !req.body().is_end_stream();
+        if has_body {
             req = req.map(|body| counted(body, &shared.figures, slot, |r| &r.bytes_in));
         }
         if rule.is_some() && rule == shared.metrics_rule {
@@ -174,6 +176,7 @@ impl Front {
         }
         let direct = rule.is_some_and(|i| shared.store_reads[i]) && matches!(*req.method(), Method::GET | Method::HEAD);
         let rule = rule.and_then(|i| auth::RULES.get(i));
+        let document = rule.and_then(|r| document_len(r, &req, has_body, shared.app.config().limits.max_body_bytes));
         let admitted = match shared.guard.admit(rule, mount, req, &mut done.token) {
             Ok(admitted) => admitted,
             Err(e) => {
@@ -189,6 +192,21 @@ impl Front {
             let read: DirectFuture =
                 Box::pin(async move { store::get_key(State(app), admitted.request).await.into_response() });
             Stage::Direct { inner: tokio::time::timeout(timeout, read), head: done.head }
+        } else if let Some(len) = document {
+            // A document body (JSON, XML) costs many times its size once
+            // parsed: from before its body is read to the answer, the request
+            // holds its share of limits.document_parse_budget_bytes, so
+            // requests waiting for room hold no parsed documents, and the
+            // extractor and service inside do not reserve again.
+            let gate = DocumentGate::of(&shared.app);
+            let routed = tower::Service::call(&mut shared.router.clone(), admitted.request);
+            let held: DirectFuture = Box::pin(async move {
+                match gate.scoped(len, routed).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                }
+            });
+            Stage::Direct { inner: tokio::time::timeout(timeout, held), head: false }
         } else {
             let routed = tower::Service::call(&mut shared.router.clone(), admitted.request);
             Stage::Routed { inner: tokio::time::timeout(timeout, routed) }
@@ -304,6 +322,17 @@ fn counted(body: Body, figures: &Arc<HttpMetrics>, slot: usize, pick: fn(&RouteM
 
 /// A store read's handler future.
 type DirectFuture = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+/// The size a request's document body counts for in the parse budget: its
+/// `Content-Length`, or `max_body` when it is sent in chunks. `None` for
+/// requests without a body and for array data (store PUTs, slice writes).
+fn document_len(rule: &auth::Rule, req: &axum::http::Request<Body>, has_body: bool, max_body: u64) -> Option<usize> {
+    if !has_body || rule.data_body(req.method()) {
+        return None;
+    }
+    let length = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    Some(usize::try_from(length.unwrap_or(max_body).min(max_body)).unwrap_or(usize::MAX))
+}
 
 pin_project! {
     #[project = StageProj]

@@ -30,14 +30,34 @@ use super::ServiceResult;
 use crate::storage::mount::RecheckPolicy;
 use crate::storage::{Mount, StorageError};
 
-/// Entries kept (nodes, not bytes: one entry is a few kilobytes).
-pub const DEFAULT_ENTRIES: u64 = 10_000;
+/// Parse memory the cached nodes may hold, in bytes: each node counts its
+/// documents' size times [`node::PARSE_COST_FACTOR`] (a parsed document
+/// takes many times its text), so a few nodes with huge attributes cannot
+/// hold more than this, and ordinary nodes (a few kilobytes of JSON) fit
+/// by the thousand.
+pub const DEFAULT_BYTES: u64 = 256 * 1024 * 1024;
 
 #[derive(Debug, Clone)]
 struct Entry {
     node: Node,
     validators: Arc<Vec<Validator>>,
     checked: Instant,
+    /// What the entry counts against the cache's capacity.
+    weight: u32,
+}
+
+/// A node's weight in the cache: its documents' compact size times the
+/// parse cost factor, plus a kilobyte for the rest.
+fn weight_of(node: &Node) -> u32 {
+    let len = match node {
+        Node::Array(a) => node::json_len(&a.metadata) + a.zattrs.as_ref().map_or(0, node::json_len),
+        // A group keeps its attributes beside the documents they came from.
+        Node::Group(g) => {
+            node::json_len(&g.metadata) + g.zattrs.as_ref().map_or(0, node::json_len) + node::json_len(&g.attributes)
+        }
+    };
+    let weight = (len as u64).saturating_mul(node::PARSE_COST_FACTOR).saturating_add(1024);
+    u32::try_from(weight).unwrap_or(u32::MAX)
 }
 
 /// Opened nodes by (mount, path).
@@ -52,16 +72,21 @@ pub struct MetadataCache {
 
 impl Default for MetadataCache {
     fn default() -> Self {
-        Self::new(DEFAULT_ENTRIES)
+        Self::new(DEFAULT_BYTES)
     }
 }
 
 impl MetadataCache {
-    /// A cache of at most `entries` nodes.
+    /// A cache of nodes whose documents weigh at most `bytes` (see
+    /// [`DEFAULT_BYTES`]).
     #[must_use]
-    pub fn new(entries: u64) -> Self {
+    pub fn new(bytes: u64) -> Self {
         Self {
-            entries: Cache::builder().max_capacity(entries).support_invalidation_closures().build(),
+            entries: Cache::builder()
+                .max_capacity(bytes)
+                .weigher(|_, e: &Entry| e.weight)
+                .support_invalidation_closures()
+                .build(),
             generation: AtomicU64::new(0),
             gate: OnceLock::new(),
         }
@@ -88,8 +113,11 @@ impl MetadataCache {
             }
         }
         let (node, validators) = node::load(mount, path, &gate).await?;
-        self.entries
-            .insert(key, Entry { node: node.clone(), validators: Arc::new(validators), checked: Instant::now() });
+        let weight = weight_of(&node);
+        self.entries.insert(
+            key,
+            Entry { node: node.clone(), validators: Arc::new(validators), checked: Instant::now(), weight },
+        );
         Ok(node)
     }
 
@@ -171,6 +199,28 @@ mod tests {
     async fn overwrite(m: &Mount) {
         // Behind the cache's back (the storage directly, no invalidation).
         m.put(&StoreKey::new("g/zarr.json").unwrap(), Bytes::from_static(GROUP2), &PutCondition::None).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn nodes_weigh_their_documents_so_huge_ones_are_not_kept() {
+        // A cache with room for small nodes only (recheck never: only the
+        // cache could answer without reading storage).
+        let (cache, m, g) =
+            (MetadataCache::new(1024 * 1024), mount(RecheckPolicy::Never).await, NodePath::new("g").unwrap());
+        let small = cache.open(m.clone(), &g, DocumentGate::default()).await.unwrap();
+        assert!(weight_of(&small) < 64 * 1024, "{}", weight_of(&small));
+        let big = format!(
+            r#"{{"zarr_format": 3, "node_type": "group", "attributes": {{"v": 3, "pad": "{}"}}}}"#,
+            "p".repeat(64 * 1024)
+        );
+        m.put(&StoreKey::new("b/zarr.json").unwrap(), Bytes::from(big), &PutCondition::None).await.unwrap();
+        let b = NodePath::new("b").unwrap();
+        let node = cache.open(m.clone(), &b, DocumentGate::default()).await.unwrap();
+        // Attributes counted with the document they came from: 2 x 64 KiB x 32.
+        assert!(weight_of(&node) > 4 * 1024 * 1024, "{}", weight_of(&node));
+        cache.entries.run_pending_tasks();
+        assert!(cache.entries.get(&("m".to_string(), "b".to_string())).is_none(), "heavier than the whole cache");
+        assert!(cache.entries.get(&("m".to_string(), "g".to_string())).is_some(), "small nodes stay");
     }
 
     #[tokio::test]

@@ -255,9 +255,17 @@ fn writable(app: &App, mount: &str) -> ServiceResult<Arc<Mount>> {
     Ok(m.clone())
 }
 
-fn to_bytes(v: &Value) -> Bytes {
-    // zarr-python indents its documents; clients do not care, people reading files do.
-    Bytes::from(serde_json::to_vec_pretty(v).unwrap_or_default())
+/// `v` indented, as zarr-python writes documents (clients do not care,
+/// people reading files do), unless that is larger than `max_pretty` bytes:
+/// indentation can multiply a document of many small arrays several times,
+/// past what zarrd reads back (twice `limits.max_body_bytes`), so such a
+/// document is written compact.
+fn to_bytes(v: &Value, max_pretty: u64) -> Bytes {
+    let pretty = serde_json::to_vec_pretty(v).unwrap_or_default();
+    if pretty.len() as u64 <= max_pretty {
+        return Bytes::from(pretty);
+    }
+    Bytes::from(serde_json::to_vec(v).unwrap_or_default())
 }
 
 /// Stores a metadata document after checking the exact bytes with the
@@ -266,7 +274,7 @@ fn to_bytes(v: &Value) -> Bytes {
 /// array over the limits) writes nothing.
 async fn put_doc(app: &App, mount: &Mount, path: &NodePath, name: &str, doc: &Value) -> ServiceResult<()> {
     let key = path.key(name)?;
-    let bytes = to_bytes(doc);
+    let bytes = to_bytes(doc, app.config().limits.max_body_bytes);
     DocumentGate::of(app).check_document(&key, bytes.clone(), &node::array_limits(app)).await?;
     mount.put(&key, bytes, &PutCondition::None).await?;
     app.metadata_cache().invalidate(mount.name(), path);

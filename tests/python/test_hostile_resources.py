@@ -176,3 +176,43 @@ def test_shard_index_limit(server):
     assert r.json() == [0, 1]
     bound(rss, 32 * MIB, "one-element write and read in a 2^16-chunk shard")
 
+
+
+def test_concurrent_document_bodies_share_the_parse_budget(tmp_path_factory):
+    # Finding 8: concurrent creates held every parsed body at once while they waited for the
+    # parse budget. Now a document request reserves its share before its body is read (the
+    # budget here fits one 2 MiB body at a time), so eight at once cost about what one does.
+    root = tmp_path_factory.mktemp("budget")
+    logs = tmp_path_factory.mktemp("budget-logs")
+    env = {
+        "ZARRD_LIMITS__MAX_BODY_BYTES": str(2 * 1024 * 1024),
+        "ZARRD_LIMITS__DOCUMENT_PARSE_BUDGET_BYTES": str(64 * 1024 * 1024),
+    }
+    s = start_zarrd({"data": root.as_uri()}, log_path=logs / "zarrd.log", env=env)
+    try:
+        pairs = [[i % 10, 1] for i in range(300_000)]
+
+        def create(i: int) -> None:
+            doc = {"zarr_format": 3, "node_type": "group", "attributes": {"pairs": pairs, "i": i}}
+            body = json.dumps(doc, separators=(",", ":"))
+            assert len(body) < 2 * 1024 * 1024
+            r = requests.put(
+                f"{s.url}/api/v1/nodes/data/g{i}",
+                data=body,
+                headers={"content-type": "application/json"},
+                timeout=HTTP_TIMEOUT_S * 2,
+            )
+            assert r.status_code == 201, r.text
+
+        create(0)  # warm up: the allocator's first growth is not the point
+        with PeakRss(s) as one:
+            create(1)
+        with PeakRss(s) as eight:
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                list(pool.map(create, range(2, 10)))
+        print(f"one 2 MiB create: +{one.rise_kib} KiB; eight at once: +{eight.rise_kib} KiB")
+        eight.assert_below(2 * one.rise_kib + 32 * MIB, "eight concurrent 2 MiB creates")
+        r = requests.get(f"{s.url}/api/v1/attributes/data/g9", timeout=HTTP_TIMEOUT_S)
+        assert r.status_code == 200 and len(r.json()["pairs"]) == 300_000
+    finally:
+        s.stop()
