@@ -87,18 +87,34 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
 
-impl<T: DeserializeOwned> FromRequest<Arc<App>> for JsonBody<T> {
+impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
         require_json(&req)?;
         let body = read_document(req, app).await?;
-        // Parsing costs many times the body: within the document parse budget.
-        let _parse = crate::service::node::DocumentGate::of(app).reserve(body.len()).await;
-        serde_json::from_slice(&body)
+        parse_body(body, app)
+            .await?
             .map(Self)
             .map_err(|e| ApiError::bad_request("invalid_body", format!("request body: {e}")))
     }
+}
+
+/// Bodies up to this many bytes are parsed on the async worker (less work
+/// than the hand-off to the CPU pool); larger ones on the pool.
+const INLINE_PARSE_MAX: usize = 64 * 1024;
+
+/// Parses a JSON body within the document parse budget (already held when
+/// the front reserved it for the whole request), on the CPU pool when it is
+/// large enough to stall an async worker.
+async fn parse_body<T: DeserializeOwned + Send + 'static>(
+    body: bytes::Bytes,
+    app: &App,
+) -> Result<Result<T, serde_json::Error>, ApiError> {
+    let _parse = crate::service::node::DocumentGate::of(app).reserve(body.len()).await;
+    crate::service::cpu::run_or_inline(body.len() <= INLINE_PARSE_MAX, move || serde_json::from_slice::<T>(&body))
+        .await
+        .map_err(|e| ApiError::from(crate::service::ServiceError::Internal(e.to_string())))
 }
 
 /// A document body: at most `limits.max_body_bytes`.
@@ -115,15 +131,13 @@ async fn read_document(req: Request, app: &App) -> Result<bytes::Bytes, ApiError
 #[derive(Debug, Clone)]
 pub struct TypedJsonBody<T>(pub T);
 
-impl<T: DeserializeOwned> FromRequest<Arc<App>> for TypedJsonBody<T> {
+impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for TypedJsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
         require_json(&req)?;
         let body = read_document(req, app).await?;
-        // Parsing costs many times the body: within the document parse budget.
-        let _parse = crate::service::node::DocumentGate::of(app).reserve(body.len()).await;
-        serde_json::from_slice(&body).map(Self).map_err(|e| {
+        parse_body(body, app).await?.map(Self).map_err(|e| {
             let status = match e.classify() {
                 serde_json::error::Category::Data => axum::http::StatusCode::UNPROCESSABLE_ENTITY,
                 _ => axum::http::StatusCode::BAD_REQUEST,
