@@ -216,3 +216,22 @@ def test_concurrent_document_bodies_share_the_parse_budget(tmp_path_factory):
         assert r.status_code == 200 and len(r.json()["pairs"]) == 300_000
     finally:
         s.stop()
+
+
+def test_absurd_element_sizes_are_refused_before_any_allocation(server):
+    # Found by review: a v2 fill value of the dtype's element size was built before any size
+    # check (`<U200000000` with fill "" cost +2.1 GB; `|V1000000000000` was OOM-killed).
+    doc = {
+        "zarr_format": 2, "shape": [10], "chunks": [1], "dtype": "<U200000000",
+        "compressor": None, "fill_value": "", "order": "C", "filters": None,
+    }
+    with PeakRss(server) as rss:
+        r = requests.put(f"{server.url}/zarr/data/elem/.zarray", data=json.dumps(doc), timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 422, r.text
+    assert "larger than zarrd supports" in r.json()["error"]["message"]
+    bound(rss, 32 * MIB, "PUT of a <U200000000 .zarray")
+    behind(server, "elem2/.zarray", dict(doc, dtype="|V1000000000000", fill_value=None))
+    with PeakRss(server) as rss:
+        r = requests.get(f"{server.url}/api/v1/nodes/data/elem2", timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 422, r.text
+    bound(rss, 32 * MIB, "describe a |V1000000000000 array written behind zarrd's back")

@@ -429,8 +429,15 @@ impl DataType {
     ///
     /// # Errors
     ///
-    /// Unknown names, missing or malformed configurations.
+    /// Unknown names, missing or malformed configurations, elements larger
+    /// than [`MAX_ELEMENT_BYTES`].
     pub fn from_v3_json(value: &Value, path: &str) -> Result<Self> {
+        let parsed = Self::from_v3_json_unchecked(value, path)?;
+        check_element_size(parsed.item_size(), path)?;
+        Ok(parsed)
+    }
+
+    fn from_v3_json_unchecked(value: &Value, path: &str) -> Result<Self> {
         match value {
             Value::String(name) => parse_simple_name(name).ok_or_else(|| {
                 if PARAMETERISED_NAMES.contains(&name.as_str()) {
@@ -486,6 +493,27 @@ impl Serialize for DataType {
             }
             other => other.serialize(serializer),
         }
+    }
+}
+
+/// The largest element a fixed-size data type may have. Fill values and
+/// every per-element buffer are built from the element size as soon as a
+/// document is parsed, before any configured limit can be checked, so the
+/// parser itself refuses absurd ones (`<U200000000`, `r8000000000`): far
+/// above any real fixed-length string or raw type, far below what hurts.
+pub const MAX_ELEMENT_BYTES: usize = 1 << 20;
+
+/// An error naming [`MAX_ELEMENT_BYTES`] when `size` exceeds it.
+///
+/// # Errors
+/// The element is larger than [`MAX_ELEMENT_BYTES`].
+pub fn check_element_size(size: Option<usize>, path: &str) -> Result<()> {
+    match size {
+        Some(n) if n > MAX_ELEMENT_BYTES => Err(MetadataError::new(
+            path,
+            format!("elements of {n} bytes are larger than zarrd supports ({MAX_ELEMENT_BYTES} bytes)"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -669,6 +697,15 @@ mod tests {
 
     fn parse(v: Value) -> Result<DataType> {
         DataType::from_v3_json(&v, "data_type")
+    }
+
+    #[test]
+    fn absurd_element_sizes_are_refused() {
+        for dt in [json!("r8000000000"), json!({"name": "raw_bytes", "configuration": {"length_bytes": 2_000_000}})] {
+            let e = parse(dt.clone()).unwrap_err().to_string();
+            assert!(e.contains("larger than zarrd supports"), "{dt}: {e}");
+        }
+        assert!(parse(json!("r8388608")).is_ok(), "exactly 1 MiB");
     }
 
     #[test]

@@ -74,15 +74,20 @@ impl DataTypeV2 {
     ///
     /// Unknown or malformed type strings and structured lists.
     pub fn from_json(value: &Value, path: &str) -> Result<Self> {
-        match value {
-            Value::String(s) => parse_str(s, path, value),
-            Value::Array(_) => parse_structured(value, path).map(Self::Structured),
-            other => Err(MetadataError::expected(
-                path,
-                "a numpy dtype string such as \"<f8\" or a list of [name, dtype] fields",
-                other,
-            )),
-        }
+        let parsed = match value {
+            Value::String(s) => parse_str(s, path, value)?,
+            Value::Array(_) => parse_structured(value, path).map(Self::Structured)?,
+            other => {
+                return Err(MetadataError::expected(
+                    path,
+                    "a numpy dtype string such as \"<f8\" or a list of [name, dtype] fields",
+                    other,
+                ))
+            }
+        };
+        // Before anything is built from it (the fill value is).
+        crate::zarr::metadata::data_type::check_element_size(parsed.item_size(), path)?;
+        Ok(parsed)
     }
 
     /// Element size in bytes (`None` for object arrays or on overflow).
@@ -344,6 +349,17 @@ mod tests {
 
     fn parse(v: Value) -> Result<DataTypeV2> {
         DataTypeV2::from_json(&v, "dtype")
+    }
+
+    #[test]
+    fn absurd_element_sizes_are_refused_before_anything_is_built() {
+        for dtype in [json!("<U200000000"), json!("|V1000000000000"), json!("|S400000000"), json!([["a", "|V2000000"]])]
+        {
+            let e = parse(dtype.clone()).unwrap_err().to_string();
+            assert!(e.contains("larger than zarrd supports"), "{dtype}: {e}");
+        }
+        assert!(parse(json!("<U262144")).is_ok(), "exactly 1 MiB");
+        assert!(parse(json!("<U262145")).is_err());
     }
 
     #[test]
