@@ -211,7 +211,9 @@ def test_concurrent_document_bodies_share_the_parse_budget(tmp_path_factory):
             with concurrent.futures.ThreadPoolExecutor(8) as pool:
                 list(pool.map(create, range(2, 10)))
         print(f"one 2 MiB create: +{one.rise_kib} KiB; eight at once: +{eight.rise_kib} KiB")
-        eight.assert_below(2 * one.rise_kib + 32 * MIB, "eight concurrent 2 MiB creates")
+        # Eight parsed bodies held at once cost about 400 MiB (measured before the fix); one
+        # create at a time, with the allocator's per-thread slack, stays well below 256 MiB.
+        eight.assert_below(256 * MIB, "eight concurrent 2 MiB creates")
         r = requests.get(f"{s.url}/api/v1/attributes/data/g9", timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200 and len(r.json()["pairs"]) == 300_000
     finally:
