@@ -266,6 +266,19 @@ pub struct Limits {
     /// tree takes up to ~30 times its text); more parses wait.
     #[serde(default = "default_document_budget")]
     pub document_parse_budget_bytes: u64,
+    /// Memory all started slice and chunk read answers may hold at once
+    /// (slabs being assembled, messages queued for the socket): each large
+    /// answer takes a share of 4 × `read_slab_bytes` (at most this) before
+    /// its first slab and keeps it until its last byte is written; answers
+    /// waiting for a share wait within the request timeout. Answers of at
+    /// most 1 MiB take no share (they hold at most about 3 MiB each).
+    #[serde(default = "default_read_answer_budget")]
+    pub read_answer_budget_bytes: u64,
+    /// Longest a connection may go without the client taking any byte of an
+    /// answer being written to it (the connection is closed): a client that
+    /// stops reading cannot hold an answer's memory for longer.
+    #[serde(default = "default_send_stall_timeout")]
+    pub send_stall_timeout_seconds: u64,
 }
 
 /// Caches.
@@ -334,6 +347,12 @@ const fn default_decode_budget() -> u64 {
 }
 const fn default_document_budget() -> u64 {
     1024 * 1024 * 1024
+}
+const fn default_read_answer_budget() -> u64 {
+    1024 * 1024 * 1024
+}
+const fn default_send_stall_timeout() -> u64 {
+    60
 }
 const fn default_slab() -> u64 {
     32 * 1024 * 1024
@@ -420,6 +439,8 @@ impl Default for Limits {
             max_fill_value_bytes: default_max_fill_value(),
             decode_budget_bytes: default_decode_budget(),
             document_parse_budget_bytes: default_document_budget(),
+            read_answer_budget_bytes: default_read_answer_budget(),
+            send_stall_timeout_seconds: default_send_stall_timeout(),
         }
     }
 }
@@ -532,6 +553,8 @@ impl Config {
             ("max_inner_chunks_per_shard", l.max_inner_chunks_per_shard),
             ("decode_budget_bytes", l.decode_budget_bytes),
             ("document_parse_budget_bytes", l.document_parse_budget_bytes),
+            ("read_answer_budget_bytes", l.read_answer_budget_bytes),
+            ("send_stall_timeout_seconds", l.send_stall_timeout_seconds),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             bail!("limits.{name}: must be greater than 0");
@@ -732,6 +755,8 @@ mod tests {
             "max_inner_chunks_per_shard",
             "decode_budget_bytes",
             "document_parse_budget_bytes",
+            "read_answer_budget_bytes",
+            "send_stall_timeout_seconds",
         ] {
             let e = Config::from_toml_str(&format!("[limits]\n{name} = 0")).unwrap_err().to_string();
             assert!(e.contains(&format!("limits.{name}")), "{e}");

@@ -218,6 +218,8 @@ pub struct Connections {
     http2: auto::Builder<TokioExecutor>,
     tls: Option<TlsAcceptor>,
     handshake_timeout: Duration,
+    /// `limits.send_stall_timeout_seconds` ([`SendStall`]).
+    send_stall: Duration,
 }
 
 impl std::fmt::Debug for Connections {
@@ -243,7 +245,8 @@ impl Connections {
             .keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(header_timeout);
         let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;
-        Ok(Self { http1, http2, tls, handshake_timeout: header_timeout })
+        let send_stall = Duration::from_secs(config.limits.send_stall_timeout_seconds);
+        Ok(Self { http1, http2, tls, handshake_timeout: header_timeout, send_stall })
     }
 
     /// `https` or `http`.
@@ -347,6 +350,8 @@ async fn serve_connection(
     service: PeerService,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    // Below TLS: a client that stops taking bytes stalls the socket's writes.
+    let tcp = SendStall::new(tcp, connections.send_stall);
     let Some(acceptor) = &connections.tls else {
         return drive(&connections.http1, TokioIo::new(tcp), service, &mut stop).await;
     };
@@ -449,6 +454,85 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for PrefaceDeadline<S> {
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A stream whose writes fail with `TimedOut` once they have waited
+/// `timeout` without the socket taking a byte (the client stopped reading):
+/// hyper then closes the connection, dropping whatever its answer holds
+/// (`limits.send_stall_timeout_seconds`). Any write that makes progress
+/// starts the wait again, so a slow client that reads is never cut off.
+/// (The deadline is boxed so the stream stays `Unpin`; it is allocated the
+/// first time a write waits.)
+struct SendStall<S> {
+    inner: S,
+    timeout: Duration,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether `deadline` runs for the current wait.
+    waiting: bool,
+}
+
+impl<S> SendStall<S> {
+    fn new(inner: S, timeout: Duration) -> Self {
+        Self { inner, timeout, deadline: None, waiting: false }
+    }
+
+    /// A write is waiting: starts the deadline (for a new wait); whether it
+    /// has passed (registering `cx` to be woken when it does).
+    fn stalled(&mut self, cx: &mut Context<'_>) -> bool {
+        let at = tokio::time::Instant::now() + self.timeout;
+        let deadline = self.deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if !self.waiting {
+            deadline.as_mut().reset(at);
+            self.waiting = true;
+        }
+        deadline.as_mut().poll(cx).is_ready()
+    }
+
+    fn check<T>(&mut self, cx: &mut Context<'_>, polled: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        match polled {
+            Poll::Pending if self.stalled(cx) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took no bytes within limits.send_stall_timeout_seconds",
+            ))),
+            Poll::Pending => Poll::Pending,
+            ready => {
+                self.waiting = false;
+                ready
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for SendStall<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for SendStall<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.check(cx, polled)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.check(cx, polled)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.check(cx, polled)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let polled = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.check(cx, polled)
     }
 }
 

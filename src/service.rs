@@ -36,6 +36,8 @@ pub struct App {
     locks: BTreeMap<String, Arc<MountLocks>>,
     metadata: MetadataCache,
     chunk_cache: Arc<ChunkCache>,
+    /// `limits.read_answer_budget_bytes`, in KiB (see [`read`]).
+    read_answers: Arc<tokio::sync::Semaphore>,
 }
 
 impl App {
@@ -72,7 +74,18 @@ impl App {
             let (cache, name) = (chunk_cache.clone(), name.clone());
             mount.set_write_listener(Arc::new(move |key| cache.invalidate(&name, key.as_str())));
         }
-        Self { config, mounts, locks, metadata: MetadataCache::default(), chunk_cache }
+        let kib = usize::try_from(config.limits.read_answer_budget_bytes.div_ceil(1024))
+            .unwrap_or(usize::MAX)
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        let read_answers = Arc::new(tokio::sync::Semaphore::new(kib));
+        Self { config, mounts, locks, metadata: MetadataCache::default(), chunk_cache, read_answers }
+    }
+
+    /// The memory budget of started read answers, in KiB permits
+    /// (`limits.read_answer_budget_bytes`; see [`read`]).
+    #[must_use]
+    pub fn read_answer_budget(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.read_answers
     }
 
     /// The decoded chunk cache (see [`chunk_cache`]); writers that bypass

@@ -278,3 +278,109 @@ async fn many_small_chunks_stay_within_the_memory_formula() {
     println!("2^18 chunks, 4 MiB in {:?}: peak RSS rise {rise} KiB, formula {formula_kib} KiB", t.elapsed());
     assert!(rise < formula_kib, "peak RSS rose by {rise} KiB, the formula says {formula_kib} KiB");
 }
+
+/// numcodecs' vlen framing: a `u32` count, then per item a `u32` length and its bytes.
+fn vlen(items: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = (items.len() as u32).to_le_bytes().to_vec();
+    for it in items {
+        out.extend_from_slice(&(it.len() as u32).to_le_bytes());
+        out.extend_from_slice(it);
+    }
+    out
+}
+
+fn string_array(shape: &[u64], chunks: &[u64], fill: &str) -> String {
+    format!(
+        r#"{{"zarr_format":3,"node_type":"array","shape":{shape:?},"data_type":"string",
+ "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":{chunks:?}}}}},
+ "chunk_key_encoding":{{"name":"default","configuration":{{"separator":"/"}}}},
+ "fill_value":"{fill}","codecs":[{{"name":"vlen-utf8"}}],"attributes":{{}}}}"#
+    )
+}
+
+fn vlen_config() -> zarrd::config::Config {
+    let mut c = config(1 << 20);
+    c.limits.max_selection_bytes = 8 << 20;
+    c.limits.read_slab_bytes = 64 << 10;
+    c.limits.max_put_bytes = 16 << 20;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn variable_length_reads_count_their_real_bytes() {
+    let _serial = SERIAL.lock().await;
+    let s = TestServer::start_with(Backend::Memory, "vlen_bytes", vlen_config()).await.unwrap();
+    let before = reset_peak();
+    // A 65,000-byte fill value (the limit is 64 KiB), every chunk missing:
+    // 20,000 elements are 1.3 GB of JSON text (3.67 GB peak before the fix).
+    let fill = "f".repeat(65_000);
+    s.put("/zarr/data/fill/zarr.json", string_array(&[20_000], &[1000], &fill)).await.expect_status(201);
+    let r = s.get("/api/v1/data/data/fill?sel=0:20000&format=json").await;
+    r.expect_error(413, "selection_too_large");
+    let msg = r.error_message();
+    assert!(msg.contains("limits.max_selection_bytes = 8388608") && msg.contains("JSON text"), "{msg}");
+    let r = s.get("/api/v1/chunks/data/fill?coords=3&format=json").await;
+    r.expect_error(413, "selection_too_large");
+    assert!(r.error_message().contains("limits.max_selection_bytes"), "{}", r.error_message());
+    // Within the limit: the fill value, 100 times (6.5 MB of text).
+    let r = s.get("/api/v1/data/data/fill?sel=0:100&format=json").await;
+    r.expect_status(200);
+    let v: Vec<String> = serde_json::from_slice(&r.body).expect("JSON");
+    assert!(v.len() == 100 && v.iter().all(|x| *x == fill));
+    // Stored strings far larger than a slab (64 KiB here) are read whole,
+    // a slab of fewer elements at a time; missing ones are the fill value.
+    s.put("/zarr/data/big/zarr.json", string_array(&[8], &[4], "-")).await.expect_status(201);
+    let strings: Vec<Vec<u8>> =
+        (0..4u8).map(|i| format!("{}\"\n{}", i, "é".repeat(150_000 + usize::from(i))).into_bytes()).collect();
+    s.put("/zarr/data/big/c/0", vlen(&strings)).await.expect_status(201);
+    let r = s.get("/api/v1/data/data/big?format=json").await;
+    r.expect_status(200);
+    let v: Vec<String> = serde_json::from_slice(&r.body).expect("JSON");
+    assert_eq!(v.len(), 8);
+    for (i, want) in strings.iter().enumerate() {
+        assert_eq!(v[i].as_bytes(), &want[..], "element {i}");
+    }
+    assert!(v[4..].iter().all(|x| x == "-"));
+    let r = s.get("/api/v1/chunks/data/big?coords=0&format=json").await;
+    r.expect_status(200);
+    let v: Vec<String> = serde_json::from_slice(&r.body).expect("JSON");
+    assert_eq!(v[3].as_bytes(), &strings[3][..]);
+    let rise = proc_status_kib("VmHWM").saturating_sub(before);
+    println!("variable-length reads: peak RSS rise {rise} KiB");
+    assert!(rise < 256 * 1024, "peak RSS rose by {rise} KiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn variable_length_text_past_the_limit_cuts_a_started_answer() {
+    let _serial = SERIAL.lock().await;
+    let s = TestServer::start_with(Backend::Memory, "vlen_cut", vlen_config()).await.unwrap();
+    // 40 strings of 300 kB, one per chunk: 12 MB of text, the limit is 8 MiB.
+    s.put("/zarr/data/many/zarr.json", string_array(&[40], &[1], "")).await.expect_status(201);
+    for i in 0..40 {
+        s.put(&format!("/zarr/data/many/c/{i}"), vlen(&[vec![b'a' + (i % 26) as u8; 300_000]]))
+            .await
+            .expect_status(201);
+    }
+    // The first 25 are within the limit: an ordinary answer.
+    let r = s.get("/api/v1/data/data/many?sel=0:25&format=json").await;
+    r.expect_status(200);
+    let v: Vec<String> = serde_json::from_slice(&r.body).expect("JSON");
+    assert!(v.len() == 25 && v[24].len() == 300_000);
+    // All of it: the answer has started when the limit is passed, so the
+    // body is cut short and the transfer fails (never a short, valid body).
+    let resp = s.client.get(s.url("/api/v1/data/data/many?format=json")).send().await.expect("send");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    let (mut n, mut failed) = (0usize, false);
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(c) => n += c.len(),
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    assert!(failed, "the body ended without an error after {n} bytes");
+    assert!(n > 300_000 && n <= 8 << 20, "{n} bytes before the cut");
+}

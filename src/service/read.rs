@@ -50,7 +50,7 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 
 use super::chunk_cache::{CacheKey, Cached, ChunkCache, Part, Version};
-use super::format::json::{empty_size, JsonEncoder};
+use super::format::json::{empty_size, variable_text_len, JsonEncoder, VarCursor, VarItem};
 use super::format::{npy, numpy_descr, zarr_name, OutputFormat};
 use super::node::{self, ArrayNode, NodePath};
 use super::{cpu, App, ServiceError, ServiceResult};
@@ -127,7 +127,150 @@ pub struct DataRead {
 #[derive(Debug)]
 enum SlabData {
     Fixed(Vec<u8>),
-    Variable(Vec<Vec<u8>>),
+    Variable(VarSlab),
+}
+
+/// A slab of variable-length elements: copies of the elements read, `None`
+/// for the fill value (never copied: its JSON text is rendered once per
+/// read and repeated as the answer is written).
+#[derive(Debug)]
+struct VarSlab {
+    items: Vec<Option<Vec<u8>>>,
+    /// Bytes the slab holds: its list ([`VAR_ITEM_COST`] per element) and
+    /// the copies.
+    bytes: u64,
+    /// What `bytes` may reach; a slab of one element may pass it (the
+    /// element is at most one decoded unit).
+    cap: u64,
+    /// Past `cap`: copying stops, and the slab is planned again smaller.
+    over: bool,
+}
+
+/// What one element of a [`VarSlab`] costs besides its bytes.
+const VAR_ITEM_COST: u64 = std::mem::size_of::<Option<Vec<u8>>>() as u64;
+
+/// Bytes a variable-length element is planned at (slabs of
+/// `read_slab_bytes / 64` elements), until the real sizes say otherwise.
+pub const VAR_ELEMENT_ESTIMATE: u64 = 64;
+
+/// Answers up to this size (estimated decoded bytes) take no share of
+/// `limits.read_answer_budget_bytes`: their messages and slabs are at most
+/// this big, so a connection holds at most about three of them.
+const SMALL_ANSWER: u64 = 1 << 20;
+
+/// What bounds an answer once it has started: the budget of all started
+/// answers, the slab size, the selection limit.
+#[derive(Debug, Clone)]
+struct AnswerLimits {
+    budget: Arc<tokio::sync::Semaphore>,
+    budget_kib: u64,
+    slab_bytes: u64,
+    max_selection: u64,
+}
+
+impl AnswerLimits {
+    fn of(app: &App) -> Self {
+        let l = &app.config().limits;
+        Self {
+            budget: app.read_answer_budget().clone(),
+            budget_kib: l.read_answer_budget_bytes.div_ceil(1024).max(1),
+            slab_bytes: l.read_slab_bytes,
+            max_selection: l.max_selection_bytes,
+        }
+    }
+
+    /// Takes `bytes` of the budget (all of it at most), waiting for room.
+    async fn share(&self, bytes: u64) -> ServiceResult<Share> {
+        #[allow(clippy::cast_possible_truncation)] // clamped to u32
+        let kib = bytes.div_ceil(1024).clamp(1, self.budget_kib.min(u64::from(u32::MAX))) as u32;
+        let permit = self
+            .budget
+            .clone()
+            .acquire_many_owned(kib)
+            .await
+            .map_err(|_| ServiceError::Internal("the read answer budget is closed".into()))?;
+        Ok(Arc::new(permit))
+    }
+}
+
+/// An answer's share of `limits.read_answer_budget_bytes`: held by the
+/// producer and by every message it sent, until the last is written.
+type Share = Arc<tokio::sync::OwnedSemaphorePermit>;
+
+/// Bytes of a message, holding the answer's share until they are dropped
+/// (written to the socket, or the connection closed).
+struct Held(Bytes, #[allow(dead_code)] Share);
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Where an answer's bytes go: pieces collected into messages of about
+/// `message` bytes, sent through the channel of one. The producer ends an
+/// answer with an empty message (the end marker: a channel closed without
+/// it is a failed answer).
+struct Out {
+    tx: mpsc::Sender<ServiceResult<Pieces>>,
+    pending: Pieces,
+    pending_len: usize,
+    message: usize,
+    share: Option<Share>,
+}
+
+impl Out {
+    fn new(tx: mpsc::Sender<ServiceResult<Pieces>>, message: u64) -> Self {
+        Self {
+            tx,
+            pending: Vec::new(),
+            pending_len: 0,
+            message: usize::try_from(message).unwrap_or(usize::MAX),
+            share: None,
+        }
+    }
+
+    fn push(&mut self, b: Bytes) {
+        if b.is_empty() {
+            return;
+        }
+        self.pending_len += b.len();
+        let b = match &self.share {
+            Some(s) => Bytes::from_owner(Held(b, s.clone())),
+            None => b,
+        };
+        self.pending.push(b);
+    }
+
+    /// Sends the pending pieces once they make a message (`all`: whatever
+    /// there is); false when the client went away.
+    async fn flush(&mut self, all: bool) -> bool {
+        if self.pending.is_empty() || (!all && self.pending_len < self.message) {
+            return true;
+        }
+        self.pending_len = 0;
+        self.tx.send(Ok(std::mem::take(&mut self.pending))).await.is_ok()
+    }
+
+    /// Ends the answer: its last message and the end marker, or the error
+    /// (an ordinary error answer when nothing was sent yet).
+    async fn finish(mut self, result: ServiceResult<bool>) {
+        match result {
+            Ok(true) => {
+                if self.flush(true).await {
+                    let _ = self.tx.send(Ok(Vec::new())).await;
+                }
+            }
+            Ok(false) => {}
+            Err(e) => {
+                let _ = self.tx.send(Err(e)).await;
+            }
+        }
+    }
+}
+
+fn cpu_error(e: &cpu::CpuError) -> ServiceError {
+    ServiceError::Internal(e.to_string())
 }
 /// Where a read's chunks come from, and how they are cached.
 #[derive(Debug)]
@@ -296,7 +439,8 @@ impl Source {
 /// The fill value written into missing parts, when it is not all zeros (a
 /// fresh buffer is zeros already) or the type is variable-length.
 fn needs_fill(fill: &[u8], variable: bool) -> bool {
-    variable || fill.iter().any(|&b| b != 0)
+    // Variable-length: a fresh slab's elements are the fill value already.
+    !variable && fill.iter().any(|&b| b != 0)
 }
 
 /// Copies `data` (one decoded unit) into `slab` as `spec` says.
@@ -327,10 +471,21 @@ fn copy_unit(
             if src.len() as u64 != unit_elems {
                 return Err(corrupt(key, format!("decoded to {} elements, expected {unit_elems}", src.len())));
             }
+            let single = dst.items.len() == 1;
             #[allow(clippy::cast_possible_truncation)]
             spec.each(&mut |s, d, n| {
-                let (s, d, n) = (s as usize, d as usize, n as usize);
-                dst[d..d + n].clone_from_slice(&src[s..s + n]);
+                for i in 0..n as usize {
+                    if dst.over {
+                        return;
+                    }
+                    let e = &src[s as usize + i];
+                    dst.bytes = dst.bytes.saturating_add(e.len() as u64);
+                    if dst.bytes > dst.cap && !single {
+                        dst.over = true;
+                        return;
+                    }
+                    dst.items[d as usize + i] = Some(e.clone());
+                }
             });
         }
         _ => return Err(corrupt(key, "decoded to the wrong kind of elements")),
@@ -350,12 +505,15 @@ fn fill_unit(fill: &[u8], spec: &UnitCopy, slab: &Mutex<SlabData>) {
                 dst[at..at + es].copy_from_slice(fill);
             }
         }),
-        SlabData::Variable(dst) => spec.each(&mut |_, d, n| {
-            for item in &mut dst[d as usize..(d + n) as usize] {
-                item.clone_from(&fill.to_vec());
-            }
-        }),
+        // `None` is the fill value already.
+        SlabData::Variable(_) => {}
     }
+}
+
+/// Whether a slab of variable-length elements went past its cap (its
+/// remaining units need not be read).
+fn slab_over(slab: &Mutex<SlabData>) -> bool {
+    matches!(&*slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner), SlabData::Variable(v) if v.over)
 }
 /// The first missing unit met while assembling a slab (with fill_missing
 /// off): grid coordinates and a description naming the key.
@@ -373,6 +531,11 @@ struct Plan {
     format: OutputFormat,
     out_type: DataType,
     out_shape: Vec<u64>,
+    answer: AnswerLimits,
+    /// Whether the answer is small enough to take no budget share.
+    small: bool,
+    /// The fill value's JSON text (variable-length types).
+    fill_text: Arc<Vec<u8>>,
 }
 
 fn concurrency() -> usize {
@@ -395,12 +558,17 @@ async fn next_slab(slabs: Slabs) -> ServiceResult<(Slabs, Option<Arc<Slab>>)> {
     .map_err(|e| ServiceError::Internal(e.to_string()))
 }
 
-/// Reads one slab's units into a fresh buffer.
-async fn assemble(plan: &Arc<Plan>, slab: Arc<Slab>) -> ServiceResult<SlabData> {
+/// Reads one slab's units into a fresh buffer (`None`: a slab of
+/// variable-length elements that went past `cap` bytes).
+async fn assemble(plan: &Arc<Plan>, slab: Arc<Slab>, cap: u64) -> ServiceResult<Option<SlabData>> {
     let src = &plan.src;
     let n = usize::try_from(slab.len).map_err(|_| ServiceError::BadRequest("slab too large".into()))?;
-    let data =
-        if plan.variable { SlabData::Variable(vec![Vec::new(); n]) } else { SlabData::Fixed(vec![0u8; n * plan.es]) };
+    let data = if plan.variable {
+        let bytes = (n as u64).saturating_mul(VAR_ITEM_COST);
+        SlabData::Variable(VarSlab { items: vec![None; n], bytes, cap, over: bytes > cap && n > 1 })
+    } else {
+        SlabData::Fixed(vec![0u8; n * plan.es])
+    };
     // Copies into a small slab from chunks already decoded cost less than
     // the hand-off to the CPU pool: they run inline (a hot tile).
     let inline = !plan.variable && n.saturating_mul(plan.es) <= INLINE_SLAB_BYTES;
@@ -434,7 +602,10 @@ async fn assemble(plan: &Arc<Plan>, slab: Arc<Slab>) -> ServiceResult<SlabData> 
         return Err(ServiceError::MissingChunk(what));
     }
     let data = Arc::try_unwrap(data).map_err(|_| ServiceError::Internal("slab still shared".into()))?;
-    Ok(data.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
+    match data.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        SlabData::Variable(v) if v.over => Ok(None),
+        data => Ok(Some(data)),
+    }
 }
 
 /// Whether a missing unit needs any work: noting it (fill_missing off), or
@@ -474,6 +645,9 @@ async fn read_chunk_unit(
     // slab of many of them run in one poll: each takes from the task's
     // budget, so the producer yields to other requests every so often.
     tokio::task::coop::consume_budget().await;
+    if plan.variable && slab_over(&slab) {
+        return Ok(());
+    }
     let src = plan.src.clone();
     let Unit { coords, copy } = unit;
     let key = src.array.chunk_key(&coords)?;
@@ -514,6 +688,9 @@ async fn read_shard_units(
     missing: Arc<Missing>,
     inline: bool,
 ) -> ServiceResult<()> {
+    if plan.variable && slab_over(&slab) {
+        return Ok(());
+    }
     let src = plan.src.clone();
     let key = src.array.chunk_key(&shard)?;
     let mut fresh = false;
@@ -698,31 +875,152 @@ async fn fetch_range(
     }
 }
 
-/// Encodes one slab in the output format (field projection first).
-fn encode_parts(field: Option<&FieldView>, data: SlabData, json: Option<&mut JsonEncoder>) -> ServiceResult<Pieces> {
-    Ok(match data {
-        SlabData::Fixed(bytes) => {
-            let bytes = match field {
-                Some(f) => f.extract(&bytes).map_err(|e| ServiceError::Internal(e.to_string()))?,
-                None => bytes,
-            };
-            match json {
-                Some(enc) => {
-                    let mut out = Vec::with_capacity(bytes.len() * 4);
-                    enc.fixed(&bytes, &mut out);
-                    vec![Bytes::from(out)]
-                }
-                None => vec![Bytes::from(bytes)],
-            }
+/// A slab's fixed-size elements after the field projection.
+async fn project(field: Option<&FieldView>, bytes: Vec<u8>) -> ServiceResult<Vec<u8>> {
+    let Some(f) = field.cloned() else { return Ok(bytes) };
+    cpu::run(move || f.extract(&bytes).map_err(|e| ServiceError::Internal(e.to_string())))
+        .await
+        .map_err(|e| cpu_error(&e))?
+}
+
+/// Writes fixed-size elements (already projected) as JSON into `out`, in
+/// pieces of about a message each, encoded on the CPU pool; false when the
+/// client went away.
+async fn json_fixed(enc: &mut JsonEncoder, bytes: Vec<u8>, es: usize, out: &mut Out) -> ServiceResult<bool> {
+    let bytes = Arc::new(bytes);
+    let (mut at, limit) = (0usize, out.message);
+    while at < bytes.len() {
+        let (b, mut e) = (bytes.clone(), enc.clone());
+        let (e, piece, n) = cpu::run(move || {
+            let rest = &b[at..];
+            let mut piece = Vec::with_capacity(rest.len().saturating_mul(4).min(limit.saturating_add(4096)));
+            let n = e.fixed_until(rest, &mut piece, limit);
+            (e, piece, n)
+        })
+        .await
+        .map_err(|e| cpu_error(&e))?;
+        *enc = e;
+        at += n.max(1) * es.max(1);
+        out.push(Bytes::from(piece));
+        if !out.flush(false).await {
+            return Ok(false);
         }
-        SlabData::Variable(items) => {
-            let mut out = Vec::new();
-            if let Some(enc) = json {
-                enc.variable(&items, &mut out);
-            }
-            vec![Bytes::from(out)]
-        }
+    }
+    Ok(true)
+}
+
+/// Writes variable-length elements (`None`: the fill value, whose text is
+/// `fill`) as JSON into `out`, in pieces of about a message each (a long
+/// element is cut between pieces), encoded on the CPU pool. Their text
+/// (each element's, plus a separator) is counted first and added to
+/// `*text`, which may not pass `max_selection` (413 when nothing was sent
+/// yet). False when the client went away.
+async fn json_variable(
+    enc: &mut JsonEncoder,
+    items: Arc<dyn VarItems>,
+    fill: Arc<Vec<u8>>,
+    max_selection: u64,
+    text: &mut u64,
+    out: &mut Out,
+) -> ServiceResult<bool> {
+    let (it, dt, fill_len) = (items.clone(), enc_type(enc), fill.len() as u64);
+    let len = cpu::run(move || {
+        (0..it.len()).map(|i| it.get(i).map_or(fill_len, |b| variable_text_len(&dt, b)) + 1).sum::<u64>()
     })
+    .await
+    .map_err(|e| cpu_error(&e))?;
+    let before = *text;
+    *text = text.saturating_add(len);
+    if *text > max_selection {
+        return Err(ServiceError::SelectionTooLarge(format!(
+            "the selection's variable-length elements come to more than limits.max_selection_bytes = {max_selection} \
+             bytes of JSON text (at least {}; they count by their text, the fill value's included)",
+            before.saturating_add(len)
+        )));
+    }
+    let limit = out.message;
+    let reserve = usize::try_from(len).unwrap_or(usize::MAX).min(limit.saturating_add(128 * 1024));
+    let mut cursor = VarCursor::default();
+    loop {
+        let (it, f, mut e) = (items.clone(), fill.clone(), enc.clone());
+        let (e, piece, c, done) = cpu::run(move || {
+            let mut piece = Vec::with_capacity(reserve);
+            let item = |i: usize| it.get(i).map_or(VarItem::Text(&f), VarItem::Raw);
+            let done = e.variable_until(it.len(), item, &mut cursor, &mut piece, limit);
+            (e, piece, cursor, done)
+        })
+        .await
+        .map_err(|e| cpu_error(&e))?;
+        (*enc, cursor) = (e, c);
+        out.push(Bytes::from(piece));
+        if !out.flush(false).await {
+            return Ok(false);
+        }
+        if done {
+            return Ok(true);
+        }
+    }
+}
+
+fn enc_type(enc: &JsonEncoder) -> DataType {
+    enc.data_type().clone()
+}
+
+/// Variable-length elements to answer, by index (`None`: the fill value).
+trait VarItems: Send + Sync {
+    fn len(&self) -> usize;
+    fn get(&self, i: usize) -> Option<&[u8]>;
+}
+
+impl VarItems for Vec<Option<Vec<u8>>> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        self[i].as_deref()
+    }
+}
+
+/// A decoded chunk's elements (or, `None`, `n` fill values).
+struct ChunkItems(Option<Arc<ChunkData>>, usize);
+
+impl VarItems for ChunkItems {
+    fn len(&self) -> usize {
+        self.1
+    }
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        match self.0.as_deref() {
+            Some(ChunkData::Variable(items)) => items.get(i).map(Vec::as_slice),
+            _ => None,
+        }
+    }
+}
+
+/// Encodes one slab into `out`; false when the client went away.
+async fn encode_slab(
+    plan: &Plan,
+    data: SlabData,
+    json: &mut Option<JsonEncoder>,
+    text: &mut u64,
+    out: &mut Out,
+) -> ServiceResult<bool> {
+    match (data, json.as_mut()) {
+        (SlabData::Fixed(bytes), None) => {
+            out.push(Bytes::from(project(plan.field.as_ref(), bytes).await?));
+            Ok(out.flush(false).await)
+        }
+        (SlabData::Fixed(bytes), Some(enc)) => {
+            let bytes = project(plan.field.as_ref(), bytes).await?;
+            json_fixed(enc, bytes, plan.out_type.size().unwrap_or(1), out).await
+        }
+        (SlabData::Variable(v), Some(enc)) => {
+            let max = plan.answer.max_selection;
+            json_variable(enc, Arc::new(v.items), plan.fill_text.clone(), max, text, out).await
+        }
+        (SlabData::Variable(_), None) => Err(ServiceError::UnsupportedFormat(
+            "variable-length elements are answered in JSON only (format=json)".into(),
+        )),
+    }
 }
 
 /// Opens the array and the source of its chunks.
@@ -767,7 +1065,9 @@ fn output_of(
 fn check_limits(app: &App, format: OutputFormat, out_type: &DataType, out_shape: &[u64]) -> ServiceResult<Option<u64>> {
     let limits = &app.config().limits;
     let elements = out_shape.iter().fold(1u64, |a, &d| a.saturating_mul(d));
-    let es = out_type.size().map_or(16, |s| s as u64);
+    // Variable-length elements: at least their JSON text `""` and a
+    // separator here; counted by their real text as the answer is made.
+    let es = out_type.size().map_or(3, |s| s as u64);
     let bytes = elements.saturating_mul(es);
     if bytes > limits.max_selection_bytes {
         return Err(ServiceError::SelectionTooLarge(format!(
@@ -840,6 +1140,9 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
     // A scan larger than half the cache would only evict hot chunks (each
     // entry, even of a missing chunk, weighs its overhead too).
     src.fill_cache = total.max(touched.saturating_mul(CACHE_ENTRY_ESTIMATE)) <= src.cache.capacity() / 2;
+    let estimate = if variable { VAR_ELEMENT_ESTIMATE } else { es as u64 };
+    let small = read_plan.elements().saturating_mul(estimate) <= SMALL_ANSWER;
+    let fill_text = Arc::new(if variable { variable_text(&out_type, &src.array.desc.fill_value) } else { Vec::new() });
     let plan = Plan {
         src: Arc::new(src),
         plan: Arc::new(read_plan),
@@ -849,6 +1152,9 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
         format: params.format,
         out_type: out_type.clone(),
         out_shape: out_shape.clone(),
+        answer: AnswerLimits::of(app),
+        small,
+        fill_text,
     };
     start(Arc::new(plan), content_length).await
 }
@@ -856,7 +1162,9 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
 /// The plan of reading `sel` (checked against `desc`'s shape) in slabs of
 /// at most `budget` bytes: what [`read`] does after its checks (public for
 /// the `read_plan` fuzz target). Units are chunks, or inner chunks of
-/// shards; elements of variable-length types count as 32 bytes.
+/// shards; elements of variable-length types count as
+/// [`VAR_ELEMENT_ESTIMATE`] bytes (the read plans smaller slabs again when
+/// their real sizes do not fit).
 ///
 /// # Errors
 /// A selection whose rank does not match the array's.
@@ -865,8 +1173,27 @@ pub fn plan_read(desc: &ArrayDescription, sel: Selection, budget: u64) -> Result
         Some(s) => (s.inner_chunk_shape().to_vec(), Some(s.chunks_per_shard().to_vec())),
         None => (desc.chunk_shape.clone(), None),
     };
-    let elem_estimate = if desc.data_type.is_variable() { 32 } else { desc.data_type.size().unwrap_or(1) as u64 };
+    let elem_estimate =
+        if desc.data_type.is_variable() { VAR_ELEMENT_ESTIMATE } else { desc.data_type.size().unwrap_or(1) as u64 };
     ReadPlan::new(sel, unit, per_shard, elem_estimate, budget)
+}
+
+/// The JSON text of one variable-length element.
+fn variable_text(dt: &DataType, b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    crate::service::format::json::write_variable(dt, b, &mut out);
+    out
+}
+
+/// Waits for a producer's first message: an error then is the answer's.
+async fn first_message(rx: &mut mpsc::Receiver<ServiceResult<Pieces>>) -> ServiceResult<(Pieces, bool)> {
+    match rx.recv().await {
+        // The end marker: nothing more comes.
+        Some(Ok(pieces)) if pieces.is_empty() => Ok((pieces, true)),
+        Some(Ok(pieces)) => Ok((pieces, false)),
+        Some(Err(e)) => Err(e),
+        None => Err(ServiceError::Internal("the read stopped before its first slab".into())),
+    }
 }
 
 /// Starts the producer; waits for its first message.
@@ -879,66 +1206,93 @@ async fn start(plan: Arc<Plan>, content_length: Option<u64>) -> ServiceResult<Da
     let producer = plan.clone();
     tokio::spawn(async move {
         let cache = producer.src.cache.clone();
-        produce(producer, tx, header).await;
+        let message = if producer.small { SMALL_ANSWER } else { producer.answer.slab_bytes };
+        let mut out = Out::new(tx, message);
+        for h in header {
+            out.push(h);
+        }
+        let result = produce(&producer, &mut out).await;
+        out.finish(result).await;
         log_cache(&cache);
     });
-    let first = match rx.recv().await {
-        Some(Ok(pieces)) => pieces,
-        Some(Err(e)) => return Err(e),
-        None => return Err(ServiceError::Internal("the read stopped before its first slab".into())),
-    };
+    let (first, ended) = first_message(&mut rx).await?;
     Ok(DataRead {
         shape: plan.out_shape.clone(),
         data_type: plan.out_type.clone(),
         format: plan.format,
         content_length,
         first,
-        rest: Some(rx),
+        rest: (!ended).then_some(rx),
     })
 }
 
-/// Produces every slab of `plan` into `tx` (the first message also carries
-/// `pending`, the format's header).
-async fn produce(plan: Arc<Plan>, tx: mpsc::Sender<ServiceResult<Pieces>>, header: Pieces) {
+/// The same read planned again with slabs of `budget`, from element `offset`.
+async fn replan(plan: &Arc<ReadPlan>, budget: u64, offset: u64) -> ServiceResult<Arc<ReadPlan>> {
+    let p = plan.clone();
+    let new = cpu::run(move || p.replan(budget, offset))
+        .await
+        .map_err(|e| cpu_error(&e))?
+        .map_err(|e| ServiceError::Internal(e.to_string()))?;
+    Ok(Arc::new(new))
+}
+
+/// Produces every slab of `plan` into `out`; false when the client went
+/// away.
+///
+/// A large answer first takes its share of the answer budget (4 ×
+/// `read_slab_bytes`: one message being written, one queued, one being
+/// encoded and the slab it comes from). Slabs of variable-length elements
+/// hold copies of at most `read_slab_bytes` (1 MiB for a small answer): a
+/// slab that would hold more is read again as slabs of a quarter of the
+/// elements (down to one element, which may be larger), and after a slab
+/// that used less than a quarter of its cap, slabs double again (up to the
+/// first plan's).
+async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
+    let a = &plan.answer;
+    let mut small = plan.small;
+    if !small {
+        out.share = Some(a.share(a.slab_bytes.saturating_mul(4)).await?);
+    }
     let mut json =
         (plan.format == OutputFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
-    let mut pending = header;
-    let result = async {
-        let (mut slabs, mut current) = next_slab(plan.plan.slabs()).await?;
-        while let Some(slab) = current {
-            let data = assemble(&plan, slab).await?;
-            let p = plan.clone();
-            let mut enc = json.take();
-            let (enc, pieces) = cpu::run(move || {
-                let pieces = encode_parts(p.field.as_ref(), data, enc.as_mut());
-                (enc, pieces)
-            })
-            .await
-            .map_err(|e| ServiceError::Internal(e.to_string()))?;
-            json = enc;
-            pending.extend(pieces?);
-            (slabs, current) = next_slab(slabs).await?;
-            if current.is_some() && tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
-                return Ok(false); // The client went away.
+    let mut read_plan = plan.plan.clone();
+    let (mut slabs, mut offset, mut text) = (read_plan.slabs(), 0u64, 0u64);
+    loop {
+        let (rest, current) = next_slab(slabs).await?;
+        slabs = rest;
+        let Some(slab) = current else { break };
+        let cap = if small { SMALL_ANSWER } else { a.slab_bytes };
+        let Some(data) = assemble(plan, slab.clone(), cap).await? else {
+            if small {
+                // Larger than it looked: take a share, then go on as a large answer.
+                small = false;
+                out.message = usize::try_from(a.slab_bytes).unwrap_or(usize::MAX);
+                out.share = Some(a.share(a.slab_bytes.saturating_mul(4)).await?);
+            } else {
+                read_plan = replan(&read_plan, (read_plan.budget() / 4).max(1), offset).await?;
             }
+            slabs = read_plan.slabs_from(offset);
+            continue;
+        };
+        offset += slab.len;
+        let light = matches!(&data, SlabData::Variable(v) if v.bytes < cap / 4);
+        // A message per slab at least: an error in a later slab cuts the
+        // body (the first slab's errors are the answer's).
+        if !encode_slab(plan, data, &mut json, &mut text, out).await? || !out.flush(true).await {
+            return Ok(false);
         }
-        Ok::<_, ServiceError>(true)
-    }
-    .await;
-    match result {
-        Ok(true) => {
-            if let Some(enc) = json.as_mut() {
-                let mut out = Vec::new();
-                enc.finish(&mut out);
-                pending.push(Bytes::from(out));
-            }
-            let _ = tx.send(Ok(pending)).await;
-        }
-        Ok(false) => {}
-        Err(e) => {
-            let _ = tx.send(Err(e)).await;
+        if light && read_plan.budget() < plan.plan.budget() {
+            let budget = read_plan.budget().saturating_mul(2).min(plan.plan.budget());
+            read_plan = replan(&read_plan, budget, offset).await?;
+            slabs = read_plan.slabs_from(offset);
         }
     }
+    if let Some(enc) = json.as_mut() {
+        let mut end = Vec::new();
+        enc.finish(&mut end);
+        out.push(Bytes::from(end));
+    }
+    Ok(true)
 }
 
 /// The cache's figures, at debug level (`RUST_LOG=zarrd::cache=debug`).
@@ -1061,11 +1415,22 @@ pub async fn read_chunk(app: &Arc<App>, mount: &str, path: &NodePath, params: Ch
             return Err(corrupt(key.as_str(), "decoded to the wrong number or kind of elements"));
         }
     }
-    let budget = app.config().limits.read_slab_bytes;
-    let per = (budget / if variable { 32 } else { es.max(1) as u64 }).max(1);
+    let answer = AnswerLimits::of(app);
+    let estimate = if variable { VAR_ELEMENT_ESTIMATE } else { es.max(1) as u64 };
+    let small = elements.saturating_mul(estimate) <= SMALL_ANSWER;
+    let message = if small { SMALL_ANSWER } else { answer.slab_bytes };
+    let per = (message / es.max(1) as u64).max(1);
+    // A large answer holds its share while it is written: four messages,
+    // and the decoded chunk it answers from (unless it was missing).
+    let held = match &data {
+        ChunkOut::Data(_) if !variable => elements.saturating_mul(es as u64),
+        _ => 0,
+    };
+    let fill_text = Arc::new(if variable { variable_text(&out_type, &desc.fill_value) } else { Vec::new() });
     let job = ChunkJob {
         data,
         fill: desc.fill_value.clone(),
+        fill_text,
         es,
         variable,
         elements,
@@ -1074,15 +1439,24 @@ pub async fn read_chunk(app: &Arc<App>, mount: &str, path: &NodePath, params: Ch
         format: params.format,
         out_type: out_type.clone(),
         out_shape: out_shape.clone(),
+        share: (!small).then(|| message.saturating_mul(4).max(held)),
+        answer,
     };
     let (tx, mut rx) = mpsc::channel::<ServiceResult<Pieces>>(1);
-    tokio::spawn(produce_chunk(Arc::new(job), tx));
-    let first = match rx.recv().await {
-        Some(Ok(pieces)) => pieces,
-        Some(Err(e)) => return Err(e),
-        None => return Err(ServiceError::Internal("the read stopped before its first slab".into())),
-    };
-    Ok(DataRead { shape: out_shape, data_type: out_type, format: params.format, content_length, first, rest: Some(rx) })
+    tokio::spawn(async move {
+        let mut out = Out::new(tx, message);
+        let result = produce_chunk(&Arc::new(job), &mut out).await;
+        out.finish(result).await;
+    });
+    let (first, ended) = first_message(&mut rx).await?;
+    Ok(DataRead {
+        shape: out_shape,
+        data_type: out_type,
+        format: params.format,
+        content_length,
+        first,
+        rest: (!ended).then_some(rx),
+    })
 }
 
 /// A decoded chunk to answer, or a missing one (the fill value).
@@ -1109,6 +1483,8 @@ impl AsRef<[u8]> for ChunkBytes {
 struct ChunkJob {
     data: ChunkOut,
     fill: Vec<u8>,
+    /// The fill value's JSON text (variable-length types).
+    fill_text: Arc<Vec<u8>>,
     es: usize,
     variable: bool,
     elements: u64,
@@ -1117,87 +1493,102 @@ struct ChunkJob {
     format: OutputFormat,
     out_type: DataType,
     out_shape: Vec<u64>,
+    /// The share of the answer budget a large answer takes.
+    share: Option<u64>,
+    answer: AnswerLimits,
 }
 
 impl ChunkJob {
-    /// Elements `range` as a slab (a copy of that part only).
+    /// Fixed-size elements `range` (a copy of that part only).
     #[allow(clippy::cast_possible_truncation)] // ranges inside the chunk, which is in memory (or at most `per`)
-    fn slab(&self, range: Range<u64>) -> SlabData {
+    fn fixed(&self, range: Range<u64>) -> Vec<u8> {
         let (a, b) = (range.start as usize, range.end as usize);
-        match (&self.data, self.variable) {
-            (ChunkOut::Data(d), _) => match &**d {
-                ChunkData::Fixed(bytes) => SlabData::Fixed(bytes[a * self.es..b * self.es].to_vec()),
-                ChunkData::Variable(items) => SlabData::Variable(items[a..b].to_vec()),
+        match &self.data {
+            ChunkOut::Data(d) => match &**d {
+                ChunkData::Fixed(bytes) => bytes[a * self.es..b * self.es].to_vec(),
+                ChunkData::Variable(_) => Vec::new(),
             },
-            (ChunkOut::Filled, false) => SlabData::Fixed(self.fill.repeat(b - a)),
-            (ChunkOut::Filled, true) => SlabData::Variable(vec![self.fill.clone(); b - a]),
+            ChunkOut::Filled => self.fill.repeat(b - a),
         }
     }
 }
 
 /// Sends a decoded chunk read's body: raw and npy answers share the decoded
 /// bytes (or one slab of fill values, sent as often as needed); JSON and
-/// field answers are encoded a slab at a time on the CPU pool.
-async fn produce_chunk(job: Arc<ChunkJob>, tx: mpsc::Sender<ServiceResult<Pieces>>) {
-    let mut pending = Vec::new();
-    if job.format == OutputFormat::Npy {
-        pending.push(Bytes::from(npy_header(&job.out_type, &job.out_shape)));
+/// field answers are encoded a slab at a time on the CPU pool, in pieces of
+/// about a message; variable-length elements are answered from the decoded
+/// chunk itself (never copied), the fill value's text repeated.
+async fn produce_chunk(job: &Arc<ChunkJob>, out: &mut Out) -> ServiceResult<bool> {
+    if let Some(bytes) = job.share {
+        out.share = Some(job.answer.share(bytes).await?);
     }
-    let plain = job.format != OutputFormat::Json && job.field.is_none() && !job.variable;
-    #[allow(clippy::cast_possible_truncation)] // at most one slab
-    let shared: Option<Bytes> = match (&job.data, plain) {
-        (ChunkOut::Data(d), true) => Some(Bytes::from_owner(ChunkBytes(d.clone()))),
-        (ChunkOut::Filled, true) => Some(Bytes::from(job.fill.repeat(job.per.min(job.elements) as usize))),
-        _ => None,
-    };
+    if job.format == OutputFormat::Npy {
+        out.push(Bytes::from(npy_header(&job.out_type, &job.out_shape)));
+    }
     let mut json =
         (job.format == OutputFormat::Json).then(|| JsonEncoder::new(job.out_type.clone(), job.out_shape.clone()));
-    let mut at = 0u64;
-    loop {
-        let end = at.saturating_add(job.per).min(job.elements);
-        if end > at {
+    if job.variable {
+        let Some(enc) = json.as_mut() else {
+            return Err(ServiceError::UnsupportedFormat(
+                "variable-length elements are answered in JSON only (format=json)".into(),
+            ));
+        };
+        let data = match &job.data {
+            ChunkOut::Data(d) => Some(d.clone()),
+            ChunkOut::Filled => None,
+        };
+        let n = usize::try_from(job.elements).map_err(|_| ServiceError::Internal("chunk too large".into()))?;
+        let items: Arc<dyn VarItems> = Arc::new(ChunkItems(data, n));
+        let mut text = 0;
+        if !json_variable(enc, items, job.fill_text.clone(), job.answer.max_selection, &mut text, out).await? {
+            return Ok(false);
+        }
+    } else {
+        let plain = json.is_none() && job.field.is_none();
+        #[allow(clippy::cast_possible_truncation)] // at most one slab
+        let shared: Option<Bytes> = match (&job.data, plain) {
+            (ChunkOut::Data(d), true) => Some(Bytes::from_owner(ChunkBytes(d.clone()))),
+            (ChunkOut::Filled, true) => Some(Bytes::from(job.fill.repeat(job.per.min(job.elements) as usize))),
+            _ => None,
+        };
+        let mut at = 0u64;
+        while at < job.elements {
+            let end = at.saturating_add(job.per).min(job.elements);
             #[allow(clippy::cast_possible_truncation)] // inside the chunk or the fill slab
-            let piece = match (&shared, &job.data) {
-                (Some(b), ChunkOut::Data(_)) => Ok(vec![b.slice(at as usize * job.es..end as usize * job.es)]),
-                (Some(b), ChunkOut::Filled) => Ok(vec![b.slice(..(end - at) as usize * job.es)]),
+            let alive = match (&shared, &job.data) {
+                (Some(b), ChunkOut::Data(_)) => {
+                    out.push(b.slice(at as usize * job.es..end as usize * job.es));
+                    out.flush(false).await
+                }
+                (Some(b), ChunkOut::Filled) => {
+                    out.push(b.slice(..(end - at) as usize * job.es));
+                    out.flush(false).await
+                }
                 (None, _) => {
-                    let (j, mut enc) = (job.clone(), json.take());
-                    match cpu::run(move || {
-                        let pieces = encode_parts(j.field.as_ref(), j.slab(at..end), enc.as_mut());
-                        (enc, pieces)
-                    })
-                    .await
-                    {
-                        Ok((enc, pieces)) => {
-                            json = enc;
-                            pieces
+                    let j = job.clone();
+                    let slab = cpu::run(move || j.fixed(at..end)).await.map_err(|e| cpu_error(&e))?;
+                    let bytes = project(job.field.as_ref(), slab).await?;
+                    match json.as_mut() {
+                        Some(enc) => json_fixed(enc, bytes, job.out_type.size().unwrap_or(1), out).await?,
+                        None => {
+                            out.push(Bytes::from(bytes));
+                            out.flush(false).await
                         }
-                        Err(e) => Err(ServiceError::Internal(e.to_string())),
                     }
                 }
             };
-            match piece {
-                Ok(p) => pending.extend(p),
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
+            if !alive {
+                return Ok(false);
             }
-        }
-        at = end;
-        if at >= job.elements {
-            break;
-        }
-        if tx.send(Ok(std::mem::take(&mut pending))).await.is_err() {
-            return; // The client went away.
+            at = end;
         }
     }
     if let Some(enc) = json.as_mut() {
-        let mut out = Vec::new();
-        enc.finish(&mut out);
-        pending.push(Bytes::from(out));
+        let mut end = Vec::new();
+        enc.finish(&mut end);
+        out.push(Bytes::from(end));
     }
-    let _ = tx.send(Ok(pending)).await;
+    Ok(true)
 }
 
 /// One inner chunk of a shard, decoded (`None`: missing or empty).

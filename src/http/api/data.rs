@@ -150,7 +150,19 @@ fn respond(read: DataRead) -> Response {
     let body = match read.rest {
         None => Body::from_stream(first),
         Some(rx) => {
-            let rest = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) }).flat_map(|m| {
+            // The producer ends with an empty message; a channel closed
+            // without it (the producer failed or was cut off) is an error
+            // too, so the body never ends as if it were whole.
+            let rest = stream::unfold(Some(rx), |rx| async move {
+                let mut rx = rx?;
+                match rx.recv().await {
+                    Some(Ok(pieces)) if pieces.is_empty() => None,
+                    Some(Ok(pieces)) => Some((Ok(pieces), Some(rx))),
+                    Some(Err(e)) => Some((Err(e), None)),
+                    None => Some((Err(crate::service::ServiceError::Internal("the read stopped before its end".into())), None)),
+                }
+            })
+            .flat_map(|m| {
                 match m {
                     Ok(pieces) => stream::iter(pieces.into_iter().map(Ok)).left_stream(),
                     Err(e) => {

@@ -47,6 +47,12 @@ impl JsonEncoder {
         Self { data_type, shape, idx, pos: 0, total }
     }
 
+    /// The element type.
+    #[must_use]
+    pub fn data_type(&self) -> &DataType {
+        &self.data_type
+    }
+
     /// How many elements are still expected.
     #[must_use]
     pub fn remaining(&self) -> u64 {
@@ -262,6 +268,199 @@ pub fn write_variable(dt: &DataType, b: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// One variable-length element for [`JsonEncoder::variable_until`]: its
+/// stored bytes, or its JSON text already rendered (a fill value, rendered
+/// once and repeated).
+#[derive(Debug, Clone, Copy)]
+pub enum VarItem<'a> {
+    /// The element's bytes, rendered as [`write_variable`] does.
+    Raw(&'a [u8]),
+    /// The element's JSON text, written as it is.
+    Text(&'a [u8]),
+}
+
+/// Where [`JsonEncoder::variable_until`] stopped: the next element, and how
+/// far into it (bytes of its source) when it was cut between pieces.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VarCursor {
+    /// The next element to write (or to finish).
+    pub index: usize,
+    /// Bytes of that element's source already written (0: not started).
+    pub offset: usize,
+    /// Whether its opening quote (and separator) is written.
+    pub open: bool,
+}
+
+/// Source bytes rendered per step of a long element, between the checks of
+/// the piece's size (so a piece overshoots its limit by at most ~6 times this).
+const VAR_BLOCK: usize = 16 * 1024;
+
+impl JsonEncoder {
+    /// Writes packed fixed-size elements until `out` holds at least `limit`
+    /// bytes (at least one element is written); how many were written.
+    pub fn fixed_until(&mut self, elements: &[u8], out: &mut Vec<u8>, limit: usize) -> usize {
+        let size = self.data_type.size().unwrap_or(1).max(1);
+        let dt = self.data_type.clone();
+        let mut n = 0;
+        for e in elements.chunks_exact(size) {
+            if n > 0 && out.len() >= limit {
+                break;
+            }
+            self.before(out);
+            write_fixed(&dt, e, out);
+            self.after();
+            n += 1;
+        }
+        n
+    }
+
+    /// Writes variable-length elements `cursor.index..count` (`item(i)` is
+    /// element `i`) until `out` holds at least `limit` bytes, cutting a long
+    /// element between calls (its text is the same as written whole); true
+    /// once every element is written. Each call makes progress.
+    pub fn variable_until<'a>(
+        &mut self,
+        count: usize,
+        item: impl Fn(usize) -> VarItem<'a>,
+        cursor: &mut VarCursor,
+        out: &mut Vec<u8>,
+        limit: usize,
+    ) -> bool {
+        let start = out.len();
+        let string = self.data_type == DataType::String;
+        while cursor.index < count {
+            if out.len() >= limit && out.len() > start {
+                return false;
+            }
+            let element = item(cursor.index);
+            if !cursor.open {
+                self.before(out);
+                if matches!(element, VarItem::Raw(_)) {
+                    out.push(b'"');
+                }
+                cursor.open = true;
+            }
+            let (src, done) = match element {
+                VarItem::Text(t) => (t, t.len()),
+                VarItem::Raw(b) => (b, b.len()),
+            };
+            // One block of the element.
+            let from = cursor.offset;
+            let consumed = match element {
+                VarItem::Text(_) => {
+                    let end = (from + VAR_BLOCK * 4).min(done);
+                    out.extend_from_slice(&src[from..end]);
+                    end - from
+                }
+                VarItem::Raw(_) if string => escape_lossy_block(&src[from..], out),
+                VarItem::Raw(_) => {
+                    let end = (from + VAR_BLOCK / 3 * 3).min(done);
+                    out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&src[from..end]).as_bytes());
+                    end - from
+                }
+            };
+            cursor.offset = from + consumed;
+            if cursor.offset >= done {
+                if matches!(element, VarItem::Raw(_)) {
+                    out.push(b'"');
+                }
+                self.after();
+                *cursor = VarCursor { index: cursor.index + 1, offset: 0, open: false };
+            }
+        }
+        true
+    }
+}
+
+/// Renders the start of `b` (bytes of a string; invalid UTF-8 as U+FFFD,
+/// as `String::from_utf8_lossy`) escaped as serde_json escapes, about
+/// [`VAR_BLOCK`] bytes of it (stopping where a later call may go on with
+/// the same result); how many bytes of `b` it took (at least one unless `b`
+/// is empty).
+fn escape_lossy_block(b: &[u8], out: &mut Vec<u8>) -> usize {
+    let mut taken = 0;
+    for chunk in b.utf8_chunks() {
+        let valid = chunk.valid().as_bytes();
+        let room = VAR_BLOCK.saturating_sub(taken);
+        if valid.len() > room {
+            // Cut at a character boundary at or after `room`.
+            let mut end = room.max(1);
+            while end < valid.len() && valid[end] & 0xC0 == 0x80 {
+                end += 1;
+            }
+            escape_valid(&valid[..end], out);
+            return taken + end;
+        }
+        escape_valid(valid, out);
+        taken += valid.len();
+        if !chunk.invalid().is_empty() {
+            out.extend_from_slice("\u{FFFD}".as_bytes());
+            taken += chunk.invalid().len();
+        }
+        if taken >= VAR_BLOCK {
+            return taken;
+        }
+    }
+    taken
+}
+
+/// The escape of byte `c` of a string (`None`: written as it is).
+fn escape_of(c: u8) -> Option<&'static [u8]> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    const CONTROL: [[u8; 6]; 32] = {
+        let mut t = [[0u8; 6]; 32];
+        let mut i = 0;
+        while i < 32 {
+            t[i] = [b'\\', b'u', b'0', b'0', HEX[i >> 4], HEX[i & 15]];
+            i += 1;
+        }
+        t
+    };
+    match c {
+        b'"' => Some(b"\\\""),
+        b'\\' => Some(b"\\\\"),
+        b'\n' => Some(b"\\n"),
+        b'\r' => Some(b"\\r"),
+        b'\t' => Some(b"\\t"),
+        0x08 => Some(b"\\b"),
+        0x0c => Some(b"\\f"),
+        0..=0x1f => Some(&CONTROL[c as usize]),
+        _ => None,
+    }
+}
+
+/// Writes valid UTF-8 `s` escaped (without quotes), as serde_json does.
+fn escape_valid(s: &[u8], out: &mut Vec<u8>) {
+    let mut from = 0;
+    for (i, &c) in s.iter().enumerate() {
+        if let Some(e) = escape_of(c) {
+            out.extend_from_slice(&s[from..i]);
+            out.extend_from_slice(e);
+            from = i + 1;
+        }
+    }
+    out.extend_from_slice(&s[from..]);
+}
+
+/// The length of one variable-length element's JSON text, as
+/// [`write_variable`] writes it, computed without writing it.
+#[must_use]
+pub fn variable_text_len(dt: &DataType, b: &[u8]) -> u64 {
+    if *dt != DataType::String {
+        return 2 + (b.len() as u64).div_ceil(3) * 4;
+    }
+    let mut n = 2u64;
+    for chunk in b.utf8_chunks() {
+        for &c in chunk.valid().as_bytes() {
+            n += escape_of(c).map_or(1, |e| e.len() as u64);
+        }
+        if !chunk.invalid().is_empty() {
+            n += 3;
+        }
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +492,53 @@ mod tests {
         assert_eq!(render(DataType::UInt8, vec![2, 0], &[], 1), "[[],[]]");
         assert_eq!(render(DataType::UInt8, vec![0, 5], &[], 1), "[]");
         assert_eq!(empty_size(&[3, 4, 0, 2]), 12);
+    }
+
+    #[test]
+    fn variable_elements_cut_between_pieces_read_as_written_whole() {
+        let long: Vec<u8> =
+            (0..100_000u32).map(|i| [b'a', b'"', 0x01, 0xff, b'\\', 0xc3, 0xa9][i as usize % 7]).collect();
+        let items: Vec<Vec<u8>> = vec![b"x\ny".to_vec(), long.clone(), Vec::new(), "é€".as_bytes().to_vec(), long];
+        for dt in [DataType::String, DataType::Bytes] {
+            let mut fill = Vec::new();
+            write_variable(&dt, b"F", &mut fill);
+            let mut whole = Vec::new();
+            let mut enc = JsonEncoder::new(dt.clone(), vec![6]);
+            let all: Vec<Vec<u8>> = items.iter().cloned().chain([b"F".to_vec()]).collect();
+            enc.variable(&all, &mut whole);
+            enc.finish(&mut whole);
+            for limit in [1, 100, 5000, 1 << 20] {
+                let mut enc = JsonEncoder::new(dt.clone(), vec![6]);
+                let mut cursor = VarCursor::default();
+                let mut out = Vec::new();
+                let item = |i: usize| if i < items.len() { VarItem::Raw(&items[i]) } else { VarItem::Text(&fill) };
+                let mut calls = 0;
+                loop {
+                    let mut piece = Vec::new();
+                    let done = enc.variable_until(6, item, &mut cursor, &mut piece, limit);
+                    assert!(!piece.is_empty() || done);
+                    out.extend_from_slice(&piece);
+                    calls += 1;
+                    if done {
+                        break;
+                    }
+                }
+                enc.finish(&mut out);
+                assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&whole), "limit {limit}");
+                assert!(limit > 1 << 19 || calls > 2, "limit {limit}: {calls} calls");
+            }
+            for it in &items {
+                let mut one = Vec::new();
+                write_variable(&dt, it, &mut one);
+                assert_eq!(variable_text_len(&dt, it), one.len() as u64);
+            }
+        }
+        let mut out = Vec::new();
+        let mut enc = JsonEncoder::new(DataType::UInt8, vec![5]);
+        assert_eq!(enc.fixed_until(&[1, 2, 3, 4, 5], &mut out, 3), 2);
+        assert_eq!(enc.fixed_until(&[3, 4, 5], &mut out, usize::MAX), 3);
+        enc.finish(&mut out);
+        assert_eq!(out, b"[1,2,3,4,5]");
     }
 
     #[test]

@@ -261,6 +261,9 @@ pub struct ReadPlan {
     tail: Arc<Vec<Axis>>,
     /// Coordinate mode: points per slab.
     points_per_slab: u64,
+    /// What the plan was made with: element size, slab budget.
+    es: u64,
+    budget: u64,
 }
 
 impl ReadPlan {
@@ -276,6 +279,38 @@ impl ReadPlan {
         per_shard: Option<Vec<u64>>,
         elem_bytes: u64,
         budget: u64,
+    ) -> Result<Self, PlanError> {
+        Self::split_from(sel, unit, per_shard, elem_bytes, budget, 0)
+    }
+
+    /// The same read planned again with another `budget`, for slabs from
+    /// element `offset` on (the start of a slab of this plan, or of one
+    /// planned again): the split dimension is never before one whose rows
+    /// `offset` is a multiple of, so the new slabs start exactly there.
+    /// Costs a copy of the selection (its lists).
+    ///
+    /// # Errors
+    /// None in practice (the unit shape was checked already).
+    pub fn replan(&self, budget: u64, offset: u64) -> Result<Self, PlanError> {
+        let rank = self.lens.len();
+        let row = |d: usize| self.lens[d + 1..].iter().fold(1u64, |a, &l| a.saturating_mul(l));
+        let min_k = (0..rank).find(|&d| offset % row(d).max(1) == 0).unwrap_or(rank.saturating_sub(1));
+        Self::split_from(self.sel.clone(), self.unit.clone(), self.per_shard.clone(), self.es, budget, min_k)
+    }
+
+    /// The slab budget the plan was made with.
+    #[must_use]
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    fn split_from(
+        sel: Selection,
+        unit: Vec<u64>,
+        per_shard: Option<Vec<u64>>,
+        elem_bytes: u64,
+        budget: u64,
+        min_k: usize,
     ) -> Result<Self, PlanError> {
         if unit.len() != sel.dims.len() || unit.contains(&0) {
             return Err(PlanError(format!(
@@ -308,10 +343,12 @@ impl ReadPlan {
             prefix_count: 0,
             tail: Arc::new(Vec::new()),
             points_per_slab: (budget / es.max(POINT_COST)).clamp(1, u64::from(u32::MAX)),
+            es,
+            budget,
         };
         if plan.sel.mode != SelectionMode::Coordinate && rank > 0 && elements > 0 {
             let row = |d: usize| plan.lens[d + 1..].iter().fold(es, |a, &l| a.saturating_mul(l));
-            let k = (0..rank).find(|&d| row(d) <= budget).unwrap_or(rank - 1);
+            let k = (0..rank).find(|&d| row(d) <= budget).unwrap_or(rank - 1).max(min_k.min(rank - 1));
             plan.k = k;
             plan.max_rows = (budget / row(k).max(1)).max(1);
             plan.prefix_count = plan.lens[..k].iter().fold(1u64, |a, &b| a.saturating_mul(b));
@@ -399,6 +436,25 @@ impl ReadPlan {
     #[must_use]
     pub fn slabs(self: &Arc<Self>) -> Slabs {
         Slabs { plan: self.clone(), prefix: 0, pos: 0, done: false }
+    }
+
+    /// The slabs from element `offset` on (which must start a row of the
+    /// split dimension: the start of a slab of this plan, or see
+    /// [`ReadPlan::replan`]).
+    #[must_use]
+    pub fn slabs_from(self: &Arc<Self>, offset: u64) -> Slabs {
+        let plan = self.clone();
+        if plan.sel.mode == SelectionMode::Coordinate {
+            return Slabs { plan, prefix: 0, pos: offset, done: false };
+        }
+        if plan.lens.is_empty() {
+            return Slabs { plan, prefix: 0, pos: 0, done: offset > 0 };
+        }
+        let k = plan.k;
+        let row = plan.lens[k + 1..].iter().fold(1u64, |a, &l| a.saturating_mul(l)).max(1);
+        let q = offset / row;
+        let len_k = plan.lens[k].max(1);
+        Slabs { prefix: q / len_k, pos: q % len_k, done: false, plan }
     }
 
     /// The end of the segment along `k` that starts at `s`: maximal runs of
@@ -835,10 +891,25 @@ pub fn for_each_copy(runs: &[&[Run]], ss: &[u64], ds: &[u64], f: &mut impl FnMut
 /// The first broken invariant.
 #[doc(hidden)]
 pub fn verify(plan: &Arc<ReadPlan>, max_slabs: u64, max_units: u64, check_elems: u64) -> Result<(), String> {
+    verify_from(plan, 0, max_slabs, max_units, check_elems)
+}
+
+/// [`verify`] of the slabs from element `start` on ([`ReadPlan::slabs_from`]).
+///
+/// # Errors
+/// The first broken invariant.
+#[doc(hidden)]
+pub fn verify_from(
+    plan: &Arc<ReadPlan>,
+    start: u64,
+    max_slabs: u64,
+    max_units: u64,
+    check_elems: u64,
+) -> Result<(), String> {
     let rank = plan.sel.dims.len();
     let coordinate = plan.sel.mode == SelectionMode::Coordinate;
-    let (mut offset, mut slabs, mut units) = (0u64, 0u64, 0u64);
-    for slab in plan.slabs() {
+    let (mut offset, mut slabs, mut units) = (start, 0u64, 0u64);
+    for slab in plan.slabs_from(start) {
         slabs += 1;
         if slabs > max_slabs {
             return Ok(());
@@ -1021,6 +1092,32 @@ mod tests {
             for (shape, unit, shards, sel, mode) in cases {
                 let p = plan(shape, unit, *shards, sel, *mode, budget);
                 verify(&p, u64::MAX, u64::MAX, u64::MAX).unwrap_or_else(|e| panic!("{sel} {shape:?} {budget}: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn replanned_slabs_go_on_where_the_old_ones_stopped() {
+        use SelectionMode::{Basic, Coordinate};
+        let cases: &[(&[u64], &[u64], &str, SelectionMode)] = &[
+            (&[10, 9], &[3, 4], "1:9:2,::-1", Basic),
+            (&[4, 5, 6], &[3, 2, 4], "1:,::-2,[5,0,1]", Basic),
+            (&[10, 9], &[2, 3], "[9,0,4,5,9],[1,2,8,8,0]", Coordinate),
+        ];
+        for (shape, unit, sel, mode) in cases {
+            for (first, then) in [(16u64, 1u64), (7, 3), (1, 40), (40, 2)] {
+                let whole = plan(shape, unit, None, sel, *mode, 1 << 20);
+                let p = plan(shape, unit, None, sel, *mode, first);
+                let mut slabs = p.slabs();
+                let s0 = slabs.next().unwrap();
+                let p2 = Arc::new(p.replan(then, s0.len).unwrap());
+                assert_eq!(p2.budget(), then);
+                // Every element after the first slab, in order, once.
+                let total = s0.len + p2.slabs_from(s0.len).map(|s| s.len).sum::<u64>();
+                assert_eq!(total, whole.elements(), "{sel} {first} {then}");
+                // Every element from the offset on comes from where the selection says.
+                verify_from(&p2, s0.len, u64::MAX, u64::MAX, u64::MAX)
+                    .unwrap_or_else(|e| panic!("{sel} {first} {then}: {e}"));
             }
         }
     }
