@@ -1243,7 +1243,7 @@ async fn replan(plan: &Arc<ReadPlan>, budget: u64, offset: u64) -> ServiceResult
 /// `read_slab_bytes`: one message being written, one queued, one being
 /// encoded and the slab it comes from). Slabs of variable-length elements
 /// hold copies of at most `read_slab_bytes` (1 MiB for a small answer): a
-/// slab that would hold more is read again as slabs of a quarter of the
+/// slab that would hold more is read again as slabs of a quarter of its
 /// elements (down to one element, which may be larger), and after a slab
 /// that used less than a quarter of its cap, slabs double again (up to the
 /// first plan's).
@@ -1269,7 +1269,10 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
                 out.message = usize::try_from(a.slab_bytes).unwrap_or(usize::MAX);
                 out.share = Some(a.share(a.slab_bytes.saturating_mul(4)).await?);
             } else {
-                read_plan = replan(&read_plan, (read_plan.budget() / 4).max(1), offset).await?;
+                // A quarter of this slab's elements (a slab may be far
+                // shorter than the plan's budget allows).
+                let elements = (slab.len / 4).max(1).min(read_plan.budget() / VAR_ELEMENT_ESTIMATE);
+                read_plan = replan(&read_plan, elements.saturating_mul(VAR_ELEMENT_ESTIMATE).max(1), offset).await?;
             }
             slabs = read_plan.slabs_from(offset);
             continue;

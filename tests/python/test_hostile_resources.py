@@ -7,6 +7,8 @@ abort).
 from __future__ import annotations
 
 import concurrent.futures
+import socket
+import time
 import gzip
 import json
 
@@ -237,3 +239,189 @@ def test_absurd_element_sizes_are_refused_before_any_allocation(server):
         r = requests.get(f"{server.url}/api/v1/nodes/data/elem2", timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 422, r.text
     bound(rss, 32 * MIB, "describe a |V1000000000000 array written behind zarrd's back")
+
+
+def vlen_utf8(strings) -> bytes:
+    """numcodecs' vlen framing: a u32 count, then per item a u32 length and its bytes."""
+    parts = [len(strings).to_bytes(4, "little")]
+    for s in strings:
+        b = s.encode() if isinstance(s, str) else s
+        parts += [len(b).to_bytes(4, "little"), b]
+    return b"".join(parts)
+
+
+def stream_length(url: str) -> tuple[int, int, bytes]:
+    """Status, body length and the first bytes of a GET, read in pieces (never whole)."""
+    with requests.get(url, stream=True, timeout=HTTP_TIMEOUT_S * 3) as r:
+        n, head = 0, b""
+        for piece in r.iter_content(1 << 20):
+            if len(head) < 64:
+                head += piece[: 64 - len(head)]
+            n += len(piece)
+        return r.status_code, n, head
+
+
+# README, "Memory bounds": a large answer holds at most its share of the answer budget,
+# 4 x read_slab_bytes (128 MiB by default), plus one element larger than a slab and the
+# units being decoded.
+ANSWER_SHARE_KIB = 4 * 32 * MIB
+
+
+def test_string_fill_value_is_never_copied_per_element(server):
+    # Review: a 65,000-byte string fill value (the limit is 64 KiB), read as
+    # sel=0:20000&format=json over missing chunks, peaked at 3.67 GB: the fill was copied
+    # into every element, then escaped whole.
+    fill = "f" * 65_000
+    behind(server, "fill65k/zarr.json", v3([20000], [1000], "string", fill, [{"name": "vlen-utf8"}]))
+    with PeakRss(server) as rss:
+        status, n, head = stream_length(f"{server.url}/api/v1/data/data/fill65k?sel=0:20000&format=json")
+    assert status == 200
+    assert n == 2 + 20000 * (len(fill) + 2) + 19999 and head.startswith(b'["fff')
+    bound(rss, ANSWER_SHARE_KIB + 32 * MIB, "JSON read of 20,000 elements of a 65,000-byte fill value (1.3 GB)")
+    # The decoded-chunk face: one chunk of 1,000 of them.
+    with PeakRss(server) as rss:
+        status, n, _ = stream_length(f"{server.url}/api/v1/chunks/data/fill65k?coords=7&format=json")
+    assert status == 200 and n == 2 + 1000 * (len(fill) + 2) + 999
+    bound(rss, ANSWER_SHARE_KIB + 32 * MIB, "decoded chunk of 1,000 fill values")
+
+
+def test_huge_stored_strings_are_read_in_bounded_memory(server):
+    # Review: a vlen-utf8 chunk of 4 strings of 60 MiB, read whole, peaked at 7.4 GB
+    # (decoded, cached, copied into the slab, escaped whole). Now slabs hold at most
+    # read_slab_bytes of copies (one element when an element is larger), and the JSON
+    # is written a piece at a time.
+    size = 60 << 20
+    strings = [chr(ord("a") + i) * size for i in range(3)] + ['"\n' * (size // 2)]
+    behind(server, "strings/zarr.json", v3([4], [4], "string", "", [{"name": "vlen-utf8"}]))
+    behind(server, "strings/c/0", vlen_utf8(strings))
+    with PeakRss(server) as rss:
+        status, n, head = stream_length(f"{server.url}/api/v1/data/data/strings?format=json")
+    assert status == 200, head
+    # Three plain strings, and one whose every character is escaped (two bytes each).
+    assert n == 2 + 3 * (size + 2) + (2 * size + 2) + 3 and head.startswith(b'["aaa')
+    # The stored chunk and its decoded form (240 MiB each, as the chunk cache keeps it), one
+    # 60 MiB element copied, and the answer's share.
+    bound(rss, 2 * 240 * MIB + 60 * MIB + ANSWER_SHARE_KIB + 64 * MIB, "JSON read of 4 strings of 60 MiB")
+    # Sharded: the same strings as inner chunks of one shard.
+    sharded = [
+        {
+            "name": "sharding_indexed",
+            "configuration": {
+                "chunk_shape": [1],
+                "codecs": [{"name": "vlen-utf8"}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                "index_location": "end",
+            },
+        }
+    ]
+    inner = [vlen_utf8([s]) for s in strings]
+    index, at = b"", 0
+    for part in inner:
+        index += at.to_bytes(8, "little") + len(part).to_bytes(8, "little")
+        at += len(part)
+    behind(server, "sstrings/zarr.json", v3([4], [4], "string", "", sharded))
+    behind(server, "sstrings/c/0", b"".join(inner) + index)
+    with PeakRss(server) as rss:
+        status, n2, _ = stream_length(f"{server.url}/api/v1/data/data/sstrings?format=json")
+    assert status == 200 and n2 == n
+    bound(rss, 2 * 240 * MIB + 60 * MIB + ANSWER_SHARE_KIB + 64 * MIB, "JSON read of 4 sharded strings of 60 MiB")
+
+
+def _stalled_get(url: str, path: str, close: bool = False, small_buffer: bool = True) -> socket.socket:
+    """A connection that sends a GET (and, as the caller does, never reads: a small
+    receive buffer, so the kernel absorbs little of the answer)."""
+    host, port = url.removeprefix("http://").split(":")
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if small_buffer:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(10)
+    s.connect((host, int(port)))
+    extra = "Connection: close\r\n" if close else ""
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode())
+    return s
+
+
+def _drain(s: socket.socket, limit_s: float) -> tuple[int, bool]:
+    """Reads until the server closes (bounded in time); bytes read, and whether it closed."""
+    n, deadline = 0, time.monotonic() + limit_s
+    s.settimeout(2)
+    while time.monotonic() < deadline:
+        try:
+            piece = s.recv(1 << 20)
+        except (ConnectionResetError, BrokenPipeError):
+            return n, True
+        except socket.timeout:
+            continue
+        if not piece:
+            return n, True
+        n += len(piece)
+    return n, False
+
+
+def test_stalled_readers_hold_bounded_memory(tmp_path_factory):
+    # Review: 20 sockets that sent a large GET and never read took the process to 2 GB
+    # (each answer kept ~3 slabs), with nothing limiting how many. Now started answers
+    # share limits.read_answer_budget_bytes (64 MiB here: four large answers' shares), and a
+    # connection whose client takes no bytes for limits.send_stall_timeout_seconds is closed.
+    root = tmp_path_factory.mktemp("stall")
+    logs = tmp_path_factory.mktemp("stall-logs")
+    # 4 MiB slabs: the test's debug build fills 32 MiB slabs slowly enough to keep both
+    # cores of the CPU pool busy; the shares (16 MiB each) are what is measured.
+    budget_mib = 64
+    env = {
+        "ZARRD_LIMITS__READ_ANSWER_BUDGET_BYTES": str(budget_mib << 20),
+        "ZARRD_LIMITS__READ_SLAB_BYTES": str(4 << 20),
+        "ZARRD_LIMITS__SEND_STALL_TIMEOUT_SECONDS": "3",
+    }
+    s = start_zarrd({"data": root.as_uri()}, log_path=logs / "zarrd.log", env=env)
+    sockets = []
+    try:
+        doc = v3([1 << 30], [1 << 24], "uint8", 7)
+        (root / "big").mkdir()
+        (root / "big" / "zarr.json").write_text(json.dumps(doc))
+        big = "/api/v1/data/data/big?sel=0:1073741824"
+        small = f"{s.url}/api/v1/data/data/big?sel=5:21"
+        assert requests.get(small, timeout=HTTP_TIMEOUT_S).content == bytes([7] * 16)  # warm up
+        with PeakRss(s) as rss:
+            sockets = [_stalled_get(s.url, big) for _ in range(20)]
+            worst = 0.0
+            for _ in range(10):  # about 2 s, within the stall timeout
+                for u in (f"{s.url}/healthz", small):
+                    t = time.monotonic()
+                    r = requests.get(u, timeout=HTTP_TIMEOUT_S)
+                    worst = max(worst, time.monotonic() - t)
+                    assert r.status_code == 200
+                time.sleep(0.2)
+        print(f"20 stalled readers: slowest /healthz or small read {worst * 1000:.0f} ms")
+        assert worst < 1.0
+        # The budget, and per connection at most a few small messages and buffers.
+        bound(rss, (budget_mib + 64) * MIB, "20 stalled 1 GiB readers")
+        for k in sockets:
+            k.close()
+        sockets = []
+        time.sleep(3)  # the answers waiting for a share find their clients gone
+        # A stalled reader is cut off after the stall timeout: what the kernel buffered, then
+        # the end (never the whole GiB).
+        lone = _stalled_get(s.url, big)
+        time.sleep(3 + 3)
+        n, closed = _drain(lone, 60)
+        lone.close()
+        assert closed and n < 1 << 28, (n, closed)
+        # A slow reader that keeps reading gets all of its answer, however long it takes:
+        # 8 MiB in pieces of at most 256 KiB every 0.25 s.
+        slow = _stalled_get(s.url, "/api/v1/data/data/big?sel=0:8388608", close=True, small_buffer=False)
+        total, ended, deadline = 0, False, time.monotonic() + 120
+        slow.settimeout(10)
+        while time.monotonic() < deadline:
+            piece = slow.recv(256 << 10)
+            if not piece:
+                ended = True
+                break
+            total += len(piece)
+            time.sleep(0.25)
+        slow.close()
+        assert ended and total > 8 << 20, (total, ended)
+    finally:
+        for k in sockets:
+            k.close()
+        s.stop()

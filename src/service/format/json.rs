@@ -374,35 +374,41 @@ impl JsonEncoder {
 
 /// Renders the start of `b` (bytes of a string; invalid UTF-8 as U+FFFD,
 /// as `String::from_utf8_lossy`) escaped as serde_json escapes, about
-/// [`VAR_BLOCK`] bytes of it (stopping where a later call may go on with
-/// the same result); how many bytes of `b` it took (at least one unless `b`
-/// is empty).
+/// [`VAR_BLOCK`] bytes of it; how many bytes of `b` it took (at least one
+/// unless `b` is empty). It stops before a byte that is not a UTF-8
+/// continuation byte, where a sequence (valid or not) starts, so a later
+/// call goes on with the same result as rendering `b` whole.
 fn escape_lossy_block(b: &[u8], out: &mut Vec<u8>) -> usize {
-    let mut taken = 0;
-    for chunk in b.utf8_chunks() {
-        let valid = chunk.valid().as_bytes();
-        let room = VAR_BLOCK.saturating_sub(taken);
-        if valid.len() > room {
-            // Cut at a character boundary at or after `room`.
-            let mut end = room.max(1);
-            while end < valid.len() && valid[end] & 0xC0 == 0x80 {
-                end += 1;
-            }
-            escape_valid(&valid[..end], out);
-            return taken + end;
-        }
-        escape_valid(valid, out);
-        taken += valid.len();
+    let mut end = b.len().min(VAR_BLOCK);
+    while end < b.len() && b[end] & 0xC0 == 0x80 {
+        end += 1;
+    }
+    for chunk in b[..end].utf8_chunks() {
+        escape_valid(chunk.valid().as_bytes(), out);
         if !chunk.invalid().is_empty() {
             out.extend_from_slice("\u{FFFD}".as_bytes());
-            taken += chunk.invalid().len();
-        }
-        if taken >= VAR_BLOCK {
-            return taken;
         }
     }
-    taken
+    end
 }
+
+/// The length of each byte's escaped form in a string (1: written as it is).
+const ESCAPED_LEN: [u8; 256] = {
+    let mut t = [1u8; 256];
+    let mut c = 0;
+    while c < 32 {
+        t[c] = 6;
+        c += 1;
+    }
+    t[b'"' as usize] = 2;
+    t[b'\\' as usize] = 2;
+    t[b'\n' as usize] = 2;
+    t[b'\r' as usize] = 2;
+    t[b'\t' as usize] = 2;
+    t[0x08] = 2;
+    t[0x0c] = 2;
+    t
+};
 
 /// The escape of byte `c` of a string (`None`: written as it is).
 fn escape_of(c: u8) -> Option<&'static [u8]> {
@@ -433,6 +439,9 @@ fn escape_of(c: u8) -> Option<&'static [u8]> {
 fn escape_valid(s: &[u8], out: &mut Vec<u8>) {
     let mut from = 0;
     for (i, &c) in s.iter().enumerate() {
+        if ESCAPED_LEN[c as usize] == 1 {
+            continue;
+        }
         if let Some(e) = escape_of(c) {
             out.extend_from_slice(&s[from..i]);
             out.extend_from_slice(e);
@@ -451,9 +460,7 @@ pub fn variable_text_len(dt: &DataType, b: &[u8]) -> u64 {
     }
     let mut n = 2u64;
     for chunk in b.utf8_chunks() {
-        for &c in chunk.valid().as_bytes() {
-            n += escape_of(c).map_or(1, |e| e.len() as u64);
-        }
+        n += chunk.valid().as_bytes().iter().map(|&c| u64::from(ESCAPED_LEN[c as usize])).sum::<u64>();
         if !chunk.invalid().is_empty() {
             n += 3;
         }
