@@ -205,16 +205,19 @@ pub struct Limits {
     #[serde(default = "default_max_list")]
     pub max_list_entries: usize,
     /// Largest selection one data or chunk read or slice write may cover, in decoded
-    /// bytes (413 beyond). Reads stream, so this bounds response size and
-    /// time, not memory.
+    /// bytes (413 beyond); variable-length elements count by their JSON
+    /// text (the fill value's for missing ones), slab by slab as the answer
+    /// is made. Reads stream, so this bounds response size and time, not
+    /// memory.
     #[serde(default = "default_max_selection")]
     pub max_selection_bytes: u64,
     /// Most elements one JSON answer may hold (413 beyond): a JSON client
     /// parses the whole answer in memory, at tens of bytes per element.
     #[serde(default = "default_max_json")]
     pub max_json_elements: u64,
-    /// Decoded bytes a streamed read assembles at once (one slab); memory
-    /// per read is about two slabs plus the chunks being decoded.
+    /// Decoded bytes a streamed read assembles at once (one slab; for
+    /// variable-length elements, the copies a slab may hold); memory per
+    /// read is about four slabs plus the chunks being decoded.
     #[serde(default = "default_slab")]
     pub read_slab_bytes: u64,
     /// Largest request body that is a document (JSON, XML) rather than array data (413 beyond).

@@ -101,8 +101,20 @@ pub struct ChunkParams {
     pub fill_missing: Option<bool>,
 }
 
-/// The pieces of one message of a read's body.
+/// The pieces of one message of a read's body. The last message of an
+/// answer ends with an empty piece (pieces are never empty otherwise): a
+/// channel that closes before it is a failed answer, never a whole one.
 pub type Pieces = Vec<Bytes>;
+
+/// Whether `pieces` is an answer's last message (its end mark removed).
+pub fn take_last(pieces: &mut Pieces) -> bool {
+    if pieces.last().is_some_and(Bytes::is_empty) {
+        pieces.pop();
+        true
+    } else {
+        false
+    }
+}
 
 /// A read, checked and started: what the answer's headers say, the first
 /// slab (already produced, so its errors are ordinary answers) and the rest
@@ -208,9 +220,8 @@ impl AsRef<[u8]> for Held {
 }
 
 /// Where an answer's bytes go: pieces collected into messages of about
-/// `message` bytes, sent through the channel of one. The producer ends an
-/// answer with an empty message (the end marker: a channel closed without
-/// it is a failed answer).
+/// `message` bytes, sent through the channel of one; the last one carries
+/// the end mark ([`Pieces`]).
 struct Out {
     tx: mpsc::Sender<ServiceResult<Pieces>>,
     pending: Pieces,
@@ -252,14 +263,14 @@ impl Out {
         self.tx.send(Ok(std::mem::take(&mut self.pending))).await.is_ok()
     }
 
-    /// Ends the answer: its last message and the end marker, or the error
+    /// Ends the answer: its last message (with the end mark), or the error
     /// (an ordinary error answer when nothing was sent yet).
     async fn finish(mut self, result: ServiceResult<bool>) {
         match result {
             Ok(true) => {
-                if self.flush(true).await {
-                    let _ = self.tx.send(Ok(Vec::new())).await;
-                }
+                let mut last = std::mem::take(&mut self.pending);
+                last.push(Bytes::new());
+                let _ = self.tx.send(Ok(last)).await;
             }
             Ok(false) => {}
             Err(e) => {
@@ -1188,9 +1199,10 @@ fn variable_text(dt: &DataType, b: &[u8]) -> Vec<u8> {
 /// Waits for a producer's first message: an error then is the answer's.
 async fn first_message(rx: &mut mpsc::Receiver<ServiceResult<Pieces>>) -> ServiceResult<(Pieces, bool)> {
     match rx.recv().await {
-        // The end marker: nothing more comes.
-        Some(Ok(pieces)) if pieces.is_empty() => Ok((pieces, true)),
-        Some(Ok(pieces)) => Ok((pieces, false)),
+        Some(Ok(mut pieces)) => {
+            let last = take_last(&mut pieces);
+            Ok((pieces, last))
+        }
         Some(Err(e)) => Err(e),
         None => Err(ServiceError::Internal("the read stopped before its first slab".into())),
     }
@@ -1252,6 +1264,9 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
     let mut small = plan.small;
     if !small {
         out.share = Some(a.share(a.slab_bytes.saturating_mul(4)).await?);
+        if out.tx.is_closed() {
+            return Ok(false); // Gone while waiting for the share.
+        }
     }
     let mut json =
         (plan.format == OutputFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
@@ -1524,6 +1539,9 @@ impl ChunkJob {
 async fn produce_chunk(job: &Arc<ChunkJob>, out: &mut Out) -> ServiceResult<bool> {
     if let Some(bytes) = job.share {
         out.share = Some(job.answer.share(bytes).await?);
+        if out.tx.is_closed() {
+            return Ok(false); // Gone while waiting for the share.
+        }
     }
     if job.format == OutputFormat::Npy {
         out.push(Bytes::from(npy_header(&job.out_type, &job.out_shape)));

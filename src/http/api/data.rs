@@ -150,14 +150,16 @@ fn respond(read: DataRead) -> Response {
     let body = match read.rest {
         None => Body::from_stream(first),
         Some(rx) => {
-            // The producer ends with an empty message; a channel closed
-            // without it (the producer failed or was cut off) is an error
+            // The last message carries the end mark; a channel closed
+            // before it (the producer failed or was cut off) is an error
             // too, so the body never ends as if it were whole.
             let rest = stream::unfold(Some(rx), |rx| async move {
                 let mut rx = rx?;
                 match rx.recv().await {
-                    Some(Ok(pieces)) if pieces.is_empty() => None,
-                    Some(Ok(pieces)) => Some((Ok(pieces), Some(rx))),
+                    Some(Ok(mut pieces)) => {
+                        let last = read::take_last(&mut pieces);
+                        Some((Ok(pieces), (!last).then_some(rx)))
+                    }
                     Some(Err(e)) => Some((Err(e), None)),
                     None => Some((Err(crate::service::ServiceError::Internal("the read stopped before its end".into())), None)),
                 }
