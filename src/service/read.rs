@@ -22,16 +22,33 @@
 //! - Chunks are fetched concurrently (bounded); decoding and copying run on
 //!   the CPU pool ([`super::cpu`]), one task per chunk, which drops the
 //!   decoded chunk as soon as its part is copied (unless cached).
-//! - A producer task sends each slab's bytes through a channel of one, so a
-//!   read holds about three slabs (one being written to the socket, one
-//!   queued, one being assembled) plus the chunks being decoded, whatever
-//!   its size. A client that goes away stops the producer.
+//! - A producer task sends each slab's bytes through a channel of one, in
+//!   messages of about a slab, so a read holds about four slabs (one
+//!   message being written to the socket, one queued, one being encoded and
+//!   the slab it comes from) plus the chunks being decoded, whatever its
+//!   size. A client that goes away stops the producer.
+//! - Started answers are bounded together: an answer larger than
+//!   1 MiB takes a share of `limits.read_answer_budget_bytes`
+//!   (4 × `read_slab_bytes`) before its first slab, and every message it
+//!   sends holds the share until the socket has taken it, so clients that
+//!   stop reading hold at most the budget (and `server` closes their
+//!   connections after `limits.send_stall_timeout_seconds`).
+//! - Variable-length elements are sized by their real bytes: a slab holds
+//!   copies of at most `read_slab_bytes` (missing elements cost nothing: the
+//!   fill value's JSON text is rendered once and repeated); a slab that
+//!   would hold more is read again as smaller slabs (a quarter of its
+//!   elements, down to one), growing back after small ones. Each slab's
+//!   JSON text is counted against `limits.max_selection_bytes` before any
+//!   of it is sent, and written in pieces (a long string cut between them).
 //!
-//! Errors found before the first slab is sent (every check, and any error
-//! in the first slab) are ordinary error answers. An error in a later slab
-//! (a missing chunk with `fill_missing=false`, a corrupt chunk, storage
-//! failing) can only abort the body: the connection is closed, and the body
-//! is shorter than its `Content-Length` (raw, npy) or is invalid JSON.
+//! Errors found before the first message is sent (every check, and any
+//! error in the first slab) are ordinary error answers. An error in a later
+//! slab (a missing chunk with `fill_missing=false`, a corrupt chunk, storage
+//! failing, variable-length text past the limit) can only abort the body:
+//! the connection is closed, and the body is shorter than its
+//! `Content-Length` (raw, npy) or a chunked body without its end (JSON),
+//! which clients report as a failed transfer. The last message carries an
+//! end mark ([`Pieces`]), so a producer that stops early fails the body too.
 //!
 //! Missing chunks read as the fill value unless the mount
 //! (`fill_missing_data_reads = false`) or the request (`fill_missing=false`)
