@@ -384,3 +384,56 @@ async fn variable_length_text_past_the_limit_cuts_a_started_answer() {
     assert!(failed, "the body ended without an error after {n} bytes");
     assert!(n > 300_000 && n <= 8 << 20, "{n} bytes before the cut");
 }
+
+/// Sends a GET on a connection with a small receive buffer, and reads nothing.
+async fn stalled_get(s: &TestServer, path: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut conn = socket.connect(s.addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut conn, request.as_bytes()).await.expect("send");
+    conn
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_readers_are_cut_off_and_others_are_served() {
+    let _serial = SERIAL.lock().await;
+    let mut c = config(1 << 20);
+    c.limits.read_slab_bytes = 1 << 20;
+    // Room for three large answers' shares (4 MiB each), and a 1 s stall timeout.
+    c.limits.read_answer_budget_bytes = 12 << 20;
+    c.limits.send_stall_timeout_seconds = 1;
+    let s = TestServer::start_with(Backend::Memory, "stall", c).await.unwrap();
+    s.put("/zarr/data/big/zarr.json", v3_array(&[1 << 30], &[1 << 20], "uint8", "3")).await.expect_status(201);
+    let big = "/api/v1/data/data/big?sel=0:268435456";
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        stalled.push(stalled_get(&s, big).await);
+    }
+    // The budget is taken; small answers and health checks need none of it.
+    let t = Instant::now();
+    let r = s.get("/api/v1/data/data/big?sel=10:20").await;
+    r.expect_status(200);
+    assert_eq!(r.body, vec![3u8; 10]);
+    s.get("/healthz").await.expect_status(200);
+    assert!(t.elapsed() < Duration::from_secs(1), "small read and health check took {:?}", t.elapsed());
+    // After the stall timeout the connections are closed: what the kernel held, then the end.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (i, conn) in stalled.iter_mut().enumerate() {
+        let mut n = 0usize;
+        let mut buf = vec![0u8; 1 << 20];
+        let ended = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match tokio::io::AsyncReadExt::read(conn, &mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => n += k,
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok() && n < 64 << 20, "connection {i}: {n} bytes, ended: {}", ended.is_ok());
+    }
+    // Their shares are back: a large answer read at once gets everything.
+    let (status, n, _) = get_streamed(&s, "/api/v1/data/data/big?sel=0:33554432", 0).await;
+    assert_eq!((status, n), (200, 32 << 20));
+}
