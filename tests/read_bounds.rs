@@ -416,7 +416,7 @@ async fn stalled_readers_are_cut_off_and_others_are_served() {
     r.expect_status(200);
     assert_eq!(r.body, vec![3u8; 10]);
     s.get("/healthz").await.expect_status(200);
-    assert!(t.elapsed() < Duration::from_secs(1), "small read and health check took {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(2), "small read and health check took {:?}", t.elapsed());
     // After the stall timeout the connections are closed: what the kernel held, then the end.
     tokio::time::sleep(Duration::from_secs(3)).await;
     for (i, conn) in stalled.iter_mut().enumerate() {
