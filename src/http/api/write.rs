@@ -130,7 +130,7 @@ async fn put(
         (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
         (status = 415, description = "Unknown Content-Type", body = ErrorBody),
         (status = 422, description = "The array's metadata is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "A stored chunk does not decode (named)", body = ErrorBody),
+        (status = 502, description = "A stored chunk the write must update does not decode: the store answered corrupt bytes (naming the key)", body = ErrorBody),
         (status = 503, description = "Storage unavailable, or other writers kept changing a chunk (retry)", body = ErrorBody),
     )
 )]
@@ -169,7 +169,7 @@ pub async fn put_data(
         (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
         (status = 415, description = "Unknown Content-Type", body = ErrorBody),
         (status = 422, description = "The array's metadata is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "A stored chunk does not decode (named)", body = ErrorBody),
+        (status = 502, description = "A stored chunk the write must update does not decode: the store answered corrupt bytes (naming the key)", body = ErrorBody),
         (status = 503, description = "Storage unavailable, or other writers kept changing a chunk (retry)", body = ErrorBody),
     )
 )]
