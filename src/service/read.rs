@@ -811,7 +811,7 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
     // on the CPU pool (which also frees the parsed lists) unless they are short.
     let (spec, array) = (params.selection, src.array.clone());
     let sel = cpu::run_or_inline(spec.listed() <= crate::zarr::selection::INLINE_LISTED, move || {
-        spec.resolve(&array.desc.shape, array.desc.dimension_names.as_deref())
+        spec.resolve_owned(&array.desc.shape, array.desc.dimension_names.as_deref())
     })
     .await
     .map_err(|e| ServiceError::Internal(e.to_string()))??;

@@ -111,9 +111,6 @@ pub enum DimSpec {
     Ellipsis,
 }
 
-/// The full dimension (`:`).
-static FULL: DimSpec = DimSpec::Slice { start: None, stop: None, step: None };
-
 impl DimSpec {
     /// The full dimension (`:`).
     #[must_use]
@@ -437,14 +434,23 @@ impl SelectionSpec {
     /// of different lengths in a coordinate selection, a slice in a
     /// coordinate selection — each naming the dimension.
     pub fn resolve(&self, shape: &[u64], names: Option<&[Option<String>]>) -> Result<Selection> {
+        self.clone().resolve_owned(shape, names)
+    }
+
+    /// [`SelectionSpec::resolve`], consuming the selection: its lists
+    /// become the indexers' lists in place (no copy).
+    ///
+    /// # Errors
+    /// As [`SelectionSpec::resolve`].
+    pub fn resolve_owned(self, shape: &[u64], names: Option<&[Option<String>]>) -> Result<Selection> {
         let rank = shape.len();
-        // References: the lists are not copied.
-        let dims: Vec<&DimSpec> = if self.named.is_empty() {
-            self.expand_ellipsis(rank)?
+        let mode = self.mode;
+        // Per array dimension, the spec given (moved), or `None` for the whole dimension.
+        let dims: Vec<Option<DimSpec>> = if self.named.is_empty() {
+            expand_ellipsis(self.dims, rank)?
         } else {
-            let mut dims = vec![&FULL; rank];
-            let mut seen = vec![false; rank];
-            for (name, spec) in &self.named {
+            let mut dims: Vec<Option<DimSpec>> = (0..rank).map(|_| None).collect();
+            for (name, spec) in self.named {
                 let pos = names.and_then(|n| n.iter().position(|x| x.as_deref() == Some(name.as_str()))).ok_or_else(
                     || {
                         let known: Vec<&str> = names.unwrap_or(&[]).iter().filter_map(|n| n.as_deref()).collect();
@@ -453,22 +459,25 @@ impl SelectionSpec {
                         ))
                     },
                 )?;
-                if std::mem::replace(&mut seen[pos], true) {
+                if dims[pos].is_some() {
                     return Err(SelectionError::invalid(format!("selection: dimension `{name}` given twice")));
                 }
-                if *spec == DimSpec::Ellipsis {
+                if matches!(spec, DimSpec::Ellipsis) {
                     return Err(SelectionError::invalid(format!("dimension `{name}`: `...` cannot be named")));
                 }
-                dims[pos] = spec;
+                dims[pos] = Some(spec);
             }
             dims
         };
         let mut out = Vec::with_capacity(rank);
-        for (i, (spec, &n)) in dims.iter().zip(shape).enumerate() {
-            out.push(resolve_dim(spec, n, &dim_label(i, names))?);
+        for (i, (spec, &n)) in dims.into_iter().zip(shape).enumerate() {
+            out.push(match spec {
+                None => resolve_slice(None, None, None, n),
+                Some(spec) => resolve_dim(spec, n, &dim_label(i, names))?,
+            });
         }
         let has_list = out.iter().any(|d| matches!(d, DimIndexer::List(_)));
-        let mode = match self.mode {
+        let mode = match mode {
             SelectionMode::Basic if has_list => SelectionMode::Orthogonal,
             m => m,
         };
@@ -524,29 +533,31 @@ impl SelectionSpec {
         }
         Ok(Selection { dims: out, mode })
     }
+}
 
-    fn expand_ellipsis(&self, rank: usize) -> Result<Vec<&DimSpec>> {
-        let ellipses = self.dims.iter().filter(|d| **d == DimSpec::Ellipsis).count();
-        if ellipses > 1 {
-            return Err(SelectionError::invalid("selection: at most one `...`".into()));
-        }
-        let given = self.dims.len() - ellipses;
-        if given > rank {
-            return Err(SelectionError::invalid(format!(
-                "selection: {given} dimensions given, but the array has {rank} (shape rank {rank})"
-            )));
-        }
-        let mut out = Vec::with_capacity(rank);
-        for d in &self.dims {
-            if *d == DimSpec::Ellipsis {
-                out.extend(std::iter::repeat_n(&FULL, rank - given));
-            } else {
-                out.push(d);
-            }
-        }
-        out.resize(rank, &FULL);
-        Ok(out)
+/// The positional specs, one per array dimension (`None`: the whole
+/// dimension, for `...` and missing trailing dimensions).
+fn expand_ellipsis(dims: Vec<DimSpec>, rank: usize) -> Result<Vec<Option<DimSpec>>> {
+    let ellipses = dims.iter().filter(|d| matches!(d, DimSpec::Ellipsis)).count();
+    if ellipses > 1 {
+        return Err(SelectionError::invalid("selection: at most one `...`".into()));
     }
+    let given = dims.len() - ellipses;
+    if given > rank {
+        return Err(SelectionError::invalid(format!(
+            "selection: {given} dimensions given, but the array has {rank} (shape rank {rank})"
+        )));
+    }
+    let mut out = Vec::with_capacity(rank);
+    for d in dims {
+        if matches!(d, DimSpec::Ellipsis) {
+            out.extend((0..rank - given).map(|_| None));
+        } else {
+            out.push(Some(d));
+        }
+    }
+    out.resize_with(rank, || None);
+    Ok(out)
 }
 
 fn resolve_index(x: i64, n: u64, what: &str) -> Result<u64> {
@@ -587,14 +598,17 @@ fn resolve_slice(start: Option<i64>, stop: Option<i64>, step: Option<i64>, n: u6
     DimIndexer::Slice { start: u64::try_from(start.max(0)).unwrap_or(0), step, len: u64::try_from(len).unwrap_or(0) }
 }
 
-fn resolve_dim(spec: &DimSpec, n: u64, what: &str) -> Result<DimIndexer> {
+fn resolve_dim(spec: DimSpec, n: u64, what: &str) -> Result<DimIndexer> {
     match spec {
-        DimSpec::Index(x) => resolve_index(*x, n, what).map(DimIndexer::Index),
+        DimSpec::Index(x) => resolve_index(x, n, what).map(DimIndexer::Index),
         DimSpec::Slice { step: Some(0), .. } => {
             Err(SelectionError::invalid(format!("{what}: slice step must not be zero")))
         }
-        DimSpec::Slice { start, stop, step } => Ok(resolve_slice(*start, *stop, *step, n)),
-        DimSpec::List(v) => v.iter().map(|&x| resolve_index(x, n, what)).collect::<Result<_>>().map(DimIndexer::List),
+        DimSpec::Slice { start, stop, step } => Ok(resolve_slice(start, stop, step, n)),
+        // Collected in place: the i64 list's buffer becomes the u64 list's.
+        DimSpec::List(v) => {
+            v.into_iter().map(|x| resolve_index(x, n, what)).collect::<Result<_>>().map(DimIndexer::List)
+        }
         DimSpec::Ellipsis => Err(SelectionError::invalid(format!("{what}: unexpected `...`"))),
     }
 }
