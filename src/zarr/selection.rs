@@ -689,6 +689,21 @@ enum JsonDim {
 }
 
 impl SelectionBody {
+    /// Whether turning this into a [`SelectionSpec`] is little work (few
+    /// listed indices, short text): callers may do it on an async worker.
+    #[must_use]
+    pub fn is_small(&self) -> bool {
+        const SHORT_TEXT: usize = 4096;
+        let text = |d: &JsonDim| if let JsonDim::Text(t) = d { t.len() } else { 0 };
+        let texts = match &self.form {
+            BodyForm::Text(t) => t.len(),
+            BodyForm::Dims(d) => d.iter().map(text).sum(),
+            BodyForm::Named(d) => d.iter().map(|(_, d)| text(d)).sum(),
+            BodyForm::All | BodyForm::Invalid(_) => 0,
+        };
+        self.listed <= INLINE_LISTED && texts <= SHORT_TEXT
+    }
+
     /// The selection, checked for form; `mode` says how lists combine.
     ///
     /// # Errors

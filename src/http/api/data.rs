@@ -267,16 +267,17 @@ pub async fn get_root_data(
     get_data(state, target, query, headers).await
 }
 
-fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams> {
+async fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams> {
     let mode = parse_mode(body.mode.as_deref())?;
-    // The lists move (the body was parsed into them on the CPU pool).
-    let selection = body.selection.into_spec(mode).map_err(selection_error)?;
-    Ok(ReadParams {
-        selection,
-        field: body.field,
-        format: negotiate(body.format.as_deref(), headers)?,
-        fill_missing: body.fill_missing,
-    })
+    let format = negotiate(body.format.as_deref(), headers)?;
+    // The JSON lists move (the body was parsed into them on the CPU pool);
+    // text lists inside the body are parsed here, on the pool when long.
+    let spec = body.selection;
+    let selection = crate::service::cpu::run_or_inline(spec.is_small(), move || spec.into_spec(mode))
+        .await
+        .map_err(|e| ApiError::from(crate::service::ServiceError::Internal(e.to_string())))?
+        .map_err(selection_error)?;
+    Ok(ReadParams { selection, field: body.field, format, fill_missing: body.fill_missing })
 }
 
 /// Read a selection given in a JSON body (orthogonal and coordinate
@@ -317,7 +318,7 @@ pub async fn post_data(
     headers: HeaderMap,
     TypedJsonBody(body): TypedJsonBody<DataBody>,
 ) -> ApiResult<Response> {
-    let params = params_from_body(body, &headers)?;
+    let params = params_from_body(body, &headers).await?;
     read_with(app, target, params).await
 }
 
