@@ -93,8 +93,9 @@ async fn put(
 ) -> ApiResult<StatusCode> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query: {e}")))?;
     let mode = parse_mode(query.mode.as_deref())?;
+    // 413 for too many listed indices, else 400 `invalid_selection`.
     let selection = SelectionSpec::parse(query.sel.as_deref().unwrap_or(""), mode)
-        .map_err(|e| ApiError::bad_request("invalid_selection", e.to_string()))?;
+        .map_err(|e| ApiError::from(crate::service::ServiceError::from(e)))?;
     let format = body_format(&query, headers)?;
     // Refuse before reading the body.
     crate::service::store::check_writable(app, &target.mount)?;
