@@ -424,7 +424,7 @@ async fn limits(backend: Backend) {
     s.get("/api/v1/data/data/a?sel=0:2,0:5&format=json").await.expect_status(200);
 }
 
-/// A corrupt chunk: a 500 naming its key when met in the first slab; after
+/// A corrupt chunk: a 502 naming its key when met in the first slab; after
 /// the headers went out, a body cut short of its Content-Length.
 async fn corrupt_chunks(backend: Backend) {
     let mut config = common::test_config();
@@ -441,7 +441,7 @@ async fn corrupt_chunks(backend: Backend) {
     }
     s.put("/zarr/data/z/c/6/0", b"not zstd at all".to_vec()).await.expect_status(201);
     let r = s.get("/api/v1/data/data/z?sel=60:70").await;
-    r.expect_error(500, "corrupt_chunk");
+    r.expect_error(502, "corrupt_chunk");
     assert!(r.error_message().contains("z/c/6/0"), "{}", r.error_message());
     // 4 KiB slabs hold four chunk rows: the corrupt chunk is in the second slab.
     let resp = s.request("GET", "/api/v1/data/data/z").send().await.unwrap();

@@ -279,7 +279,7 @@ async fn decompression_bombs_stop_at_the_expected_size_in_every_codec() {
         s.put(&format!("/zarr/data/{path}/c/0"), bytes).await.expect_status(201);
         let started = Instant::now();
         let r = s.get(&format!("/api/v1/data/data/{path}?sel=0:4&format=json")).await;
-        r.expect_error(500, "corrupt_chunk");
+        r.expect_error(502, "corrupt_chunk");
         let m = r.error_message();
         assert!(m.contains(&small.to_string()), "{name}: {m}");
         assert!(started.elapsed() < Duration::from_secs(10), "{name}: {:?}", started.elapsed());
@@ -294,7 +294,7 @@ async fn decompression_bombs_stop_at_the_expected_size_in_every_codec() {
         s.put(&format!("/zarr/data/{path}/zarr.json"), doc.to_string()).await.expect_status(201);
         s.put(&format!("/zarr/data/{path}/c/0"), bytes).await.expect_status(201);
         let r = s.get(&format!("/api/v1/data/data/{path}?sel=0:4&format=json")).await;
-        r.expect_error(500, "corrupt_chunk");
+        r.expect_error(502, "corrupt_chunk");
         let m = r.error_message();
         assert!(
             m.contains("exceeds the expected size") || m.contains("more than the expected"),
@@ -324,7 +324,7 @@ async fn decompression_bombs_stop_at_the_expected_size_in_every_codec() {
     }
     s.put("/zarr/data/sharded/c/0", shard).await.expect_status(201);
     let r = s.get("/api/v1/data/data/sharded?sel=0:4&format=json").await;
-    r.expect_error(500, "corrupt_chunk");
+    r.expect_error(502, "corrupt_chunk");
     assert!(r.error_message().contains(&small.to_string()), "{}", r.error_message());
 }
 

@@ -158,8 +158,10 @@ impl From<ServiceError> for ApiError {
             ServiceError::UnsupportedFormat(_) => Self::bad_request("unsupported_format", message),
             ServiceError::MissingChunk(_) => Self::new(StatusCode::NOT_FOUND, "missing_chunk", message),
             ServiceError::CorruptChunk { .. } => {
+                // Not a fault of zarrd: the store answered bytes that do not
+                // decode, as a gateway's upstream gives a bad answer.
                 tracing::error!(error = %message, "corrupt stored data");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_chunk", message)
+                Self::new(StatusCode::BAD_GATEWAY, "corrupt_chunk", message)
             }
             ServiceError::SelectionTooLarge(_) => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "selection_too_large", message)
@@ -250,6 +252,13 @@ mod tests {
         assert!(e.message.contains("limits.body_read_timeout_seconds"), "{}", e.message);
         let other = axum::Error::new(std::io::Error::other("reset"));
         assert_eq!(ApiError::body_error(&other).code, "body_read_failed");
+    }
+
+    #[test]
+    fn corrupt_stored_data_is_a_bad_gateway() {
+        let e = ApiError::from(ServiceError::CorruptChunk { key: "a/c/0".into(), reason: "zstd: bad frame".into() });
+        assert_eq!((e.status, e.code), (StatusCode::BAD_GATEWAY, "corrupt_chunk"));
+        assert!(e.message.contains("a/c/0"), "{}", e.message);
     }
 
     #[test]

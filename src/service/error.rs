@@ -3,6 +3,18 @@
 use crate::storage::StorageError;
 use crate::zarr::metadata::MetadataError;
 
+impl From<crate::zarr::selection::SelectionError> for ServiceError {
+    /// Too many listed indices is `SelectionTooLarge` (413); anything else
+    /// `InvalidSelection` (400).
+    fn from(e: crate::zarr::selection::SelectionError) -> Self {
+        if e.is_too_large() {
+            Self::SelectionTooLarge(e.0)
+        } else {
+            Self::InvalidSelection(e.0)
+        }
+    }
+}
+
 /// A service result.
 pub type ServiceResult<T> = Result<T, ServiceError>;
 

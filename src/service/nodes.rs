@@ -32,7 +32,7 @@ use super::node::{self, ArrayNode, DocumentGate, GroupNode, Node, NodePath};
 use super::{App, ServiceError, ServiceResult};
 use crate::storage::{KeyPrefix, Mount, PutCondition, StoreKey};
 use crate::zarr::array::{ArrayDescription, ArrayError, ZarrFormat};
-use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
+use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3, MAX_EXTENT};
 use crate::zarr::tensorstore::{self, spec::NewArray};
 
 /// Every metadata document name a node may have.
@@ -273,10 +273,22 @@ fn to_bytes(v: &Value, max_pretty: u64) -> Bytes {
 /// a rewrite zarrd could not read again (too large, nested too deep, an
 /// array over the limits) writes nothing.
 async fn put_doc(app: &App, mount: &Mount, path: &NodePath, name: &str, doc: &Value) -> ServiceResult<()> {
+    let (key, bytes) = checked_doc(app, path, name, doc).await?;
+    put_checked(app, mount, path, &key, bytes).await
+}
+
+/// The bytes of a metadata document, checked as [`put_doc`] checks them,
+/// for a rewrite that must know they pass before it changes anything.
+async fn checked_doc(app: &App, path: &NodePath, name: &str, doc: &Value) -> ServiceResult<(StoreKey, Bytes)> {
     let key = path.key(name)?;
     let bytes = to_bytes(doc, app.config().limits.max_body_bytes);
     DocumentGate::of(app).check_document(&key, bytes.clone(), &node::array_limits(app)).await?;
-    mount.put(&key, bytes, &PutCondition::None).await?;
+    Ok((key, bytes))
+}
+
+/// Stores document bytes [`checked_doc`] checked.
+async fn put_checked(app: &App, mount: &Mount, path: &NodePath, key: &StoreKey, bytes: Bytes) -> ServiceResult<()> {
+    mount.put(key, bytes, &PutCondition::None).await?;
     app.metadata_cache().invalidate(mount.name(), path);
     Ok(())
 }
@@ -751,6 +763,12 @@ pub async fn resize(app: &App, mount: &str, path: &NodePath, req: &Resize) -> Se
         )));
     }
     for (i, (&new, &cur)) in req.shape.iter().zip(old).enumerate() {
+        if new > MAX_EXTENT {
+            return Err(bad(format!(
+                "shape[{i}]: {new} is larger than zarrd supports (2^62 = {MAX_EXTENT}, the index space TensorStore \
+                 and numpy address)"
+            )));
+        }
         if req.expand_only && new < cur {
             return Err(bad(format!("shape[{i}]: expand_only is set but {new} is smaller than the current {cur}")));
         }
@@ -758,7 +776,14 @@ pub async fn resize(app: &App, mount: &str, path: &NodePath, req: &Resize) -> Se
             return Err(bad(format!("shape[{i}]: shrink_only is set but {new} is larger than the current {cur}")));
         }
     }
-    // Chunks wholly outside the new shape go first, then the document.
+    // The new document must pass before anything changes; then chunks
+    // wholly outside the new shape go first, then the document.
+    let mut doc = array.metadata.clone();
+    if let Some(o) = doc.as_object_mut() {
+        o.insert("shape".into(), json!(req.shape));
+    }
+    let name = if array.format() == ZarrFormat::V3 { "zarr.json" } else { ".zarray" };
+    let (key, bytes) = checked_doc(app, path, name, &doc).await?;
     let mut deleted = 0;
     if req.shape.iter().zip(old).any(|(n, c)| n < c) {
         let prefix = prefix_of(path)?;
@@ -777,12 +802,7 @@ pub async fn resize(app: &App, mount: &str, path: &NodePath, req: &Resize) -> Se
             .collect();
         deleted = delete_keys(&m, &prefix, outside.iter()).await?;
     }
-    let mut doc = array.metadata.clone();
-    if let Some(o) = doc.as_object_mut() {
-        o.insert("shape".into(), json!(req.shape));
-    }
-    let name = if array.format() == ZarrFormat::V3 { "zarr.json" } else { ".zarray" };
-    put_doc(app, &m, path, name, &doc).await?;
+    put_checked(app, &m, path, &key, bytes).await?;
     match node::open_in_with(m.clone(), path, &DocumentGate::of(app)).await? {
         Node::Array(a) => Ok((a, deleted)),
         Node::Group(_) => Err(ServiceError::NotAnArray { mount: mount.to_string(), path: path.to_string() }),

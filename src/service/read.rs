@@ -1135,11 +1135,15 @@ fn npy_header(dt: &DataType, shape: &[u64]) -> Vec<u8> {
 /// chunk with `fill_missing=false`, a corrupt chunk, a storage failure.
 pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadParams) -> ServiceResult<DataRead> {
     let mut src = open(app, mount, path, params.fill_missing).await?;
+    // Checking listed indices against the shape costs up to the lists:
+    // on the CPU pool (which also frees the parsed lists) unless they are short.
+    let (spec, array) = (params.selection, src.array.clone());
+    let sel = cpu::run_or_inline(spec.listed() <= crate::zarr::selection::INLINE_LISTED, move || {
+        spec.resolve_owned(&array.desc.shape, array.desc.dimension_names.as_deref())
+    })
+    .await
+    .map_err(|e| ServiceError::Internal(e.to_string()))??;
     let desc = &src.array.desc;
-    let sel = params
-        .selection
-        .resolve(&desc.shape, desc.dimension_names.as_deref())
-        .map_err(|e| ServiceError::InvalidSelection(e.to_string()))?;
     let (field, out_type, out_shape) = output_of(&desc.data_type, sel.result_shape(), params.field.as_deref())?;
     let content_length = check_limits(app, params.format, &out_type, &out_shape)?;
     let es = desc.data_type.size().unwrap_or(0);

@@ -27,8 +27,7 @@ use super::{cpu, App, ServiceError, ServiceResult};
 use crate::storage::StorageError;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::region::{write_plan_on, RegionError, RegionOptions, SourceError, WritePlan};
-use crate::zarr::selection::SelectionSpec;
-use crate::zarr::selection::{Selection, SelectionMode};
+use crate::zarr::selection::{Selection, SelectionMode, SelectionSpec, INLINE_LISTED, MAX_SELECTION_INDICES};
 
 /// How often a write is planned again when the array's metadata changed
 /// between planning and locking.
@@ -51,23 +50,33 @@ pub struct WriteRequest {
     pub write_empty_chunks: Option<bool>,
 }
 
-/// Maps an engine error of a write to a service error.
-fn region_error(e: RegionError) -> ServiceError {
+/// Maps an engine error of a write on the array at `path` to a service
+/// error. The engine names chunks by their key inside the array (`c/0`);
+/// messages name them by their key in the mount (`path/to/array/c/0`), as
+/// reads do.
+fn region_error(path: &NodePath, e: RegionError) -> ServiceError {
+    let full = |key: String| path.key(&key).map_or(key, |k| k.to_string());
     match e {
         RegionError::Region(e) => ServiceError::InvalidSelection(format!("selection: {e}")),
         RegionError::Data(m) => ServiceError::BadRequest(format!("body: {m}")),
-        RegionError::Source { key, source } => match source {
-            SourceError::Precondition(reason) => ServiceError::WriteConflict { key, reason },
-            SourceError::PermissionDenied(reason) => {
-                ServiceError::Storage(StorageError::PermissionDenied { key, reason })
+        RegionError::Source { key, source } => {
+            let key = full(key);
+            match source {
+                SourceError::Precondition(reason) => ServiceError::WriteConflict { key, reason },
+                SourceError::PermissionDenied(reason) => {
+                    ServiceError::Storage(StorageError::PermissionDenied { key, reason })
+                }
+                SourceError::Refused(reason) => ServiceError::Storage(StorageError::Conflict { key, reason }),
+                SourceError::RangeNotSatisfiable(reason) | SourceError::Store(reason) => {
+                    ServiceError::Storage(StorageError::Unavailable { reason: format!("{key}: {reason}") })
+                }
             }
-            SourceError::Refused(reason) => ServiceError::Storage(StorageError::Conflict { key, reason }),
-            SourceError::RangeNotSatisfiable(reason) | SourceError::Store(reason) => {
-                ServiceError::Storage(StorageError::Unavailable { reason: format!("{key}: {reason}") })
-            }
-        },
-        RegionError::Codec { key, source } => ServiceError::CorruptChunk { key, reason: source.to_string() },
-        RegionError::Corrupt { key, reason } => ServiceError::CorruptChunk { key, reason },
+        }
+        RegionError::Codec { key, source } => ServiceError::CorruptChunk { key: full(key), reason: source.to_string() },
+        RegionError::Corrupt { key, reason } => ServiceError::CorruptChunk { key: full(key), reason },
+        RegionError::Encode { key, source } => {
+            ServiceError::Internal(format!("{}: encoding the updated chunk failed: {source}", full(key)))
+        }
         RegionError::Internal(m) => ServiceError::Internal(m),
     }
 }
@@ -92,7 +101,7 @@ fn check_size(app: &App, dt: &crate::zarr::data_type::DataType, shape: &[u64]) -
 /// dimensions together): such a plan keeps every index with its position
 /// in the body (about 24 bytes each), so this bounds a plan at some
 /// 100 MiB. Boxes (`a:b` in every dimension) list none, whatever their size.
-pub const MAX_INDEXED_WRITE: u64 = 1 << 22;
+pub const MAX_INDEXED_WRITE: u64 = MAX_SELECTION_INDICES;
 
 /// Refuses, before the body is decoded, a write whose plan would list too
 /// many indices.
@@ -185,10 +194,13 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
     let mut node = node::open_array(app, mount, path).await?;
     let request = Arc::new(request);
     for _ in 0..REPLANS {
-        let selection = request
-            .selection
-            .resolve(&node.desc.shape, node.desc.dimension_names.as_deref())
-            .map_err(|e| ServiceError::InvalidSelection(e.to_string()))?;
+        // Checking listed indices against the shape costs up to the lists.
+        let (req, desc) = (request.clone(), node.desc.clone());
+        let selection = cpu::run_or_inline(request.selection.listed() <= INLINE_LISTED, move || {
+            req.selection.resolve(&desc.shape, desc.dimension_names.as_deref())
+        })
+        .await
+        .map_err(|e| ServiceError::Internal(e.to_string()))??;
         let shape = selection.result_shape();
         check_size(app, &node.desc.data_type, &shape)?;
         check_indices(&selection)?;
@@ -203,7 +215,7 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
         let plan = cpu::run(move || WritePlan::for_selection_shared(&desc, &selection, data, scalar))
             .await
             .map_err(|e| ServiceError::Internal(e.to_string()))?
-            .map_err(region_error)?;
+            .map_err(|e| region_error(path, e))?;
         check_chunks(app, &node, &plan)?;
         let plan = Arc::new(plan);
         let keys = lock_keys(&node, path, &plan).await?;
@@ -228,7 +240,9 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
         let store = MountChunkStore::new(m.clone(), path.clone());
         // Every key written or deleted went through `Mount::put`/`delete`,
         // which invalidate the decoded chunk cache (`service::chunk_cache`).
-        return write_plan_on(&node.desc, &store, &store, &plan, &options, &cpu::Pool).await.map_err(region_error);
+        return write_plan_on(&node.desc, &store, &store, &plan, &options, &cpu::Pool)
+            .await
+            .map_err(|e| region_error(path, e));
     }
     Err(ServiceError::WriteConflict {
         key: path.to_string(),

@@ -148,6 +148,19 @@ pub fn validate_document(kind: DocumentKind, bytes: &[u8]) -> Result<(), Metadat
     parse_document(kind, bytes).map(|_| ())
 }
 
+/// The most dimensions an array may have (its shape, chunk shape, shard
+/// and inner chunk shapes, dimension names): TensorStore's `kMaxRank`, so
+/// nothing TensorStore can open is refused, and nothing is built per
+/// dimension for a document that declares millions of them. Checked when
+/// a document is parsed (every face: creates, raw `PUT`s, opens), before
+/// any per-dimension value is built.
+pub const MAX_RANK: usize = 32;
+
+/// The largest extent of one array dimension: 2^62, within the signed
+/// 64-bit index space TensorStore and numpy address (TensorStore's largest
+/// finite index is 2^62 - 2), with room for `stop` and `step` arithmetic.
+pub const MAX_EXTENT: u64 = 1 << 62;
+
 /// The deepest nesting of arrays and objects a metadata document may have
 /// (serde_json's own limit, 128, would fail later readers less clearly).
 pub const MAX_DOCUMENT_DEPTH: usize = 64;

@@ -175,9 +175,18 @@ pub enum RegionError {
         /// What the store said.
         source: SourceError,
     },
-    /// Stored bytes under `key` do not decode (or data does not encode).
+    /// Stored bytes under `key` do not decode.
     #[error("{key}: {source}")]
     Codec {
+        /// The key.
+        key: String,
+        /// The codec and reason.
+        source: CodecError,
+    },
+    /// Updated data under `key` did not encode (a fault of zarrd, not of
+    /// the stored bytes).
+    #[error("{key}: encoding failed: {source}")]
+    Encode {
         /// The key.
         key: String,
         /// The codec and reason.
@@ -229,6 +238,10 @@ struct Piece {
 
 fn codec_err(key: &str) -> impl FnOnce(CodecError) -> RegionError + '_ {
     move |source| RegionError::Codec { key: key.to_owned(), source }
+}
+
+fn encode_err(key: &str) -> impl FnOnce(CodecError) -> RegionError + '_ {
+    move |source| RegionError::Encode { key: key.to_owned(), source }
 }
 
 fn source_err(key: &str) -> impl FnOnce(SourceError) -> RegionError + '_ {
@@ -769,9 +782,9 @@ fn encode_outer(
         return Ok(None);
     }
     if let Some(sharding) = &desc.sharding {
-        sharding.encode_shard(chunk, &repr).map_err(codec_err(key))
+        sharding.encode_shard(chunk, &repr).map_err(encode_err(key))
     } else {
-        desc.encode_chunk(chunk).map(Some).map_err(codec_err(key))
+        desc.encode_chunk(chunk).map(Some).map_err(encode_err(key))
     }
 }
 
@@ -909,7 +922,7 @@ fn rewrite_inner_chunks(
         let encoded = if chunk.is_fill(inner_repr) && !job.store_empty_chunks {
             None
         } else {
-            Some(sharding.encode_inner_chunk(chunk, &inner.chunk).map_err(codec_err(key))?)
+            Some(sharding.encode_inner_chunk(chunk, &inner.chunk).map_err(encode_err(key))?)
         };
         replacements.push((inner.chunk, encoded));
     }

@@ -102,7 +102,7 @@ parameters = { "path.mount" = "mem" }
 
 # Raw key writes go to a mount of their own. The store protocol stores any bytes under a chunk
 # key, as it must (clients write encoded chunks); random bytes there are a corrupt chunk, which a
-# later slice read rightly answers 500 `corrupt_chunk` (documented): a fault of the stored data,
+# later slice read rightly answers 502 `corrupt_chunk` (documented): a fault of the stored data,
 # not of the read, which would fail `not_a_server_error` without telling anything about zarrd.
 [[operations]]
 include-operation-id = "put_key"

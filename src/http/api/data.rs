@@ -20,7 +20,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use serde::Deserialize;
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{NodeTarget, TypedJsonBody};
@@ -29,7 +28,7 @@ use crate::http::openapi::Binary;
 use crate::service::format::{dtype_header, shape_header, OutputFormat};
 use crate::service::read::{self, ChunkParams, DataRead, ReadParams};
 use crate::service::App;
-use crate::zarr::selection::{SelectionJson, SelectionMode, SelectionSpec};
+use crate::zarr::selection::{SelectionBody, SelectionError, SelectionMode, SelectionSpec};
 
 /// `X-Zarr-Shape`: the answer's shape, comma-separated.
 pub const X_ZARR_SHAPE: HeaderName = HeaderName::from_static("x-zarr-shape");
@@ -76,10 +75,11 @@ pub struct DataBody {
     /// The selection: a list with one entry per dimension (an integer, a
     /// slice string `"a:b:c"`, an object `{"start", "stop", "step"}`, a
     /// list of integers, `"..."` or `null` for the whole dimension), an
-    /// object by dimension name, or the text form of `sel=`.
+    /// object by dimension name, or the text form of `sel=`. At most
+    /// 4,194,304 indices listed in all (413 beyond).
     #[schema(value_type = Value, example = json!([[0, 5, 9], "2:10:2", "..."]))]
     #[serde(default)]
-    pub selection: Value,
+    pub selection: SelectionBody,
     /// `basic`, `orthogonal` or `coordinate`.
     #[schema(example = "coordinate")]
     pub mode: Option<String>,
@@ -184,10 +184,15 @@ async fn read_with(app: Arc<App>, target: NodeTarget, params: ReadParams) -> Api
     Ok(respond(read))
 }
 
+/// 413 `selection_too_large` for too many listed indices, else 400
+/// `invalid_selection`.
+fn selection_error(e: SelectionError) -> ApiError {
+    ApiError::from(crate::service::ServiceError::from(e))
+}
+
 fn params_from_query(q: DataQuery, headers: &HeaderMap) -> ApiResult<ReadParams> {
     let mode = parse_mode(q.mode.as_deref())?;
-    let selection = SelectionSpec::parse(q.sel.as_deref().unwrap_or(""), mode)
-        .map_err(|e| ApiError::bad_request("invalid_selection", e.to_string()))?;
+    let selection = SelectionSpec::parse(q.sel.as_deref().unwrap_or(""), mode).map_err(selection_error)?;
     Ok(ReadParams {
         selection,
         field: q.field,
@@ -224,9 +229,9 @@ fn query_error(e: &QueryRejection) -> ApiError {
             )),
         (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
-        (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON)", body = ErrorBody),
+        (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON), or lists more than 4,194,304 indices", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "A stored chunk is corrupt (naming its key)", body = ErrorBody),
+        (status = 502, description = "A stored chunk is corrupt: the store answered bytes that do not decode (naming the key)", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
@@ -263,7 +268,7 @@ pub async fn get_data(
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The selection exceeds the limits", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "A stored chunk is corrupt", body = ErrorBody),
+        (status = 502, description = "A stored chunk is corrupt (the store answered bytes that do not decode)", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
@@ -276,17 +281,17 @@ pub async fn get_root_data(
     get_data(state, target, query, headers).await
 }
 
-fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams> {
+async fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams> {
     let mode = parse_mode(body.mode.as_deref())?;
-    let selection = SelectionJson { selection: body.selection, mode }
-        .to_spec()
-        .map_err(|e| ApiError::bad_request("invalid_selection", e.to_string()))?;
-    Ok(ReadParams {
-        selection,
-        field: body.field,
-        format: negotiate(body.format.as_deref(), headers)?,
-        fill_missing: body.fill_missing,
-    })
+    let format = negotiate(body.format.as_deref(), headers)?;
+    // The JSON lists move (the body was parsed into them on the CPU pool);
+    // text lists inside the body are parsed here, on the pool when long.
+    let spec = body.selection;
+    let selection = crate::service::cpu::run_or_inline(spec.is_small(), move || spec.into_spec(mode))
+        .await
+        .map_err(|e| ApiError::from(crate::service::ServiceError::Internal(e.to_string())))?
+        .map_err(selection_error)?;
+    Ok(ReadParams { selection, field: body.field, format, fill_missing: body.fill_missing })
 }
 
 /// Read a selection given in a JSON body (orthogonal and coordinate
@@ -314,10 +319,10 @@ fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams
             )),
         (status = 400, description = "Malformed body or selection (naming the dimension); unknown field or format", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
-        (status = 413, description = "The body or the selection exceeds the limits", body = ErrorBody),
+        (status = 413, description = "The body or the selection exceeds the limits (at most 4,194,304 indices listed)", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
         (status = 422, description = "A body of the wrong shape (an unknown member, a wrong type); stored metadata that is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "A stored chunk is corrupt (naming its key)", body = ErrorBody),
+        (status = 502, description = "A stored chunk is corrupt: the store answered bytes that do not decode (naming the key)", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
@@ -327,7 +332,7 @@ pub async fn post_data(
     headers: HeaderMap,
     TypedJsonBody(body): TypedJsonBody<DataBody>,
 ) -> ApiResult<Response> {
-    let params = params_from_body(body, &headers)?;
+    let params = params_from_body(body, &headers).await?;
     read_with(app, target, params).await
 }
 
@@ -355,7 +360,7 @@ pub async fn post_data(
         (status = 413, description = "The body or the selection exceeds the limits", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
         (status = 422, description = "A body of the wrong shape (an unknown member, a wrong type); stored metadata that is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "A stored chunk is corrupt", body = ErrorBody),
+        (status = 502, description = "A stored chunk is corrupt (the store answered bytes that do not decode)", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
@@ -395,7 +400,7 @@ pub async fn post_root_data(
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The chunk exceeds limits.max_selection_bytes", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "The stored chunk is corrupt (naming its key)", body = ErrorBody),
+        (status = 502, description = "The stored chunk is corrupt: the store answered bytes that do not decode (naming the key)", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
@@ -439,7 +444,7 @@ pub async fn get_chunk(
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The chunk exceeds the limits", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "The stored chunk is corrupt", body = ErrorBody),
+        (status = 502, description = "The stored chunk is corrupt (the store answered bytes that do not decode)", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]

@@ -15,6 +15,7 @@ use super::{ApiQuery, JsonBody, NodeTarget};
 use crate::config::Scope;
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::guard::Access;
+use crate::service::cpu;
 use crate::service::node::{self, ArrayNode, Node};
 use crate::service::nodes::{self as ops, OpenMode};
 use crate::service::App;
@@ -121,6 +122,16 @@ pub struct NodeInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub tensorstore_schema: Option<Value>,
+    /// Arrays over the configured limits (`limits.max_decoded_chunk_bytes`,
+    /// `max_inner_chunks_per_shard`, `max_fill_value_bytes`): which limit and
+    /// why. Reads and writes refuse such an array (422 `unsupported_array`,
+    /// with this message); describing, resizing and deleting it work.
+    /// Absent for arrays within the limits, and for groups.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(
+        example = "the chunk shape [2147483648, 2147483648] of UInt8 is 4611686018427387904 bytes decoded, more than limits.max_decoded_chunk_bytes = 1073741824"
+    )]
+    pub limits_exceeded: Option<String>,
     /// With `?stats=true`: what is stored under the node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<NodeStats>,
@@ -258,6 +269,7 @@ impl NodeInfo {
             attributes,
             metadata,
             tensorstore_schema: None,
+            limits_exceeded: None,
             stats: None,
             children: None,
             consolidated: None,
@@ -288,7 +300,14 @@ pub const MAX_DEPTH: usize = 64;
 
 async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResult<NodeInfo> {
     let node = node::open(app, &target.mount, &target.path).await?;
-    let mut info = NodeInfo::of(&node);
+    // Copies and validates the node's documents (up to twice
+    // limits.max_body_bytes each): on the CPU pool.
+    let of = node.clone();
+    let mut info = cpu::run(move || NodeInfo::of(&of)).await.map_err(internal)?;
+    if let Node::Array(a) = &node {
+        // Arithmetic on the declared shapes, nothing built from them.
+        info.limits_exceeded = a.desc.check_limits(&node::array_limits(app)).err().map(|e| e.to_string());
+    }
     if q.stats {
         let s = ops::stats(&node).await?;
         info.stats = Some(NodeStats {
@@ -351,8 +370,15 @@ pub async fn get_node(
     State(app): State<Arc<App>>,
     target: NodeTarget,
     ApiQuery(q): ApiQuery<DescribeQuery>,
-) -> ApiResult<Json<NodeInfo>> {
-    Ok(Json(describe(&app, &target, &q).await?))
+) -> ApiResult<Response> {
+    let info = describe(&app, &target, &q).await?;
+    // The answer holds the stored documents: serialised on the CPU pool.
+    let body = cpu::run(move || serde_json::to_vec(&info)).await.map_err(internal)?.map_err(internal)?;
+    Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response())
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::from(crate::service::ServiceError::Internal(e.to_string()))
 }
 
 /// Describe the mount's root node.
@@ -373,7 +399,7 @@ pub async fn get_root_node(
     State(app): State<Arc<App>>,
     target: NodeTarget,
     q: ApiQuery<DescribeQuery>,
-) -> ApiResult<Json<NodeInfo>> {
+) -> ApiResult<Response> {
     get_node(State(app), target, q).await
 }
 

@@ -17,7 +17,7 @@ use crate::service::App;
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"shape": [500, 2000], "shrink_only": true}))]
 pub struct ResizeRequest {
-    /// The new shape (same rank as the array).
+    /// The new shape (same rank as the array; each dimension at most 2^62).
     pub shape: Vec<u64>,
     /// Fail (400) if any dimension would shrink.
     #[serde(default)]
@@ -52,7 +52,7 @@ pub struct ResizeResult {
     request_body(content = ResizeRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Resized", body = ResizeResult),
-        (status = 400, description = "Bad body: wrong rank, a guard (`expand_only`, `shrink_only`) violated, or not an array (each named)", body = ErrorBody),
+        (status = 400, description = "Bad body: wrong rank, a dimension above 2^62, a guard (`expand_only`, `shrink_only`) violated, or not an array (each named)", body = ErrorBody),
         (status = 404, description = "No such mount or node", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
         (status = 413, description = "Body larger than `limits.max_body_bytes`", body = ErrorBody),

@@ -93,8 +93,9 @@ async fn put(
 ) -> ApiResult<StatusCode> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query: {e}")))?;
     let mode = parse_mode(query.mode.as_deref())?;
+    // 413 for too many listed indices, else 400 `invalid_selection`.
     let selection = SelectionSpec::parse(query.sel.as_deref().unwrap_or(""), mode)
-        .map_err(|e| ApiError::bad_request("invalid_selection", e.to_string()))?;
+        .map_err(|e| ApiError::from(crate::service::ServiceError::from(e)))?;
     let format = body_format(&query, headers)?;
     // Refuse before reading the body.
     crate::service::store::check_writable(app, &target.mount)?;
@@ -130,7 +131,7 @@ async fn put(
         (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
         (status = 415, description = "Unknown Content-Type", body = ErrorBody),
         (status = 422, description = "The array's metadata is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "A stored chunk does not decode (named)", body = ErrorBody),
+        (status = 502, description = "A stored chunk the write must update does not decode: the store answered corrupt bytes (naming the key)", body = ErrorBody),
         (status = 503, description = "Storage unavailable, or other writers kept changing a chunk (retry)", body = ErrorBody),
     )
 )]
@@ -169,7 +170,7 @@ pub async fn put_data(
         (status = 413, description = "Body larger than `limits.max_put_bytes`", body = ErrorBody),
         (status = 415, description = "Unknown Content-Type", body = ErrorBody),
         (status = 422, description = "The array's metadata is invalid or unsupported", body = ErrorBody),
-        (status = 500, description = "A stored chunk does not decode (named)", body = ErrorBody),
+        (status = 502, description = "A stored chunk the write must update does not decode: the store answered corrupt bytes (naming the key)", body = ErrorBody),
         (status = 503, description = "Storage unavailable, or other writers kept changing a chunk (retry)", body = ErrorBody),
     )
 )]

@@ -115,10 +115,50 @@ pub(crate) fn uint_min(value: &Value, path: &str, min: u64) -> Result<u64> {
     }
 }
 
-/// An array of integers, each at least `min` (a shape or chunk shape).
+/// An array of at most [`super::MAX_RANK`] integers, each at least `min`
+/// (a chunk shape); the length is checked before anything is built.
 pub(crate) fn shape(value: &Value, path: &str, min: u64) -> Result<Vec<u64>> {
     let what = if min == 0 { "an array of non-negative integers" } else { "an array of positive integers" };
-    array(value, path, what)?.iter().enumerate().map(|(i, v)| uint_min(v, &super::error::index(path, i), min)).collect()
+    let items = array(value, path, what)?;
+    check_rank(items.len(), path)?;
+    items.iter().enumerate().map(|(i, v)| uint_min(v, &super::error::index(path, i), min)).collect()
+}
+
+/// An array's shape: at most [`super::MAX_RANK`] non-negative integers,
+/// each at most [`super::MAX_EXTENT`].
+pub(crate) fn array_shape(value: &Value, path: &str) -> Result<Vec<u64>> {
+    let shape = shape(value, path, 0)?;
+    check_extents(&shape, path)?;
+    Ok(shape)
+}
+
+/// Refuses more than [`super::MAX_RANK`] dimensions, naming the limit.
+pub(crate) fn check_rank(rank: usize, path: &str) -> Result<()> {
+    if rank > super::MAX_RANK {
+        return Err(MetadataError::new(
+            path,
+            format!(
+                "{rank} dimensions, more than zarrd supports ({} dimensions, TensorStore's maximum rank)",
+                super::MAX_RANK
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a dimension larger than [`super::MAX_EXTENT`], naming it.
+pub(crate) fn check_extents(shape: &[u64], path: &str) -> Result<()> {
+    match shape.iter().position(|&d| d > super::MAX_EXTENT) {
+        Some(i) => Err(MetadataError::new(
+            super::error::index(path, i),
+            format!(
+                "{} is larger than zarrd supports (2^62 = {}, the index space TensorStore and numpy address)",
+                shape[i],
+                super::MAX_EXTENT
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Renders a shape for messages: `[100, 50]`.
@@ -169,6 +209,19 @@ mod tests {
         assert!(int_in(&json!(1.5), "l", 0, 9).is_err());
         assert!(uint_min(&json!(0), "s", 1).is_err());
         assert_eq!(shape(&json!([1, -1]), "s", 0).unwrap_err().path, "s[1]");
+    }
+
+    #[test]
+    fn ranks_and_extents_are_bounded() {
+        let e = shape(&json!(vec![1; 33]), "s", 1).unwrap_err();
+        assert_eq!(e.path, "s");
+        assert!(e.message.contains("33 dimensions") && e.message.contains("32"), "{e}");
+        assert_eq!(shape(&json!(vec![1; 32]), "s", 1).unwrap().len(), 32);
+        let e = array_shape(&json!([1, u64::MAX]), "shape").unwrap_err();
+        assert_eq!(e.path, "shape[1]");
+        assert!(e.message.contains("2^62"), "{e}");
+        assert_eq!(array_shape(&json!([1u64 << 62, 1u64 << 62]), "shape").unwrap(), [1 << 62, 1 << 62]);
+        assert!(array_shape(&json!([(1u64 << 62) + 1]), "shape").is_err());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use self::dtype::DataTypeV2;
 use super::codec::numcodecs;
 use super::error::{describe, index, key, MetadataError, Result};
 use super::fill_value::FillValue;
-use super::json::{array, enum_str, fmt_shape, object, shape, string, Obj};
+use super::json::{array, array_shape, enum_str, fmt_shape, object, shape, string, Obj};
 
 /// A numcodecs codec configuration: `{"id": ..., ...}`.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,7 +142,7 @@ impl ArrayMetadataV2 {
     pub fn from_json(value: &Value, path: &str) -> Result<Self> {
         let mut o = Obj::new(value, path)?;
         zarr_format_2(&mut o)?;
-        let shape_v = shape(o.required("shape")?, &o.at("shape"), 0)?;
+        let shape_v = array_shape(o.required("shape")?, &o.at("shape"))?;
         let chunks_path = o.at("chunks");
         let chunks = shape(o.required("chunks")?, &chunks_path, 1)?;
         if chunks.len() != shape_v.len() {

@@ -20,7 +20,7 @@ use super::codec::{parse_codec_chain, CodecSpec};
 use super::data_type::DataType;
 use super::error::{index, key, MetadataError, Result};
 use super::fill_value::FillValue;
-use super::json::{array, enum_str, fmt_shape, object, shape, string, Obj};
+use super::json::{array, array_shape, enum_str, fmt_shape, object, shape, string, Obj};
 use super::v2::Separator;
 
 /// `chunk_grid`.
@@ -193,7 +193,7 @@ impl ArrayMetadataV3 {
     }
 
     fn parse_rest(mut o: Obj<'_>) -> Result<Self> {
-        let shape_v = shape(o.required("shape")?, &o.at("shape"), 0)?;
+        let shape_v = array_shape(o.required("shape")?, &o.at("shape"))?;
         let data_type = DataType::from_v3_json(o.required("data_type")?, &o.at("data_type"))?;
         let chunk_grid = chunk_grid(o.required("chunk_grid")?, &o.at("chunk_grid"), &shape_v)?;
         let chunk_key_encoding = chunk_key_encoding(o.required("chunk_key_encoding")?, &o.at("chunk_key_encoding"))?;

@@ -229,3 +229,64 @@ fn whole_array_and_huge_shapes_do_not_overflow() {
     let d = resolve_slice(None, None, Some(i64::MIN), 10);
     assert_eq!(idx(&d), vec![9]);
 }
+
+fn body(v: serde_json::Value) -> Result<SelectionSpec> {
+    serde_json::from_value::<SelectionJson>(v).unwrap().into_spec()
+}
+
+#[test]
+fn json_bodies_count_listed_indices_as_they_parse() {
+    let n = usize::try_from(MAX_SELECTION_INDICES).unwrap();
+    // Exactly the limit, over two lists: kept.
+    let half: Vec<u32> = vec![1; n / 2];
+    let s = body(serde_json::json!({"selection": [half, half]})).unwrap();
+    assert_eq!(s.listed(), MAX_SELECTION_INDICES);
+    // One more: refused as too large, naming the limit.
+    let e = body(serde_json::json!({"selection": [half, half, [3]]})).unwrap_err();
+    assert!(e.is_too_large() && e.0.contains("4194304"), "{e}");
+    // Text lists inside the body count with the JSON lists, before they are built.
+    let e =
+        body(serde_json::json!({"selection": [half, format!("[{}]", vec!["0"; n / 2 + 1].join(","))]})).unwrap_err();
+    assert!(e.is_too_large(), "{e}");
+    let e = body(serde_json::json!({"selection": format!("[{}]", vec!["0"; n + 1].join(","))})).unwrap_err();
+    assert!(e.is_too_large(), "{e}");
+    let e = body(serde_json::json!({"selection": {"t": half, "x": half, "y": [1]}})).unwrap_err();
+    assert!(e.is_too_large(), "{e}");
+    // Malformed items are still selection errors naming the dimension, whatever follows them.
+    let e = body(serde_json::json!({"selection": [0, [1, 2.5, "x", [3]]]})).unwrap_err();
+    assert!(!e.is_too_large() && e.0 == "dimension 1: list items must be integers, got 2.5", "{e}");
+    let e = body(serde_json::json!({"selection": {"lat": [1, {"a": 1}]}})).unwrap_err();
+    assert_eq!(e.0, "dimension `lat`: list items must be integers, got an object");
+    let e = body(serde_json::json!({"selection": [{"start": "1"}]})).unwrap_err();
+    assert_eq!(e.0, "dimension 0: `start` must be an integer, got \"1\"");
+    let e = body(serde_json::json!({"selection": [u64::MAX]})).unwrap_err();
+    assert!(e.0.contains("dimension 0: expected an integer, got 18446744073709551615"), "{e}");
+    let e = body(serde_json::json!({"selection": [[u64::MAX]]})).unwrap_err();
+    assert!(e.0.contains("list items must be integers"), "{e}");
+    // At most one entry per dimension of the largest array, and a `...`.
+    assert!(body(serde_json::json!({"selection": vec![serde_json::Value::Null; 33]})).is_ok());
+    let e = body(serde_json::json!({"selection": vec![serde_json::Value::Null; 34]})).unwrap_err();
+    assert!(e.0.contains("at most 32 dimensions"), "{e}");
+    let e = SelectionSpec::parse(&vec![":"; 34].join(","), SelectionMode::Basic).unwrap_err();
+    assert!(e.0.contains("at most 32 dimensions"), "{e}");
+    assert_eq!(SelectionSpec::parse(&vec![":"; 33].join(","), SelectionMode::Basic).unwrap().dims.len(), 33);
+    // Null members and null slices are the whole dimension, as before.
+    let s = body(serde_json::json!({"selection": [{"start": null, "step": 2}, null]})).unwrap();
+    assert_eq!(s.dims, vec![DimSpec::Slice { start: None, stop: None, step: Some(2) }, DimSpec::full()]);
+}
+
+#[test]
+fn coordinate_broadcasts_are_counted_before_they_are_built() {
+    let points = usize::try_from(MAX_SELECTION_INDICES / 4).unwrap() + 1;
+    let mut dims = vec![DimSpec::List(vec![0; points])];
+    dims.extend([DimSpec::Index(0), DimSpec::Index(1), DimSpec::List(vec![1])]);
+    let spec = SelectionSpec { dims, named: Vec::new(), mode: SelectionMode::Coordinate };
+    let e = spec.resolve(&[4, 4, 4, 4], None).unwrap_err();
+    assert!(e.is_too_large() && e.0.contains(&format!("{points} points in 4 dimensions")), "{e}");
+    let mut dims = vec![DimSpec::List(vec![0; points - 1])];
+    dims.extend([DimSpec::Index(0), DimSpec::Index(1), DimSpec::List(vec![1])]);
+    let spec = SelectionSpec { dims, named: Vec::new(), mode: SelectionMode::Coordinate };
+    let sel = spec.resolve_owned(&[4, 4, 4, 4], None).unwrap();
+    assert_eq!(sel.result_shape(), vec![(points - 1) as u64]);
+    assert_eq!(sel.dims[2], DimIndexer::List(vec![1; points - 1]));
+}

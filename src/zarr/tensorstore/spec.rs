@@ -86,6 +86,16 @@ fn object<'a>(v: &'a Value, field: &str) -> Result<&'a Map<String, Value>, SpecE
 
 fn u64_list(v: &Value, field: &str) -> Result<Vec<u64>, SpecError> {
     let items = v.as_array().ok_or_else(|| err(field, "expected an array of non-negative integers"))?;
+    let max = crate::zarr::metadata::MAX_RANK;
+    if items.len() > max {
+        return Err(err(
+            field,
+            format!(
+                "{} dimensions, more than zarrd supports ({max} dimensions, TensorStore's maximum rank)",
+                items.len()
+            ),
+        ));
+    }
     items
         .iter()
         .enumerate()
@@ -176,7 +186,13 @@ fn resolve_shape(s: &Schema<'_>) -> Result<Vec<u64>, SpecError> {
             return u64_list(v, "schema.domain.exclusive_max");
         }
         if let Some(v) = d.get("inclusive_max") {
-            return Ok(u64_list(v, "schema.domain.inclusive_max")?.iter().map(|m| m + 1).collect());
+            return u64_list(v, "schema.domain.inclusive_max")?
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    m.checked_add(1).ok_or_else(|| err(format!("schema.domain.inclusive_max[{i}]"), "too large"))
+                })
+                .collect();
         }
     }
     Err(err("schema.domain", "the array's shape is required (metadata.shape, schema.shape or schema.domain.shape)"))
