@@ -19,8 +19,12 @@
 #   zarr.json   GET /zarr/data/small/zarr.json  (200, 300-byte document)
 #   404         GET /zarr/data/small/c/7/7       (missing chunk)
 #   healthz     GET /healthz
+#   tile        GET /api/v1/data/data/small?sel=0:8,0:8&format=raw  (one
+#               stored chunk, hot in the decoded chunk cache: the slice path)
+#   box         GET /api/v1/data/data/small?sel=0:64,0:64&format=raw (all
+#               64 chunks of the array, 63 stored and hot, one missing)
 #
-# Knobs: ZARRD (binary), N1=1000, N2=3000, CASES="json 404 healthz".
+# Knobs: ZARRD (binary), N1=1000, N2=3000, CASES="json 404 healthz tile box".
 # Needs valgrind (apt-get install -y valgrind), curl and python3.
 
 set -euo pipefail
@@ -30,7 +34,7 @@ REPO=$(cd "$HERE/.." && pwd)
 ZARRD=${ZARRD:-${CARGO_TARGET_DIR:-$REPO/target}/release/zarrd}
 N1=${N1:-1000}
 N2=${N2:-3000}
-CASES=${CASES:-"json 404 healthz"}
+CASES=${CASES:-"json 404 healthz tile box"}
 
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install -y valgrind" >&2; exit 2; }
 [ -x "$ZARRD" ] || { echo "no zarrd binary at $ZARRD (cargo build --release)" >&2; exit 2; }
@@ -47,7 +51,13 @@ mkdir -p "$TMP/data/small/c/0"
 cat >"$TMP/data/small/zarr.json" <<'EOF'
 {"zarr_format": 3, "node_type": "array", "shape": [64, 64], "data_type": "uint8", "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 8]}}, "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0, "codecs": [{"name": "bytes"}]}
 EOF
-head -c 64 /dev/urandom >"$TMP/data/small/c/0/0"
+# Every chunk but c/7/7 (the 404 case) is stored.
+for i in 0 1 2 3 4 5 6 7; do
+  mkdir -p "$TMP/data/small/c/$i"
+  for j in 0 1 2 3 4 5 6 7; do
+    [ "$i$j" = 77 ] || head -c 64 /dev/urandom >"$TMP/data/small/c/$i/$j"
+  done
+done
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -89,6 +99,8 @@ for c in $CASES; do
     json) path=/zarr/data/small/zarr.json ;;
     404) path=/zarr/data/small/c/7/7 ;;
     healthz) path=/healthz ;;
+    tile) path='/api/v1/data/data/small?sel=0:8,0:8&format=raw' ;;
+    box) path='/api/v1/data/data/small?sel=0:64,0:64&format=raw' ;;
     *) echo "unknown case $c" >&2; exit 2 ;;
   esac
   a=$(count "$path" "$N1")

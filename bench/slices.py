@@ -27,6 +27,14 @@ What it does, in one run on one machine:
    (256 KiB raw), after a warm-up request: requests per second and p99 latency.
 
 Prints a markdown table. Needs `wrk` (apt-get install -y wrk) for step 3.
+
+Before/after in one run: set ZARRD_BASELINE_BIN to another build (for example the
+release binary of the previous commit, built into its own target dir). Every zarrd
+measurement is then made for both binaries, interleaved (baseline first, per selection
+and per wrk round; the hot tile gets ROUNDS rounds each, default 2, median reported), and
+the table gains the baseline's figures and the ratio new / baseline:
+
+    ZARRD_BASELINE_BIN=/tmp/zarrd-old ~/.cache/zarrd/venv/bin/python bench/slices.py
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ import tensorstore as ts
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 BIN = Path(os.environ.get("ZARRD_BIN", TARGET / "release" / "zarrd"))
+BASELINE = Path(os.environ["ZARRD_BASELINE_BIN"]) if os.environ.get("ZARRD_BASELINE_BIN") else None
+ROUNDS = int(os.environ.get("ROUNDS", "2"))
 REPEATS = int(os.environ.get("REPEATS", "3"))
 WRK_SECONDS = int(os.environ.get("WRK_SECONDS", "10"))
 SHAPE = (1024, 1024, 256)
@@ -105,11 +115,11 @@ def write_array(path: Path) -> None:
 
 
 class Server:
-    def __init__(self, data: Path, env: dict[str, str]) -> None:
+    def __init__(self, data: Path, env: dict[str, str], binary: Path = BIN) -> None:
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("ZARRD_")}
         child_env.update({"RUST_LOG": "warn"} | env)
         self.proc = subprocess.Popen(
-            [str(BIN), "serve", "--bind", "127.0.0.1:0", "--mount", f"bench={data}"],
+            [str(binary), "serve", "--bind", "127.0.0.1:0", "--mount", f"bench={data}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
@@ -188,50 +198,82 @@ def main() -> None:
         stored = sum(f.stat().st_size for f in (data / "a").rglob("*") if f.is_file())
         log(f"  written in {time.perf_counter() - t0:.1f} s, {stored / 2**20:.0f} MiB stored")
         arr = ts.open(spec(data / "a")).result()
-        cold = Server(data, {"ZARRD_CACHE__CHUNK_BYTES": "0", "ZARRD_CACHE__OBJECT_BYTES": "0"})
+        bins = [BIN] if BASELINE is None else [BASELINE, BIN]
+        cold_env = {"ZARRD_CACHE__CHUNK_BYTES": "0", "ZARRD_CACHE__OBJECT_BYTES": "0"}
+        colds = [Server(data, cold_env, b) for b in bins]
         rows = []
         try:
-            conn = http.client.HTTPConnection(cold.host, cold.port, timeout=300)
+            conns = [http.client.HTTPConnection(c.host, c.port, timeout=300) for c in colds]
             buf = bytearray(4 * int(np.prod(SHAPE)))
             view = memoryview(buf)
             for name, key, sel in SELECTIONS:
                 log(f"{name}: TensorStore ...")
                 expected = arr[key].read().result()
                 ts_t = median_time(lambda key=key: arr[key].read().result())
-                log(f"{name}: zarrd ...")
-                n = read_raw(conn, sel, view)
-                got = np.frombuffer(buf, dtype="<f4", count=n // 4).reshape(expected.shape)
-                if not np.array_equal(got, expected):
-                    raise RuntimeError(f"{name}: zarrd's answer differs from TensorStore's")
-                z_t = median_time(lambda sel=sel: read_raw(conn, sel, view))
-                rows.append((name, n, ts_t, z_t))
-            conn.close()
+                times = []
+                for b, conn in zip(bins, conns):
+                    log(f"{name}: zarrd {b} ...")
+                    n = read_raw(conn, sel, view)
+                    got = np.frombuffer(buf, dtype="<f4", count=n // 4).reshape(expected.shape)
+                    if not np.array_equal(got, expected):
+                        raise RuntimeError(f"{name}: {b}'s answer differs from TensorStore's")
+                    times.append(median_time(lambda sel=sel, conn=conn: read_raw(conn, sel, view)))
+                rows.append((name, n, ts_t, times))
+            for conn in conns:
+                conn.close()
         finally:
-            cold.stop()
-        hot = Server(data, {})
+            for c in colds:
+                c.stop()
+        hots = [Server(data, {}, b) for b in bins]
+        tiles: list[list[tuple[float, str]]] = [[] for _ in bins]
         try:
-            tile = hot.url + "/api/v1/data/bench/a?sel=5,0:256,0:256&format=raw"
-            conn = http.client.HTTPConnection(hot.host, hot.port, timeout=60)
-            read_raw(conn, "5,0:256,0:256", memoryview(bytearray(256 * 256 * 4)))
-            conn.close()
-            log("hot tile: wrk ...")
-            rps, p99 = run_wrk(tile)
+            for h in hots:
+                conn = http.client.HTTPConnection(h.host, h.port, timeout=60)
+                read_raw(conn, "5,0:256,0:256", memoryview(bytearray(256 * 256 * 4)))
+                conn.close()
+            for r in range(ROUNDS if BASELINE else 1):
+                for i, h in enumerate(hots):
+                    log(f"hot tile: wrk {bins[i]} (round {r + 1}) ...")
+                    tiles[i].append(run_wrk(h.url + "/api/v1/data/bench/a?sel=5,0:256,0:256&format=raw"))
         finally:
-            hot.stop()
+            for h in hots:
+                h.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"zarrd {BIN}, {os.cpu_count()} CPUs, median of {REPEATS}, cache off on both sides\n")
-    print("| selection | output MiB | TensorStore s | TensorStore MiB/s | zarrd s | zarrd MiB/s | zarrd / TensorStore |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, n, ts_t, z_t in rows:
+    print(f"zarrd {BIN}, {os.cpu_count()} CPUs, median of {REPEATS}, cache off on both sides")
+    if BASELINE:
+        print(f"baseline {BASELINE}, measured interleaved in the same run")
+    print()
+    head = "| selection | output MiB | TensorStore s | TensorStore MiB/s | zarrd s | zarrd MiB/s | zarrd / TensorStore |"
+    rule = "|---|---:|---:|---:|---:|---:|---:|"
+    if BASELINE:
+        head += " baseline s | new / baseline (speed) |"
+        rule += "---:|---:|"
+    print(head)
+    print(rule)
+    for name, n, ts_t, times in rows:
         mib = n / 2**20
-        print(
+        z_t = times[-1]
+        line = (
             f"| {name} | {mib:.0f} | {ts_t:.3f} | {mib / ts_t:.0f} | {z_t:.3f} | {mib / z_t:.0f} | "
             f"{ts_t / z_t:.2f} |"
         )
+        if BASELINE:
+            line += f" {times[0]:.3f} | {times[0] / z_t:.2f} |"
+        print(line)
+
+    def tile_figure(runs: list[tuple[float, str]]) -> tuple[float, str]:
+        rps = statistics.median(r for r, _ in runs)
+        return rps, ", ".join(p for _, p in runs)
+
+    rps, p99 = tile_figure(tiles[-1])
     print(f"\nhot 256x256 float32 tile (default cache, wrk -t2 -c16 -d{WRK_SECONDS}s): "
           f"{rps:.0f} requests/s, p99 {p99}")
+    if BASELINE:
+        base_rps, base_p99 = tile_figure(tiles[0])
+        print(f"baseline: {base_rps:.0f} requests/s, p99 {base_p99}; new / baseline {rps / base_rps:.2f} "
+              f"(median of {ROUNDS} interleaved rounds each)")
 
 
 if __name__ == "__main__":

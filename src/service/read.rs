@@ -575,9 +575,9 @@ fn concurrency() -> usize {
 const SHARD_BATCH: usize = 256;
 
 /// The next slab of `slabs`, made on the CPU pool (a slab's planning costs
-/// up to its rows or points).
-async fn next_slab(slabs: Slabs) -> ServiceResult<(Slabs, Option<Arc<Slab>>)> {
-    cpu::run(move || {
+/// up to its rows or points) unless the whole plan is `cheap`.
+async fn next_slab(slabs: Slabs, cheap: bool) -> ServiceResult<(Slabs, Option<Arc<Slab>>)> {
+    cpu::run_or_inline(cheap, move || {
         let mut slabs = slabs;
         let next = slabs.next();
         (slabs, next)
@@ -657,6 +657,10 @@ fn on_missing(plan: &Plan, coords: Vec<u64>, what: String, spec: &UnitCopy, slab
 
 /// Slabs up to this size are filled inline from decoded chunks ([`cpu::run_or_inline`]).
 const INLINE_SLAB_BYTES: usize = 1 << 20;
+
+/// Fixed-size elements up to this size are projected (a field) and written
+/// as JSON inline: cheaper than the hand-off to the CPU pool.
+const INLINE_ENCODE_BYTES: usize = 64 << 10;
 
 fn unit_elements(src: &Source) -> u64 {
     src.unit_shape.iter().fold(1u64, |a, &b| a.saturating_mul(b))
@@ -906,9 +910,11 @@ async fn fetch_range(
 /// A slab's fixed-size elements after the field projection.
 async fn project(field: Option<&FieldView>, bytes: Vec<u8>) -> ServiceResult<Vec<u8>> {
     let Some(f) = field.cloned() else { return Ok(bytes) };
-    cpu::run(move || f.extract(&bytes).map_err(|e| ServiceError::Internal(e.to_string())))
-        .await
-        .map_err(|e| cpu_error(&e))?
+    cpu::run_or_inline(bytes.len() <= INLINE_ENCODE_BYTES, move || {
+        f.extract(&bytes).map_err(|e| ServiceError::Internal(e.to_string()))
+    })
+    .await
+    .map_err(|e| cpu_error(&e))?
 }
 
 /// Writes fixed-size elements (already projected) as JSON into `out`, in
@@ -919,7 +925,7 @@ async fn json_fixed(enc: &mut JsonEncoder, bytes: Vec<u8>, es: usize, out: &mut 
     let (mut at, limit) = (0usize, out.message);
     while at < bytes.len() {
         let (b, mut e) = (bytes.clone(), enc.clone());
-        let (e, piece, n) = cpu::run(move || {
+        let (e, piece, n) = cpu::run_or_inline(bytes.len() - at <= INLINE_ENCODE_BYTES, move || {
             let rest = &b[at..];
             let mut piece = Vec::with_capacity(rest.len().saturating_mul(4).min(limit.saturating_add(4096)));
             let n = e.fixed_until(rest, &mut piece, limit);
@@ -1155,7 +1161,7 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
     let array = src.array.clone();
     // Planning (and counting the units touched) runs on the CPU pool: it
     // costs up to the selection's lists.
-    let (read_plan, touched) = cpu::run(move || {
+    let (read_plan, touched) = cpu::run_or_inline(plan::is_cheap(&sel), move || {
         let plan = plan_read(&array.desc, sel, budget)?;
         let touched = plan.touched_units();
         Ok::<_, plan::PlanError>((plan, touched))
@@ -1294,7 +1300,7 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
     let mut read_plan = plan.plan.clone();
     let (mut slabs, mut offset, mut text) = (read_plan.slabs(), 0u64, 0u64);
     loop {
-        let (rest, current) = next_slab(slabs).await?;
+        let (rest, current) = next_slab(slabs, read_plan.is_cheap()).await?;
         slabs = rest;
         let Some(slab) = current else { break };
         let cap = if small { SMALL_ANSWER } else { a.slab_bytes };

@@ -242,6 +242,19 @@ fn touched_along(ix: &DimIndexer, c: u64) -> u64 {
 #[error("{0}")]
 pub struct PlanError(pub String);
 
+/// The most elements (and index-list entries) of a selection planned
+/// inline on an async worker: planning costs up to one step per element
+/// or entry, well under the ~10 µs of a hand-off to the CPU pool.
+pub const CHEAP_WORK: u64 = 4096;
+
+/// Whether planning `sel` (and its slabs) is cheap, see [`ReadPlan::is_cheap`].
+#[must_use]
+pub fn is_cheap(sel: &Selection) -> bool {
+    let lists =
+        sel.dims.iter().filter(|d| matches!(d, DimIndexer::List(_))).fold(0u64, |a, d| a.saturating_add(d.len()));
+    lists <= CHEAP_WORK && sel.num_elements() <= CHEAP_WORK
+}
+
 /// A read, planned: the selection, the unit grid and the split into slabs.
 #[derive(Debug)]
 pub struct ReadPlan {
@@ -356,6 +369,14 @@ impl ReadPlan {
             plan.tail = Arc::new(tail);
         }
         Ok(plan)
+    }
+
+    /// Whether planning this read and each of its slabs costs less than a
+    /// hand-off to the CPU pool: at most [`CHEAP_WORK`] elements in all and
+    /// as many index-list entries (a hot tile is planned inline).
+    #[must_use]
+    pub fn is_cheap(&self) -> bool {
+        is_cheap(&self.sel)
     }
 
     /// Elements of the whole read.
