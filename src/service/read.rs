@@ -1303,6 +1303,13 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
         let (rest, current) = next_slab(slabs, read_plan.is_cheap()).await?;
         slabs = rest;
         let Some(slab) = current else { break };
+        // A message per slab at least, sent once the next slab is known to
+        // exist: the last one's pieces go with the end mark (one message for
+        // a one-slab answer), and an error in a later slab cuts the body
+        // (the first slab's errors are the answer's).
+        if !out.flush(true).await {
+            return Ok(false);
+        }
         let cap = if small { SMALL_ANSWER } else { a.slab_bytes };
         let Some(data) = assemble(plan, slab.clone(), cap).await? else {
             if small {
@@ -1321,9 +1328,7 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
         };
         offset += slab.len;
         let light = matches!(&data, SlabData::Variable(v) if v.bytes < cap / 4);
-        // A message per slab at least: an error in a later slab cuts the
-        // body (the first slab's errors are the answer's).
-        if !encode_slab(plan, data, &mut json, &mut text, out).await? || !out.flush(true).await {
+        if !encode_slab(plan, data, &mut json, &mut text, out).await? {
             return Ok(false);
         }
         if light && read_plan.budget() < plan.plan.budget() {

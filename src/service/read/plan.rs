@@ -242,9 +242,11 @@ fn touched_along(ix: &DimIndexer, c: u64) -> u64 {
 #[error("{0}")]
 pub struct PlanError(pub String);
 
-/// The most elements (and index-list entries) of a selection planned
-/// inline on an async worker: planning costs up to one step per element
-/// or entry, well under the ~10 µs of a hand-off to the CPU pool.
+/// The most index-list entries (and coordinate points) of a selection
+/// planned inline on an async worker. Planning a slice selection, and each
+/// of its slabs, costs a few steps per dimension whatever its size; lists
+/// and points cost a step (a sort, for points) per entry: up to this many,
+/// less than the hand-off to the CPU pool and back.
 pub const CHEAP_WORK: u64 = 4096;
 
 /// Whether planning `sel` (and its slabs) is cheap, see [`ReadPlan::is_cheap`].
@@ -252,7 +254,7 @@ pub const CHEAP_WORK: u64 = 4096;
 pub fn is_cheap(sel: &Selection) -> bool {
     let lists =
         sel.dims.iter().filter(|d| matches!(d, DimIndexer::List(_))).fold(0u64, |a, d| a.saturating_add(d.len()));
-    lists <= CHEAP_WORK && sel.num_elements() <= CHEAP_WORK
+    lists <= CHEAP_WORK && (sel.mode != SelectionMode::Coordinate || sel.num_elements() <= CHEAP_WORK)
 }
 
 /// A read, planned: the selection, the unit grid and the split into slabs.
@@ -372,8 +374,9 @@ impl ReadPlan {
     }
 
     /// Whether planning this read and each of its slabs costs less than a
-    /// hand-off to the CPU pool: at most [`CHEAP_WORK`] elements in all and
-    /// as many index-list entries (a hot tile is planned inline).
+    /// hand-off to the CPU pool: slices of any size, and at most
+    /// [`CHEAP_WORK`] index-list entries or points (a hot tile is planned
+    /// inline).
     #[must_use]
     pub fn is_cheap(&self) -> bool {
         is_cheap(&self.sel)
