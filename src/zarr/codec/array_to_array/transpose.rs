@@ -5,10 +5,70 @@
 //! `transpose(order)`). A v2 Fortran-order chunk is the reversing
 //! permutation `[n-1, ..., 0]`.
 
+use serde::Serialize;
+use serde_json::Value;
+
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
+use crate::zarr::codec::registry::ParseContext;
 use crate::zarr::codec::{ArrayToArrayCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::{MetadataError, Result};
 
 const NAME: &str = "transpose";
+
+/// `transpose` codec configuration (v3): `{"order": [...]}`.
+///
+/// ```
+/// # use zarrd::zarr::codec::array_to_array::transpose::TransposeConfig;
+/// let c = TransposeConfig { order: vec![1, 0] };
+/// assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"order":[1,0]}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TransposeConfig {
+    /// A permutation of `0..rank`: encoded dimension `i` is decoded
+    /// dimension `order[i]`.
+    pub order: Vec<usize>,
+}
+
+impl TransposeConfig {
+    /// Parses a v3 configuration for chunks of the shape entering the
+    /// codec, which it permutes for the codecs after it.
+    pub(crate) fn parse(cx: &mut ParseContext<'_, '_>) -> Result<Self> {
+        let order_path = cx.cfg.at("order");
+        let order = permutation(cx.cfg.required("order")?, &order_path, cx.state.shape.len())?;
+        cx.cfg.deny_rest("\"order\"")?;
+        cx.state.shape = order.iter().filter_map(|&d| cx.state.shape.get(d).copied()).collect();
+        Ok(Self { order })
+    }
+
+    /// The codec.
+    ///
+    /// # Errors
+    /// `order` is not a permutation (not after [`Self::parse`]).
+    pub fn build(&self) -> CodecResult<TransposeCodec> {
+        TransposeCodec::new(self.order.clone())
+    }
+}
+
+fn permutation(value: &Value, path: &str, rank: usize) -> Result<Vec<usize>> {
+    let expected = format!("a permutation of 0..{rank} (one entry per dimension of the {rank}-dimensional chunk)");
+    let err = || MetadataError::expected(path, &expected, value);
+    let items = value.as_array().ok_or_else(err)?;
+    if items.len() != rank {
+        return Err(err());
+    }
+    let mut seen = vec![false; rank];
+    let mut order = Vec::with_capacity(rank);
+    for item in items {
+        let d = item.as_u64().and_then(|d| usize::try_from(d).ok()).filter(|&d| d < rank).ok_or_else(err)?;
+        let slot = seen.get_mut(d).ok_or_else(err)?;
+        if *slot {
+            return Err(err());
+        }
+        *slot = true;
+        order.push(d);
+    }
+    Ok(order)
+}
 
 /// A prepared `transpose` codec.
 #[derive(Debug, Clone, PartialEq, Eq)]

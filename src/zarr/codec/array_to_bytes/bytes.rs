@@ -12,12 +12,83 @@
 //! checks the range -8..=7 and writes the low nibble (as TensorStore writes
 //! it).
 
+use serde::Serialize;
+
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
+use crate::zarr::codec::registry::ParseContext;
 use crate::zarr::codec::{ArrayToBytesCodec, CodecError, CodecResult};
 use crate::zarr::data_type::DataType;
-use crate::zarr::metadata::codec::Endian;
+use crate::zarr::metadata::data_type::DataType as MetaDataType;
+use crate::zarr::metadata::error::{MetadataError, Result};
+use crate::zarr::metadata::json::enum_str;
 
 const NAME: &str = "bytes";
+
+/// Byte order for the `bytes` codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Endian {
+    /// `"little"`.
+    Little,
+    /// `"big"`.
+    Big,
+}
+
+/// `bytes` codec configuration (v3): `{"endian": "little" | "big"}`.
+///
+/// ```
+/// # use zarrd::zarr::codec::array_to_bytes::bytes::{BytesConfig, Endian};
+/// let c = BytesConfig { endian: Some(Endian::Little) };
+/// assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"endian":"little"}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BytesConfig {
+    /// Required for multi-byte data types, absent or ignored otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endian: Option<Endian>,
+}
+
+impl BytesConfig {
+    /// Parses a v3 configuration for the data type entering the codec: it
+    /// must be fixed-size, and multi-byte types need an `endian`.
+    pub(crate) fn parse(cx: &mut ParseContext<'_, '_>) -> Result<Self> {
+        let cfg = &mut cx.cfg;
+        let endian = match cfg.optional("endian") {
+            Some(v) => Some(match enum_str(v, &cfg.at("endian"), &["little", "big"])? {
+                "little" => Endian::Little,
+                _ => Endian::Big,
+            }),
+            None => None,
+        };
+        if let Some(dt) = &cx.state.data_type {
+            if !dt.is_fixed_size() {
+                let use_instead = if *dt == MetaDataType::String { "vlen-utf8" } else { "vlen-bytes" };
+                return Err(MetadataError::new(
+                    cx.path,
+                    format!(
+                        "the bytes codec cannot encode the variable-length data type \"{}\"; \
+                         use {use_instead}",
+                        dt.name()
+                    ),
+                ));
+            }
+            if endian.is_none() && dt.endianness_matters() {
+                return Err(MetadataError::new(
+                    cfg.at("endian"),
+                    format!("required for the multi-byte data type {}; expected \"little\" or \"big\"", dt.name()),
+                ));
+            }
+        }
+        cfg.deny_rest("\"endian\"")?;
+        Ok(Self { endian })
+    }
+
+    /// The codec.
+    #[must_use]
+    pub fn build(&self) -> BytesCodec {
+        BytesCodec::new(self.endian)
+    }
+}
 
 /// The `bytes` codec, prepared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

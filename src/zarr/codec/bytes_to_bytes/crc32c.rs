@@ -5,9 +5,26 @@
 //! numcodecs' `crc32c` (a `Checksum32`) is the same with a `location`
 //! member: `"end"` (its default, and the v3 layout) or `"start"`.
 
+use serde_json::Value;
+
+use super::Config;
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::Result;
+use crate::zarr::metadata::json::Obj;
 
 const NAME: &str = "crc32c";
+
+/// `crc32c` codec configuration (v3): no members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Crc32cConfig;
+
+impl Crc32cConfig {
+    /// Parses a v3 configuration object (which must be empty).
+    pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
+        cfg.deny_rest("no members")?;
+        Ok(Self)
+    }
+}
 
 /// Where the checksum is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,6 +53,17 @@ impl Crc32c {
     #[must_use]
     pub fn with_location(location: Location) -> Self {
         Self { location }
+    }
+
+    /// numcodecs' `crc32c` (`location`: `"end"`, its default, or `"start"`).
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
+        let location = match cfg.get("location") {
+            None => Location::End,
+            Some(Value::String(s)) if s == "end" => Location::End,
+            Some(Value::String(s)) if s == "start" => Location::Start,
+            Some(v) => return Err(cfg.bad("location", "\"start\" or \"end\"", v)),
+        };
+        Ok(Self::with_location(location))
     }
 }
 

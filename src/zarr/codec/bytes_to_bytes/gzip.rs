@@ -9,10 +9,55 @@ use std::io::Write;
 use flate2::bufread::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use serde::Serialize;
+use serde_json::{Map, Value};
 
+use super::Config;
+use crate::zarr::codec::numcodecs::check_int;
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::Result;
+use crate::zarr::metadata::json::{int_in, Obj};
 
 const NAME: &str = "gzip";
+
+/// `gzip` codec configuration (v3): `{"level": 0..=9}`.
+///
+/// ```
+/// # use zarrd::zarr::codec::bytes_to_bytes::gzip::GzipConfig;
+/// let c = GzipConfig { level: Some(1) };
+/// assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"level":1}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GzipConfig {
+    /// Compression level 0..=9 (clients default it when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<u8>,
+}
+
+impl GzipConfig {
+    /// Parses a v3 configuration object.
+    pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
+        let level = match cfg.optional("level") {
+            Some(v) => Some(u8::try_from(int_in(v, &cfg.at("level"), 0, 9)?).unwrap_or_default()),
+            None => None,
+        };
+        cfg.deny_rest("\"level\"")?;
+        Ok(Self { level })
+    }
+
+    /// The codec, with zarr-python's default level (5) when absent.
+    ///
+    /// # Errors
+    /// A level out of range (not after [`Self::parse`]).
+    pub fn build(&self) -> CodecResult<Gzip> {
+        Gzip::new(self.level.map_or(5, u32::from))
+    }
+}
+
+/// Checks a numcodecs `gzip` configuration (`level` 0..=9) at `path`.
+pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
+    check_int(config, path, "level", 0, 9)
+}
 
 /// The `gzip` codec.
 #[derive(Debug, Clone)]
@@ -30,6 +75,11 @@ impl Gzip {
             return Err(CodecError::new(NAME, format!("level must be 0..=9, got {level}")));
         }
         Ok(Self { level })
+    }
+
+    /// numcodecs' `gzip` (default level 1).
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
+        Self::new(cfg.int("level", 1, 0, 9)?)
     }
 }
 

@@ -17,9 +17,73 @@ use zstd::bulk::{Compressor, Decompressor};
 use zstd::stream::read::Decoder;
 use zstd::zstd_safe::{self, CParameter};
 
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::Config;
+use crate::zarr::codec::numcodecs::{check_int, member};
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::{join, Result};
+use crate::zarr::metadata::json::{boolean, int_in, Obj};
 
 const NAME: &str = "zstd";
+
+/// zstd's level range as zarr-python and TensorStore accept it.
+const LEVELS: (i64, i64) = (-131_072, 22);
+
+/// `zstd` codec configuration (v3): `{"level", "checksum"}`, both optional.
+///
+/// ```
+/// # use zarrd::zarr::codec::bytes_to_bytes::zstd::ZstdConfig;
+/// let c = ZstdConfig { level: Some(3), checksum: Some(true) };
+/// assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"level":3,"checksum":true}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ZstdConfig {
+    /// Compression level -131072..=22.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<i32>,
+    /// Whether frames carry a content checksum.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<bool>,
+}
+
+impl ZstdConfig {
+    /// Parses a v3 configuration object.
+    pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
+        let level = match cfg.optional("level") {
+            Some(v) => {
+                let n = int_in(v, &cfg.at("level"), LEVELS.0, LEVELS.1)?;
+                Some(i32::try_from(n).unwrap_or_default())
+            }
+            None => None,
+        };
+        let checksum = match cfg.optional("checksum") {
+            Some(v) => Some(boolean(v, &cfg.at("checksum"))?),
+            None => None,
+        };
+        cfg.deny_rest("\"level\" and \"checksum\"")?;
+        Ok(Self { level, checksum })
+    }
+
+    /// The codec, with zarr-python's defaults for absent members (level 0,
+    /// zstd's default; no checksum).
+    ///
+    /// # Errors
+    /// A level outside zstd's range.
+    pub fn build(&self) -> CodecResult<Zstd> {
+        Zstd::new(self.level.unwrap_or(0), self.checksum.unwrap_or(false))
+    }
+}
+
+/// Checks a numcodecs `zstd` configuration at `path` (`level`, `checksum`).
+pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
+    check_int(config, path, "level", LEVELS.0, LEVELS.1)?;
+    if let Some(v) = member(config, "checksum") {
+        boolean(v, &join(path, "checksum"))?;
+    }
+    Ok(())
+}
 
 /// The `zstd` codec.
 #[derive(Debug, Clone)]
@@ -43,6 +107,11 @@ impl Zstd {
             ));
         }
         Ok(Self { level, checksum })
+    }
+
+    /// numcodecs' `zstd` (defaults: level 0, no checksum).
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
+        Self::new(cfg.int("level", 0, LEVELS.0, LEVELS.1)?, cfg.bool("checksum", false)?)
     }
 }
 

@@ -2,10 +2,10 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::zarr::codec::array_to_bytes::bytes::Endian;
 use crate::zarr::codec::array_to_bytes::BytesCodec;
-use crate::zarr::codec::build::build_sharding;
 use crate::zarr::codec::BytesToBytesCodec;
-use crate::zarr::metadata::codec::{parse_codec_chain, CodecSpec, Endian};
+use crate::zarr::metadata::codec::{parse_codec_chain, CodecSpec};
 use crate::zarr::metadata::DataType as MetaDataType;
 
 /// Builds the sharding codec of a one-codec v3 chain through the real parser
@@ -14,7 +14,7 @@ fn from_json(codec: Value, dt: &MetaDataType, shard: &[u64], fill: Vec<u8>) -> (
     let specs = parse_codec_chain(&json!([codec]), "codecs", dt, shard).unwrap();
     let CodecSpec::ShardingIndexed(spec) = &specs[0] else { panic!("not sharding") };
     let repr = ChunkRepr { shape: shard.to_vec(), data_type: DataType::from(dt), fill_value: fill };
-    (build_sharding(spec, &repr).unwrap(), repr)
+    (spec.build(&repr).unwrap(), repr)
 }
 
 fn le() -> Value {
