@@ -273,7 +273,10 @@ mod tests {
         assert_eq!(numpy_descr(&DataType::Float32).unwrap(), "<f4");
         assert_eq!(numpy_descr(&DataType::Bool).unwrap(), "|b1");
         assert_eq!(numpy_descr(&DataType::FixedUtf32(5)).unwrap(), "<U5");
-        assert_eq!(numpy_descr(&DataType::DateTime64("10ms".into())).unwrap(), "<M8[10ms]");
+        assert_eq!(
+            numpy_descr(&DataType::DateTime64(crate::zarr::data_type::TimeUnit::new("ms", 10).unwrap())).unwrap(),
+            "<M8[10ms]"
+        );
         assert_eq!(numpy_descr(&DataType::String), None);
         assert_eq!(dtype_header(&DataType::BFloat16), "bfloat16");
         let st = DataType::Structured {

@@ -8,9 +8,64 @@
 //! In-memory element layout (decoded chunks, fill values): fixed-size
 //! elements in **little-endian** byte order, C order. Variable-length
 //! elements (`String`, `Bytes`) are one byte string per element.
+//!
+//! What the document types and this one share is defined here, once: the
+//! time unit of `datetime64` / `timedelta64` ([`TimeUnit`]) and the float8
+//! formats with their conversions ([`float8`]). The document types
+//! ([`crate::zarr::metadata::DataType`], v3 names;
+//! [`crate::zarr::metadata::DataTypeV2`], numpy strings) keep how a type was
+//! spelled, which decides its fill value form and what is written back.
 
-/// A unit of `datetime64` / `timedelta64`, kept as written (`s`, `ms`, `10us`, ...).
-pub type TimeUnit = String;
+pub mod float8;
+
+use std::fmt;
+
+pub use self::float8::Float8Kind;
+
+/// Base units of `numpy.datetime64` / `numpy.timedelta64` (and v2 `M8[..]` /
+/// `m8[..]`), as accepted by zarr-python 3.1.
+pub const TIME_UNITS: &[&str] =
+    &["Y", "M", "W", "D", "h", "m", "s", "ms", "us", "μs", "ns", "ps", "fs", "as", "generic"];
+
+/// A unit of `datetime64` / `timedelta64`: a base unit and a multiplier
+/// (`M8[10ms]` is `ms` × 10). Displays as numpy writes it inside the
+/// brackets: `ms`, `10ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TimeUnit {
+    base: &'static str,
+    scale_factor: u32,
+}
+
+impl TimeUnit {
+    /// `base` (one of [`TIME_UNITS`]) times `scale_factor` (at least 1).
+    #[must_use]
+    pub fn new(base: &str, scale_factor: u32) -> Option<Self> {
+        let base = TIME_UNITS.iter().find(|u| **u == base)?;
+        (scale_factor >= 1).then_some(Self { base, scale_factor })
+    }
+
+    /// The base unit as written in metadata (`"ms"`, `"generic"`, ...).
+    #[must_use]
+    pub fn base(self) -> &'static str {
+        self.base
+    }
+
+    /// The multiplier of the base unit (1 for plain `M8[s]`).
+    #[must_use]
+    pub fn scale_factor(self) -> u32 {
+        self.scale_factor
+    }
+}
+
+impl fmt::Display for TimeUnit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.scale_factor == 1 {
+            f.write_str(self.base)
+        } else {
+            write!(f, "{}{}", self.scale_factor, self.base)
+        }
+    }
+}
 
 /// One field of a structured (v2 record) data type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +103,7 @@ pub enum DataType {
     /// TensorStore's `int4`: one element per byte, sign-extended in memory.
     Int4,
     /// TensorStore's float8 variants (v2): one byte, carried as stored.
-    Float8(crate::zarr::metadata::data_type::Float8Kind),
+    Float8(Float8Kind),
     /// `r<bits>` / v2 `|V<n>`: opaque bytes.
     RawBits(usize),
     /// v2 `|S<n>` / zarr-python `null_terminated_bytes`: fixed-length bytes.
@@ -108,14 +163,6 @@ impl DataType {
     }
 }
 
-fn time_unit(unit: crate::zarr::metadata::data_type::TimeUnit, scale_factor: u32) -> TimeUnit {
-    if scale_factor == 1 {
-        unit.as_str().to_owned()
-    } else {
-        format!("{scale_factor}{}", unit.as_str())
-    }
-}
-
 impl From<&crate::zarr::metadata::DataType> for DataType {
     /// The engine type of a parsed (v3-named) data type. Structured fields
     /// are packed in order and little-endian (zarr-python's v3 `structured`).
@@ -143,8 +190,8 @@ impl From<&crate::zarr::metadata::DataType> for DataType {
             M::RawBytes { length_bytes } => Self::RawBits(*length_bytes),
             M::NullTerminatedBytes { length_bytes } => Self::FixedBytes(*length_bytes),
             M::FixedLengthUtf32 { length_bytes } => Self::FixedUtf32(length_bytes / 4),
-            M::DateTime64 { unit, scale_factor } => Self::DateTime64(time_unit(*unit, *scale_factor)),
-            M::TimeDelta64 { unit, scale_factor } => Self::TimeDelta64(time_unit(*unit, *scale_factor)),
+            M::DateTime64(unit) => Self::DateTime64(*unit),
+            M::TimeDelta64(unit) => Self::TimeDelta64(*unit),
             M::String => Self::String,
             M::VariableLengthBytes => Self::Bytes,
             M::Structured { fields } => {
@@ -181,5 +228,15 @@ mod tests {
         assert_eq!(DataType::FixedUtf32(3).size(), Some(12));
         assert_eq!(DataType::String.size(), None);
         assert_eq!(DataType::Int4.size(), Some(1));
+    }
+
+    #[test]
+    fn time_units() {
+        let ms = TimeUnit::new("ms", 1).unwrap();
+        assert_eq!((ms.to_string(), ms.base(), ms.scale_factor()), ("ms".to_owned(), "ms", 1));
+        assert_eq!(TimeUnit::new("us", 10).unwrap().to_string(), "10us");
+        assert_eq!(TimeUnit::new("generic", 1).unwrap().to_string(), "generic");
+        assert!(TimeUnit::new("fortnight", 1).is_none());
+        assert!(TimeUnit::new("s", 0).is_none());
     }
 }

@@ -16,8 +16,14 @@
 //!   0.1.86 also knows `float8_e3m4`, `float8_e8m0fnu` and `float4_e2m1fn`;
 //!   zarrd does not yet.
 //!
-//! Zarr v2 `dtype` strings map onto the same enum (see [`super::v2`]), so the
-//! engine deals with one set of types.
+//! Zarr v2 `dtype` strings map onto the same enum (see [`super::v2`]).
+//!
+//! This enum is the document's spelling (it keeps `r16` apart from
+//! `raw_bytes`, since each has its own fill value form and is written back
+//! as read); [`crate::zarr::data_type::DataType`] is the engine's layout
+//! (offsets, per-field byte order) that both versions normalise into. The
+//! parts they share are defined once there: [`TimeUnit`] and the float8
+//! formats ([`Float8Kind`], with their conversions).
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
@@ -25,10 +31,7 @@ use serde_json::{json, Value};
 use super::error::{index, MetadataError, Result};
 use super::json::{array, enum_str, int_in, object, string, Obj};
 
-/// Units of `numpy.datetime64` / `numpy.timedelta64` (and v2 `M8[..]` /
-/// `m8[..]`), as accepted by zarr-python 3.1.
-pub const TIME_UNITS: &[&str] =
-    &["Y", "M", "W", "D", "h", "m", "s", "ms", "us", "μs", "ns", "ps", "fs", "as", "generic"];
+pub use crate::zarr::data_type::{Float8Kind, TimeUnit, TIME_UNITS};
 
 /// Names accepted as string data types (parameterised types need the object
 /// form and are listed separately in messages).
@@ -66,169 +69,6 @@ const PARAMETERISED_NAMES: &[&str] = &[
     "numpy.timedelta64",
     "structured",
 ];
-
-/// A datetime/timedelta unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TimeUnit(&'static str);
-
-impl TimeUnit {
-    /// Parses one of [`TIME_UNITS`].
-    #[must_use]
-    pub fn parse(unit: &str) -> Option<Self> {
-        TIME_UNITS.iter().find(|u| **u == unit).map(|u| Self(u))
-    }
-
-    /// The unit as written in metadata (`"ms"`, `"generic"`, ...).
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        self.0
-    }
-}
-
-/// TensorStore's (and ml_dtypes') 8-bit float formats, named as its `zarr`
-/// driver writes them in a v2 `dtype`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Float8Kind {
-    /// 4 exponent bits (bias 7), 3 mantissa bits, no infinities, NaN `S.1111.111`.
-    E4M3Fn,
-    /// 4 exponent bits (bias 8), no infinities, no negative zero, NaN `0x80`.
-    E4M3Fnuz,
-    /// 4 exponent bits (bias 11), no infinities, no negative zero, NaN `0x80`.
-    E4M3B11Fnuz,
-    /// 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like infinities and NaNs.
-    E5M2,
-    /// 5 exponent bits (bias 16), no infinities, no negative zero, NaN `0x80`.
-    E5M2Fnuz,
-}
-
-impl Float8Kind {
-    /// Every variant.
-    pub const ALL: [Self; 5] = [Self::E4M3Fn, Self::E4M3Fnuz, Self::E4M3B11Fnuz, Self::E5M2, Self::E5M2Fnuz];
-
-    /// The name (`"float8_e4m3fn"`, ...).
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::E4M3Fn => "float8_e4m3fn",
-            Self::E4M3Fnuz => "float8_e4m3fnuz",
-            Self::E4M3B11Fnuz => "float8_e4m3b11fnuz",
-            Self::E5M2 => "float8_e5m2",
-            Self::E5M2Fnuz => "float8_e5m2fnuz",
-        }
-    }
-
-    /// The variant of a name.
-    #[must_use]
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// (exponent bits, mantissa bits, exponent bias).
-    fn layout(self) -> (u32, u32, i32) {
-        match self {
-            Self::E4M3Fn => (4, 3, 7),
-            Self::E4M3Fnuz => (4, 3, 8),
-            Self::E4M3B11Fnuz => (4, 3, 11),
-            Self::E5M2 => (5, 2, 15),
-            Self::E5M2Fnuz => (5, 2, 16),
-        }
-    }
-
-    /// "fnuz" formats: one NaN (`0x80`), no negative zero, no infinities.
-    fn is_fnuz(self) -> bool {
-        matches!(self, Self::E4M3Fnuz | Self::E4M3B11Fnuz | Self::E5M2Fnuz)
-    }
-
-    /// The canonical NaN (what ml_dtypes and TensorStore produce).
-    #[must_use]
-    pub fn nan(self) -> u8 {
-        match self {
-            Self::E4M3Fn => 0x7f,
-            Self::E5M2 => 0x7e,
-            _ => 0x80,
-        }
-    }
-
-    /// The value of one stored byte.
-    #[must_use]
-    pub fn to_f64(self, byte: u8) -> f64 {
-        let (ebits, mbits, bias) = self.layout();
-        let negative = byte & 0x80 != 0;
-        let e = i32::from(byte >> mbits) & ((1 << ebits) - 1);
-        let m = i32::from(byte) & ((1 << mbits) - 1);
-        let emax = (1 << ebits) - 1;
-        if self.is_fnuz() && byte == 0x80 {
-            return f64::NAN;
-        }
-        if self == Self::E4M3Fn && e == emax && m == (1 << mbits) - 1 {
-            return f64::NAN;
-        }
-        if self == Self::E5M2 && e == emax {
-            return if m != 0 {
-                f64::NAN
-            } else if negative {
-                f64::NEG_INFINITY
-            } else {
-                f64::INFINITY
-            };
-        }
-        let scale = |x: i32| 2f64.powi(x);
-        let magnitude = if e == 0 {
-            f64::from(m) * scale(1 - bias - i32::try_from(mbits).unwrap_or(0))
-        } else {
-            (1.0 + f64::from(m) / scale(i32::try_from(mbits).unwrap_or(0))) * scale(e - bias)
-        };
-        if negative {
-            -magnitude
-        } else {
-            magnitude
-        }
-    }
-
-    /// The largest finite value.
-    #[must_use]
-    pub fn max(self) -> f64 {
-        (0u8..0x80).map(|b| self.to_f64(b)).filter(|v| v.is_finite()).fold(0.0, f64::max)
-    }
-
-    /// The byte nearest to `value` (ties to an even mantissa, as IEEE
-    /// rounding does), or `None` when the format cannot hold it: an
-    /// infinity in a format without infinities, or a finite value beyond the
-    /// largest finite one.
-    #[must_use]
-    pub fn from_f64(self, value: f64) -> Option<u8> {
-        if value.is_nan() {
-            return Some(self.nan());
-        }
-        if value.is_infinite() {
-            return (self == Self::E5M2).then_some(if value > 0.0 { 0x7c } else { 0xfc });
-        }
-        if value.abs() > self.max() {
-            return None;
-        }
-        let mut best: Option<(u8, f64)> = None;
-        for byte in 0u8..=255 {
-            let v = self.to_f64(byte);
-            if !v.is_finite() {
-                continue;
-            }
-            let d = (v - value).abs();
-            let better = match best {
-                None => true,
-                Some((b, bd)) => d < bd || (d == bd && byte & 1 == 0 && b & 1 == 1),
-            };
-            if better {
-                best = Some((byte, d));
-            }
-        }
-        let byte = best.map(|(b, _)| b)?;
-        // Keep the sign of zero where the format has a negative zero.
-        if byte == 0 && value.is_sign_negative() && !self.is_fnuz() {
-            return Some(0x80);
-        }
-        Some(byte)
-    }
-}
 
 /// One field of a structured data type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,19 +141,9 @@ pub enum DataType {
         length_bytes: usize,
     },
     /// `numpy.datetime64` with a unit and a scale factor (`M8[10s]`).
-    DateTime64 {
-        /// Time unit.
-        unit: TimeUnit,
-        /// Multiplier of the unit (1 for plain `M8[s]`).
-        scale_factor: u32,
-    },
+    DateTime64(TimeUnit),
     /// `numpy.timedelta64` with a unit and a scale factor.
-    TimeDelta64 {
-        /// Time unit.
-        unit: TimeUnit,
-        /// Multiplier of the unit.
-        scale_factor: u32,
-    },
+    TimeDelta64(TimeUnit),
     /// zarr-python `structured`: packed named fields.
     Structured {
         /// The fields, in storage order.
@@ -349,8 +179,8 @@ impl DataType {
             Self::FixedLengthUtf32 { .. } => "fixed_length_utf32",
             Self::NullTerminatedBytes { .. } => "null_terminated_bytes",
             Self::RawBytes { .. } => "raw_bytes",
-            Self::DateTime64 { .. } => "numpy.datetime64",
-            Self::TimeDelta64 { .. } => "numpy.timedelta64",
+            Self::DateTime64(_) => "numpy.datetime64",
+            Self::TimeDelta64(_) => "numpy.timedelta64",
             Self::Structured { .. } => "structured",
         };
         s.to_owned()
@@ -367,8 +197,8 @@ impl DataType {
             | Self::UInt64
             | Self::Float64
             | Self::Complex64
-            | Self::DateTime64 { .. }
-            | Self::TimeDelta64 { .. } => 8,
+            | Self::DateTime64(_)
+            | Self::TimeDelta64(_) => 8,
             Self::Complex128 => 16,
             Self::RawBits { size_bytes } => *size_bytes,
             Self::FixedLengthUtf32 { length_bytes }
@@ -401,8 +231,8 @@ impl DataType {
             | Self::Complex64
             | Self::Complex128
             | Self::FixedLengthUtf32 { .. }
-            | Self::DateTime64 { .. }
-            | Self::TimeDelta64 { .. } => true,
+            | Self::DateTime64(_)
+            | Self::TimeDelta64(_) => true,
             Self::Bool
             | Self::Int4
             | Self::Int8
@@ -467,9 +297,9 @@ impl DataType {
             Self::FixedLengthUtf32 { length_bytes }
             | Self::NullTerminatedBytes { length_bytes }
             | Self::RawBytes { length_bytes } => length(*length_bytes),
-            Self::DateTime64 { unit, scale_factor } | Self::TimeDelta64 { unit, scale_factor } => {
+            Self::DateTime64(unit) | Self::TimeDelta64(unit) => {
                 json!({"name": self.name(),
-                       "configuration": {"unit": unit.as_str(), "scale_factor": scale_factor}})
+                       "configuration": {"unit": unit.base(), "scale_factor": unit.scale_factor()}})
             }
             Self::Structured { fields } => {
                 let fields: Vec<Value> = fields.iter().map(|f| json!([f.name, f.data_type.to_v3_json()])).collect();
@@ -609,14 +439,15 @@ fn parse_object(value: &Value, path: &str) -> Result<DataType> {
         "raw_bytes" => DataType::RawBytes { length_bytes: length_bytes(&mut cfg, 1)? },
         "numpy.datetime64" | "numpy.timedelta64" => {
             let unit_path = cfg.at("unit");
-            let unit = TimeUnit::parse(enum_str(cfg.required("unit")?, &unit_path, TIME_UNITS)?)
-                .ok_or_else(|| MetadataError::new(unit_path, "unknown unit"))?;
+            let base = enum_str(cfg.required("unit")?, &unit_path, TIME_UNITS)?;
             let sf_path = cfg.at("scale_factor");
             let scale_factor = scale(cfg.required("scale_factor")?, &sf_path)?;
+            let unit =
+                TimeUnit::new(base, scale_factor).ok_or_else(|| MetadataError::new(unit_path, "unknown unit"))?;
             if name == "numpy.datetime64" {
-                DataType::DateTime64 { unit, scale_factor }
+                DataType::DateTime64(unit)
             } else {
-                DataType::TimeDelta64 { unit, scale_factor }
+                DataType::TimeDelta64(unit)
             }
         }
         _ => {
@@ -747,39 +578,13 @@ mod tests {
         }
     }
 
-    /// Reference bytes from ml_dtypes 0.6 (what TensorStore uses):
-    /// `np.array(xs).astype(ml_dtypes.<kind>).view(np.uint8)`.
     #[test]
-    fn float8_matches_ml_dtypes() {
-        let xs = [0.3, 1e-9, -0.0, 0.5 + 2f64.powi(-5), -3.0, 2.0];
-        for (kind, want, max) in [
-            (Float8Kind::E4M3Fn, [0x2a, 0x00, 0x80, 0x30, 0xc4, 0x40], 448.0),
-            (Float8Kind::E4M3Fnuz, [0x32, 0x00, 0x00, 0x38, 0xcc, 0x48], 240.0),
-            (Float8Kind::E4M3B11Fnuz, [0x4a, 0x00, 0x00, 0x50, 0xe4, 0x60], 30.0),
-            (Float8Kind::E5M2, [0x35, 0x00, 0x80, 0x38, 0xc2, 0x40], 57344.0),
-            (Float8Kind::E5M2Fnuz, [0x39, 0x00, 0x00, 0x3c, 0xc6, 0x44], 57344.0),
-        ] {
-            let got: Vec<u8> = xs.iter().map(|x| kind.from_f64(*x).unwrap()).collect();
-            assert_eq!(got, want, "{kind:?}");
-            assert_eq!(kind.max(), max, "{kind:?}");
-            assert!(kind.to_f64(kind.nan()).is_nan());
-            assert_eq!(kind.from_f64(f64::NAN), Some(kind.nan()));
-            assert_eq!(kind.from_f64(max * 2.0), None, "{kind:?}: out of range");
-            // Every finite byte is its own nearest value.
-            for b in 0u8..=255 {
-                let v = kind.to_f64(b);
-                if v.is_finite() && !(v == 0.0 && b != 0 && b != 0x80) {
-                    assert_eq!(kind.from_f64(v), Some(b), "{kind:?} {b:#x}");
-                }
-            }
+    fn float8_names() {
+        for kind in Float8Kind::ALL {
+            assert_eq!(parse(json!(kind.name())).unwrap(), DataType::Float8(kind));
             assert_eq!(DataType::Float8(kind).item_size(), Some(1));
             assert!(!DataType::Float8(kind).endianness_matters());
-            assert_eq!(Float8Kind::parse(kind.name()), Some(kind));
         }
-        let nans = |k: Float8Kind| (0u8..=255).filter(|b| k.to_f64(*b).is_nan()).count();
-        assert_eq!(Float8Kind::ALL.map(nans), [2, 1, 1, 6, 1], "NaN encodings per kind, as ml_dtypes counts them");
-        assert_eq!(Float8Kind::E5M2.from_f64(f64::NEG_INFINITY), Some(0xfc));
-        assert_eq!(Float8Kind::E4M3Fn.from_f64(f64::INFINITY), None);
         // TensorStore 0.1.86's zarr3 driver writes them in zarr.json too.
         assert_eq!(parse(json!("float8_e5m2fnuz")).unwrap(), DataType::Float8(Float8Kind::E5M2Fnuz));
         assert_eq!(serde_json::to_value(DataType::Float8(Float8Kind::E4M3Fn)).unwrap(), json!("float8_e4m3fn"));

@@ -206,7 +206,7 @@ fn parse(value: &Value, dt: &DataType, path: &str, version: Version) -> Result<F
             let size = dt.item_size().ok_or_else(|| MetadataError::new(path, "structured data type is too large"))?;
             base64_fill(value, path, Some(size), true)?
         }
-        DataType::DateTime64 { .. } | DataType::TimeDelta64 { .. } => {
+        DataType::DateTime64(_) | DataType::TimeDelta64(_) => {
             if value.as_str() == Some("NaT") {
                 FillValue::Int(i64::MIN)
             } else {
@@ -417,10 +417,7 @@ mod tests {
     fn lenient_forms() {
         assert_eq!(v3(json!(1.0), &DataType::UInt8).unwrap(), FillValue::UInt(1));
         assert_eq!(v3(json!(0), &DataType::String).unwrap(), FillValue::String("0".into()));
-        let nat = v3(
-            json!("NaT"),
-            &DataType::DateTime64 { unit: super::super::data_type::TimeUnit::parse("ms").unwrap(), scale_factor: 1 },
-        );
+        let nat = v3(json!("NaT"), &DataType::DateTime64(super::super::data_type::TimeUnit::new("ms", 1).unwrap()));
         assert_eq!(nat.unwrap(), FillValue::Int(i64::MIN));
     }
 

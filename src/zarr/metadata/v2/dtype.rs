@@ -142,7 +142,7 @@ impl Serialize for DataTypeV2 {
 
 fn scalar_str(order: ByteOrder, dt: &DataType) -> String {
     let p = order.prefix();
-    let time = |kind: char, unit: &TimeUnit, scale: u32| match (unit.as_str(), scale) {
+    let time = |kind: char, unit: &TimeUnit| match (unit.base(), unit.scale_factor()) {
         ("generic", _) => format!("{p}{kind}8"),
         (u, 1) => format!("{p}{kind}8[{u}]"),
         (u, n) => format!("{p}{kind}8[{n}{u}]"),
@@ -170,8 +170,8 @@ fn scalar_str(order: ByteOrder, dt: &DataType) -> String {
             format!("|V{length_bytes}")
         }
         DataType::FixedLengthUtf32 { length_bytes } => format!("{p}U{}", length_bytes / 4),
-        DataType::DateTime64 { unit, scale_factor } => time('M', unit, *scale_factor),
-        DataType::TimeDelta64 { unit, scale_factor } => time('m', unit, *scale_factor),
+        DataType::DateTime64(unit) => time('M', unit),
+        DataType::TimeDelta64(unit) => time('m', unit),
         // Not produced by the v2 parser; written as the closest numpy form.
         DataType::String | DataType::VariableLengthBytes | DataType::Structured { .. } => "|O".into(),
     }
@@ -276,17 +276,13 @@ fn parse_time(kind: char, byte_order: ByteOrder, rest: &str, path: &str, got: &V
         };
         (unit, scale)
     };
-    let unit = TimeUnit::parse(unit).ok_or_else(|| {
+    let unit = TimeUnit::new(unit, scale_factor).ok_or_else(|| {
         bad(path, got, "unknown time unit; expected Y, M, W, D, h, m, s, ms, us, μs, ns, ps, fs, as or generic")
     })?;
     if byte_order == ByteOrder::NotApplicable {
         return Err(bad(path, got, "datetime types need a byte order '<' or '>'"));
     }
-    let data_type = if kind == 'M' {
-        DataType::DateTime64 { unit, scale_factor }
-    } else {
-        DataType::TimeDelta64 { unit, scale_factor }
-    };
+    let data_type = if kind == 'M' { DataType::DateTime64(unit) } else { DataType::TimeDelta64(unit) };
     Ok(DataTypeV2::Scalar { byte_order, data_type })
 }
 
