@@ -186,29 +186,17 @@ impl DataType {
         s.to_owned()
     }
 
-    /// Size of one element in bytes, or `None` for variable-length types.
+    /// Size of one element in bytes, or `None` for variable-length types
+    /// (or a structured type whose size overflows). The engine type decides
+    /// the layout; only the overflow check of structured types is here.
     #[must_use]
     pub fn item_size(&self) -> Option<usize> {
-        Some(match self {
-            Self::Bool | Self::Int4 | Self::Int8 | Self::UInt8 | Self::Float8(_) => 1,
-            Self::Int16 | Self::UInt16 | Self::Float16 | Self::BFloat16 => 2,
-            Self::Int32 | Self::UInt32 | Self::Float32 => 4,
-            Self::Int64
-            | Self::UInt64
-            | Self::Float64
-            | Self::Complex64
-            | Self::DateTime64(_)
-            | Self::TimeDelta64(_) => 8,
-            Self::Complex128 => 16,
-            Self::RawBits { size_bytes } => *size_bytes,
-            Self::FixedLengthUtf32 { length_bytes }
-            | Self::NullTerminatedBytes { length_bytes }
-            | Self::RawBytes { length_bytes } => *length_bytes,
+        match self {
             Self::Structured { fields } => {
-                return fields.iter().try_fold(0usize, |acc, f| acc.checked_add(f.data_type.item_size()?))
+                fields.iter().try_fold(0usize, |acc, f| acc.checked_add(f.data_type.item_size()?))
             }
-            Self::String | Self::VariableLengthBytes => return None,
-        })
+            other => crate::zarr::data_type::DataType::from(other).size(),
+        }
     }
 
     /// Whether the `bytes` codec needs an `endian` for this type: multi-byte

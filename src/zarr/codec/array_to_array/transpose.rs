@@ -319,4 +319,41 @@ mod tests {
             prop_assert_eq!(codec.decode(enc, &rv).unwrap(), ChunkData::Variable(items));
         }
     }
+
+    /// Parses `codecs` through the real chain parser.
+    fn chain(
+        codecs: serde_json::Value,
+        dt: &crate::zarr::metadata::DataType,
+        shape: &[u64],
+    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
+        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
+    }
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        let entry = serde_json::json!({"name": "transpose", "configuration": {"order": [1, 0]}});
+        let specs = chain(serde_json::json!([entry, "bytes"]), &D::UInt8, &[2, 3]).unwrap();
+        assert_eq!(specs[0], CodecSpec::Transpose(TransposeConfig { order: vec![1, 0] }));
+        assert_eq!(serde_json::to_value(&specs[0]).unwrap(), entry);
+        assert_eq!(TransposeConfig { order: vec![1, 0] }.build().unwrap().order(), [1, 0]);
+        for bad in
+            [serde_json::json!([0, 0]), serde_json::json!([0]), serde_json::json!([0, 2]), serde_json::json!("F")]
+        {
+            let e = chain(
+                serde_json::json!([{"name": "transpose", "configuration": {"order": bad}}, "bytes"]),
+                &D::UInt8,
+                &[2, 3],
+            )
+            .unwrap_err();
+            assert_eq!(e.path, "codecs[0].configuration.order", "{bad}");
+        }
+        // The codecs after a transpose see the permuted shape: a shard of 3x2 divides into 3x1.
+        let sharded = |inner: serde_json::Value| {
+            serde_json::json!([entry, {"name": "sharding_indexed", "configuration":
+            {"chunk_shape": inner, "codecs": ["bytes"], "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}])
+        };
+        assert!(chain(sharded(serde_json::json!([3, 1])), &D::UInt8, &[2, 3]).is_ok());
+        assert!(chain(sharded(serde_json::json!([1, 3])), &D::UInt8, &[2, 3]).is_err());
+    }
 }

@@ -359,4 +359,33 @@ mod tests {
             prop_assert_eq!(codec.decode(enc, &r).unwrap(), ChunkData::Fixed(data));
         }
     }
+
+    /// Parses `codecs` through the real chain parser.
+    fn chain(
+        codecs: serde_json::Value,
+        dt: &crate::zarr::metadata::DataType,
+        shape: &[u64],
+    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
+        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
+    }
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        let entry = serde_json::json!({"name": "bytes", "configuration": {"endian": "big"}});
+        let specs = chain(serde_json::json!([entry]), &D::Float64, &[4]).unwrap();
+        assert_eq!(specs[0], CodecSpec::Bytes(BytesConfig { endian: Some(Endian::Big) }));
+        assert_eq!(serde_json::to_value(&specs[0]).unwrap(), entry);
+        assert_eq!(BytesConfig { endian: Some(Endian::Big) }.build(), BytesCodec::new(Some(Endian::Big)));
+        // One-byte types need no endian; multi-byte types do.
+        assert!(chain(serde_json::json!(["bytes"]), &D::UInt8, &[4]).is_ok());
+        let e = chain(serde_json::json!(["bytes"]), &D::Float64, &[4]).unwrap_err();
+        assert_eq!(e.path, "codecs[0].configuration.endian");
+        let e = chain(serde_json::json!(["bytes"]), &D::String, &[4]).unwrap_err();
+        assert_eq!(e.path, "codecs[0]");
+        assert!(e.message.contains("use vlen-utf8"), "{e}");
+        let e = chain(serde_json::json!([{"name": "bytes", "configuration": {"endian": "middle"}}]), &D::UInt16, &[4])
+            .unwrap_err();
+        assert_eq!(e.path, "codecs[0].configuration.endian");
+    }
 }

@@ -560,4 +560,48 @@ mod tests {
             }
         }
     }
+
+    /// Parses `codecs` through the real chain parser.
+    fn chain(
+        codecs: serde_json::Value,
+        dt: &crate::zarr::metadata::DataType,
+        shape: &[u64],
+    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
+        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
+    }
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        let entry = serde_json::json!({"name": "blosc", "configuration":
+            {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}});
+        let specs = chain(
+            serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}, entry]),
+            &D::Float32,
+            &[4],
+        )
+        .unwrap();
+        let CodecSpec::Blosc(c) = &specs[1] else { panic!("not blosc") };
+        assert_eq!(c.cname, Some(BloscCname::Lz4));
+        assert_eq!(serde_json::to_value(&specs[1]).unwrap(), entry);
+        // Defaults: zstd, clevel 5, typesize from the element size, shuffle by typesize.
+        let none = BloscConfig { cname: None, clevel: None, shuffle: None, typesize: None, blocksize: None };
+        let b = none.build(8).unwrap();
+        assert_eq!(
+            (b.cname, b.clevel, b.shuffle, b.typesize, b.blocksize),
+            (BloscCname::Zstd, 5, BloscShuffle::Shuffle, 8, 0)
+        );
+        assert_eq!(none.build(1).unwrap().shuffle, BloscShuffle::Bitshuffle);
+        let e =
+            chain(serde_json::json!(["bytes", {"name": "blosc", "configuration": {"cname": "lzw"}}]), &D::UInt8, &[4])
+                .unwrap_err();
+        assert_eq!(e.path, "codecs[1].configuration.cname");
+        let e =
+            chain(serde_json::json!(["bytes", {"name": "blosc", "configuration": {"typesize": 0}}]), &D::UInt8, &[4])
+                .unwrap_err();
+        assert_eq!(e.path, "codecs[1].configuration.typesize");
+        for name in BLOSC_CNAMES {
+            assert!(BloscCname::parse(name).is_some(), "{name}");
+        }
+    }
 }

@@ -176,4 +176,35 @@ mod tests {
             prop_assert_eq!(c.decode(enc, data.len()).unwrap(), data);
         }
     }
+
+    /// Parses `codecs` through the real chain parser.
+    fn chain(
+        codecs: serde_json::Value,
+        dt: &crate::zarr::metadata::DataType,
+        shape: &[u64],
+    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
+        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
+    }
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        let specs =
+            chain(serde_json::json!(["bytes", {"name": "crc32c", "configuration": {}}]), &D::UInt8, &[4]).unwrap();
+        assert_eq!(specs[1], CodecSpec::Crc32c);
+        assert_eq!(serde_json::to_value(&specs[1]).unwrap(), serde_json::json!({"name": "crc32c"}));
+        let e = chain(
+            serde_json::json!(["bytes", {"name": "crc32c", "configuration": {"location": "start"}}]),
+            &D::UInt8,
+            &[4],
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "codecs[1].configuration.location");
+        // The numcodecs alias has a location.
+        let map = serde_json::json!({"location": "start"});
+        let c = Crc32c::from_numcodecs(&Config { codec: NAME, map: map.as_object().unwrap() }).unwrap();
+        assert_eq!(c.location, Location::Start);
+        let map = serde_json::json!({"location": "middle"});
+        assert!(Crc32c::from_numcodecs(&Config { codec: NAME, map: map.as_object().unwrap() }).is_err());
+    }
 }

@@ -171,4 +171,34 @@ mod tests {
             prop_assert_eq!(c.decode(enc, data.len()).unwrap(), data);
         }
     }
+
+    /// Parses `codecs` through the real chain parser.
+    fn chain(
+        codecs: serde_json::Value,
+        dt: &crate::zarr::metadata::DataType,
+        shape: &[u64],
+    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
+        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
+    }
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        let entry = serde_json::json!({"name": "gzip", "configuration": {"level": 1}});
+        let specs = chain(serde_json::json!(["bytes", entry]), &D::UInt8, &[4]).unwrap();
+        assert_eq!(specs[1], CodecSpec::Gzip(GzipConfig { level: Some(1) }));
+        assert_eq!(serde_json::to_value(&specs[1]).unwrap(), entry);
+        // zarr-python's default for v3, numcodecs' for the alias.
+        assert_eq!(GzipConfig { level: None }.build().unwrap().level, 5);
+        let empty = serde_json::Map::new();
+        assert_eq!(Gzip::from_numcodecs(&Config { codec: NAME, map: &empty }).unwrap().level, 1);
+        let e = chain(serde_json::json!(["bytes", {"name": "gzip", "configuration": {"level": 10}}]), &D::UInt8, &[4])
+            .unwrap_err();
+        assert_eq!(e.to_string(), "codecs[1].configuration.level: expected an integer 0..=9, got 10");
+        let e = chain(serde_json::json!(["bytes", {"name": "gzip", "configuration": {"lvl": 1}}]), &D::UInt8, &[4])
+            .unwrap_err();
+        assert_eq!(e.path, "codecs[1].configuration.lvl");
+        let alias = serde_json::json!({"level": 12});
+        assert_eq!(validate_numcodecs(alias.as_object().unwrap(), "compressor").unwrap_err().path, "compressor.level");
+    }
 }

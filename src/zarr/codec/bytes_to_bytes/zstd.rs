@@ -314,4 +314,37 @@ mod tests {
             prop_assert_eq!(c.decode(enc, data.len()).unwrap(), data);
         }
     }
+
+    /// Parses `codecs` through the real chain parser.
+    fn chain(
+        codecs: serde_json::Value,
+        dt: &crate::zarr::metadata::DataType,
+        shape: &[u64],
+    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
+        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
+    }
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        let entry = serde_json::json!({"name": "zstd", "configuration": {"level": 3, "checksum": true}});
+        let specs = chain(serde_json::json!(["bytes", entry]), &D::UInt8, &[4]).unwrap();
+        assert_eq!(specs[1], CodecSpec::Zstd(ZstdConfig { level: Some(3), checksum: Some(true) }));
+        assert_eq!(serde_json::to_value(&specs[1]).unwrap(), entry);
+        let built = ZstdConfig { level: None, checksum: None }.build().unwrap();
+        assert_eq!((built.level, built.checksum), (0, false));
+        for (bad, path) in [
+            (serde_json::json!({"level": 23}), "codecs[1].configuration.level"),
+            (serde_json::json!({"checksum": 1}), "codecs[1].configuration.checksum"),
+            (serde_json::json!({"window": 1}), "codecs[1].configuration.window"),
+        ] {
+            let e = chain(serde_json::json!(["bytes", {"name": "zstd", "configuration": bad}]), &D::UInt8, &[4])
+                .unwrap_err();
+            assert_eq!(e.path, path);
+        }
+        let map = serde_json::json!({"level": 1, "checksum": null});
+        let alias = Zstd::from_numcodecs(&Config { codec: NAME, map: map.as_object().unwrap() }).unwrap();
+        assert_eq!((alias.level, alias.checksum), (1, false));
+        assert!(validate_numcodecs(serde_json::json!({"checksum": "yes"}).as_object().unwrap(), "c").is_err());
+    }
 }
