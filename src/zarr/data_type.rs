@@ -1,6 +1,9 @@
-//! Data types as the engine sees them: how many bytes an element takes and
-//! what its bytes mean. Parsed metadata types (`metadata::DataType`,
-//! `metadata::v2::dtype::DataTypeV2`) normalise into this.
+//! The data type of an array: how many bytes an element takes and what its
+//! bytes mean. One type for the documents and the engine: the v3 parser
+//! (`metadata::data_type`, which adds the v3 names, parsing and JSON form)
+//! produces it directly, and a v2 `dtype` (`metadata::v2::dtype::DataTypeV2`,
+//! which keeps the numpy byte order and structured layout) holds it for
+//! scalars and normalises into it for records.
 //!
 //! Spec: Zarr v3 core §"Data types"; Zarr v2 §"Data type encoding";
 //! TensorStore's zarr and zarr3 driver data type tables.
@@ -9,12 +12,12 @@
 //! elements in **little-endian** byte order, C order. Variable-length
 //! elements (`String`, `Bytes`) are one byte string per element.
 //!
-//! What the document types and this one share is defined here, once: the
-//! time unit of `datetime64` / `timedelta64` ([`TimeUnit`]) and the float8
-//! formats with their conversions ([`float8`]). The document types
-//! ([`crate::zarr::metadata::DataType`], v3 names;
-//! [`crate::zarr::metadata::DataTypeV2`], numpy strings) keep how a type was
-//! spelled, which decides its fill value form and what is written back.
+//! Where two spellings mean the same layout but a different document form
+//! (`r16` and zarr-python's `raw_bytes`, whose fill values are written
+//! differently), both are variants ([`DataType::RawBits`],
+//! [`DataType::RawBytes`]) so a document is written back as it was read.
+//! The time unit of `datetime64` / `timedelta64` ([`TimeUnit`]) and the
+//! float8 formats with their conversions ([`float8`]) live here too.
 
 pub mod float8;
 
@@ -104,8 +107,12 @@ pub enum DataType {
     Int4,
     /// TensorStore's float8 variants (v2): one byte, carried as stored.
     Float8(Float8Kind),
-    /// `r<bits>` / v2 `|V<n>`: opaque bytes.
+    /// `r<bits>` (v3 core): `n` opaque bytes.
     RawBits(usize),
+    /// zarr-python `raw_bytes` / v2 `|V<n>`: `n` opaque bytes, as
+    /// [`Self::RawBits`] but spelled (and its fill value written) as
+    /// zarr-python does.
+    RawBytes(usize),
     /// v2 `|S<n>` / zarr-python `null_terminated_bytes`: fixed-length bytes.
     FixedBytes(usize),
     /// v2 `<U<n>` / zarr-python `fixed_length_utf32`: `n` UTF-32 code units.
@@ -136,7 +143,7 @@ impl DataType {
             Self::Int64 | Self::UInt64 | Self::Float64 | Self::Complex64 => 8,
             Self::DateTime64(_) | Self::TimeDelta64(_) => 8,
             Self::Complex128 => 16,
-            Self::RawBits(n) | Self::FixedBytes(n) | Self::Structured { size: n, .. } => *n,
+            Self::RawBits(n) | Self::RawBytes(n) | Self::FixedBytes(n) | Self::Structured { size: n, .. } => *n,
             Self::FixedUtf32(n) => n * 4,
             Self::String | Self::Bytes => return None,
         })
@@ -151,7 +158,12 @@ impl DataType {
             Self::Complex64 => 4,
             Self::Complex128 => 8,
             Self::FixedUtf32(_) => 4,
-            Self::RawBits(_) | Self::FixedBytes(_) | Self::Structured { .. } | Self::String | Self::Bytes => 1,
+            Self::RawBits(_)
+            | Self::RawBytes(_)
+            | Self::FixedBytes(_)
+            | Self::Structured { .. }
+            | Self::String
+            | Self::Bytes => 1,
             other => other.size().unwrap_or(1),
         }
     }
@@ -160,60 +172,6 @@ impl DataType {
     #[must_use]
     pub fn is_variable(&self) -> bool {
         self.size().is_none()
-    }
-}
-
-impl From<&crate::zarr::metadata::DataType> for DataType {
-    /// The engine type of a parsed (v3-named) data type. Structured fields
-    /// are packed in order and little-endian (zarr-python's v3 `structured`).
-    fn from(dt: &crate::zarr::metadata::DataType) -> Self {
-        use crate::zarr::metadata::DataType as M;
-        match dt {
-            M::Bool => Self::Bool,
-            M::Int4 => Self::Int4,
-            M::Int8 => Self::Int8,
-            M::Int16 => Self::Int16,
-            M::Int32 => Self::Int32,
-            M::Int64 => Self::Int64,
-            M::UInt8 => Self::UInt8,
-            M::UInt16 => Self::UInt16,
-            M::UInt32 => Self::UInt32,
-            M::UInt64 => Self::UInt64,
-            M::Float16 => Self::Float16,
-            M::BFloat16 => Self::BFloat16,
-            M::Float8(kind) => Self::Float8(*kind),
-            M::Float32 => Self::Float32,
-            M::Float64 => Self::Float64,
-            M::Complex64 => Self::Complex64,
-            M::Complex128 => Self::Complex128,
-            M::RawBits { size_bytes } => Self::RawBits(*size_bytes),
-            M::RawBytes { length_bytes } => Self::RawBits(*length_bytes),
-            M::NullTerminatedBytes { length_bytes } => Self::FixedBytes(*length_bytes),
-            M::FixedLengthUtf32 { length_bytes } => Self::FixedUtf32(length_bytes / 4),
-            M::DateTime64(unit) => Self::DateTime64(*unit),
-            M::TimeDelta64(unit) => Self::TimeDelta64(*unit),
-            M::String => Self::String,
-            M::VariableLengthBytes => Self::Bytes,
-            M::Structured { fields } => {
-                let mut offset = 0usize;
-                let fields = fields
-                    .iter()
-                    .map(|f| {
-                        let data_type = Self::from(&f.data_type);
-                        let field = Field {
-                            name: f.name.clone(),
-                            offset,
-                            data_type: Box::new(data_type.clone()),
-                            big_endian: false,
-                            subarray: Vec::new(),
-                        };
-                        offset += data_type.size().unwrap_or(0);
-                        field
-                    })
-                    .collect();
-                Self::Structured { size: offset, fields }
-            }
-        }
     }
 }
 

@@ -244,13 +244,12 @@ mod tests {
     use crate::zarr::chunk::ChunkData;
     use crate::zarr::data_type::DataType;
     use crate::zarr::metadata::codec::parse_codec_chain;
-    use crate::zarr::metadata::DataType as MetaDataType;
     use proptest::prelude::*;
     use serde_json::json;
 
-    fn v3_chain(codecs: Value, dt: &MetaDataType, shape: &[u64]) -> CodecResult<CodecChain> {
+    fn v3_chain(codecs: Value, dt: &DataType, shape: &[u64]) -> CodecResult<CodecChain> {
         let specs = parse_codec_chain(&codecs, "codecs", dt, shape).unwrap();
-        let data_type = DataType::from(dt);
+        let data_type = dt.clone();
         let fill_value = vec![0; data_type.size().unwrap_or(0)];
         chain_from_v3(&specs, &ChunkRepr { shape: shape.to_vec(), data_type, fill_value })
     }
@@ -266,7 +265,7 @@ mod tests {
             json!([{"name": "transpose", "configuration": {"order": [1, 0]}},
                    {"name": "numcodecs.delta", "configuration": {"dtype": "<i4", "astype": "<i2"}},
                    {"name": "bytes", "configuration": {"endian": "big"}}]),
-            &MetaDataType::Int32,
+            &DataType::Int32,
             &[2, 2],
         )
         .unwrap();
@@ -283,21 +282,21 @@ mod tests {
     fn unsupported_codecs_are_named() {
         let e = v3_chain(
             json!([{"name": "numcodecs.bitround", "configuration": {"keepbits": 3}}, {"name": "bytes", "configuration": {"endian": "little"}}]),
-            &MetaDataType::Float32,
+            &DataType::Float32,
             &[4],
         )
         .unwrap_err();
         assert_eq!(e.codec, "bitround");
         assert!(v3_chain(
             json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.zstd", "configuration": {"level": 1}}]),
-            &MetaDataType::Float32,
+            &DataType::Float32,
             &[4],
         )
         .is_ok());
-        assert!(v3_chain(json!(["bytes", "crc32c"]), &MetaDataType::UInt8, &[4]).is_ok());
+        assert!(v3_chain(json!(["bytes", "crc32c"]), &DataType::UInt8, &[4]).is_ok());
         let e = v3_chain(
             json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.lzma", "configuration": {}}]),
-            &MetaDataType::Float32,
+            &DataType::Float32,
             &[4],
         )
         .unwrap_err();
@@ -329,12 +328,12 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80), which in 0usize..3) {
             let (chain, r) = match which {
                 0 => (
-                    v3_chain(json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes", "configuration": {"endian": "big"}}]), &MetaDataType::Float32, &[2, 3]).unwrap(),
+                    v3_chain(json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes", "configuration": {"endian": "big"}}]), &DataType::Float32, &[2, 3]).unwrap(),
                     repr(&[2, 3], DataType::Float32),
                 ),
-                1 => (v3_chain(json!(["vlen-utf8"]), &MetaDataType::String, &[3]).unwrap(), repr(&[3], DataType::String)),
+                1 => (v3_chain(json!(["vlen-utf8"]), &DataType::String, &[3]).unwrap(), repr(&[3], DataType::String)),
                 _ => (
-                    v3_chain(json!([{"name": "numcodecs.fixedscaleoffset", "configuration": {"offset": 1, "scale": 10, "dtype": "<f8", "astype": "|u1"}}, "bytes"]), &MetaDataType::Float64, &[8]).unwrap(),
+                    v3_chain(json!([{"name": "numcodecs.fixedscaleoffset", "configuration": {"offset": 1, "scale": 10, "dtype": "<f8", "astype": "|u1"}}, "bytes"]), &DataType::Float64, &[8]).unwrap(),
                     repr(&[8], DataType::Float64),
                 ),
             };

@@ -69,7 +69,7 @@ pub fn build_bytes_to_bytes_sized(
     let specs = crate::zarr::metadata::codec::parse_codec_chain(
         &chain,
         "codecs",
-        &crate::zarr::metadata::data_type::DataType::UInt8,
+        &crate::zarr::data_type::DataType::UInt8,
         &[1],
     )
     .map_err(|e| CodecError::new(name, e.to_string()))?;
@@ -271,8 +271,8 @@ pub(crate) mod test_util {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::zarr::data_type::DataType;
     use crate::zarr::metadata::codec::parse_codec_chain;
-    use crate::zarr::metadata::data_type::DataType;
     use serde_json::json;
 
     fn v3(codecs: Value, dt: &DataType) -> Vec<Box<dyn BytesToBytesCodec>> {

@@ -30,8 +30,8 @@ use super::bytes_to_bytes::crc32c::Crc32cConfig;
 use super::bytes_to_bytes::gzip::GzipConfig;
 use super::bytes_to_bytes::zstd::ZstdConfig;
 use super::numcodecs;
+use crate::zarr::data_type::DataType;
 use crate::zarr::metadata::codec::{CodecSpec, NumcodecsCodec};
-use crate::zarr::metadata::data_type::DataType;
 use crate::zarr::metadata::error::Result;
 use crate::zarr::metadata::json::Obj;
 

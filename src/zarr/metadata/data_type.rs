@@ -16,14 +16,11 @@
 //!   0.1.86 also knows `float8_e3m4`, `float8_e8m0fnu` and `float4_e2m1fn`;
 //!   zarrd does not yet.
 //!
-//! Zarr v2 `dtype` strings map onto the same enum (see [`super::v2`]).
-//!
-//! This enum is the document's spelling (it keeps `r16` apart from
-//! `raw_bytes`, since each has its own fill value form and is written back
-//! as read); [`crate::zarr::data_type::DataType`] is the engine's layout
-//! (offsets, per-field byte order) that both versions normalise into. The
-//! parts they share are defined once there: [`TimeUnit`] and the float8
-//! formats ([`Float8Kind`], with their conversions).
+//! The type itself is [`crate::zarr::data_type::DataType`], one enum for
+//! documents and engine (re-exported here with [`TimeUnit`] and
+//! [`Float8Kind`]); this module adds its v3 side: names, parsing, the JSON
+//! form and the element-size limit. Zarr v2 `dtype` strings map onto the
+//! same enum (see [`super::v2`]).
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
@@ -31,7 +28,7 @@ use serde_json::{json, Value};
 use super::error::{index, MetadataError, Result};
 use super::json::{array, enum_str, int_in, object, string, Obj};
 
-pub use crate::zarr::data_type::{Float8Kind, TimeUnit, TIME_UNITS};
+pub use crate::zarr::data_type::{DataType, Field, Float8Kind, TimeUnit, TIME_UNITS};
 
 /// Names accepted as string data types (parameterised types need the object
 /// form and are listed separately in messages).
@@ -70,87 +67,7 @@ const PARAMETERISED_NAMES: &[&str] = &[
     "structured",
 ];
 
-/// One field of a structured data type.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StructuredField {
-    /// Field name (unique within the type).
-    pub name: String,
-    /// Field type; always fixed-size.
-    pub data_type: DataType,
-}
-
-/// The element type of an array.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DataType {
-    /// `bool`, one byte (0 or 1).
-    Bool,
-    /// TensorStore's `int4` (stored one element per byte by `bytes`).
-    Int4,
-    /// `int8`.
-    Int8,
-    /// `int16`.
-    Int16,
-    /// `int32`.
-    Int32,
-    /// `int64`.
-    Int64,
-    /// `uint8`.
-    UInt8,
-    /// `uint16`.
-    UInt16,
-    /// `uint32`.
-    UInt32,
-    /// `uint64`.
-    UInt64,
-    /// `float16` (IEEE binary16).
-    Float16,
-    /// TensorStore's `bfloat16`.
-    BFloat16,
-    /// TensorStore's 8-bit floats.
-    Float8(Float8Kind),
-    /// `float32`.
-    Float32,
-    /// `float64`.
-    Float64,
-    /// `complex64` (two float32).
-    Complex64,
-    /// `complex128` (two float64).
-    Complex128,
-    /// `r<bits>`: opaque raw bits, `size_bytes * 8` bits.
-    RawBits {
-        /// Element size in bytes.
-        size_bytes: usize,
-    },
-    /// zarr-python `string`: variable-length UTF-8 (`vlen-utf8` codec).
-    String,
-    /// zarr-python `variable_length_bytes` (`vlen-bytes` codec).
-    VariableLengthBytes,
-    /// zarr-python `fixed_length_utf32` (numpy `<U{n}`); `length_bytes = 4n`.
-    FixedLengthUtf32 {
-        /// Element size in bytes (a multiple of 4).
-        length_bytes: usize,
-    },
-    /// zarr-python `null_terminated_bytes` (numpy `|S{n}`).
-    NullTerminatedBytes {
-        /// Element size in bytes.
-        length_bytes: usize,
-    },
-    /// zarr-python `raw_bytes` (numpy `|V{n}`).
-    RawBytes {
-        /// Element size in bytes.
-        length_bytes: usize,
-    },
-    /// `numpy.datetime64` with a unit and a scale factor (`M8[10s]`).
-    DateTime64(TimeUnit),
-    /// `numpy.timedelta64` with a unit and a scale factor.
-    TimeDelta64(TimeUnit),
-    /// zarr-python `structured`: packed named fields.
-    Structured {
-        /// The fields, in storage order.
-        fields: Vec<StructuredField>,
-    },
-}
-
+/// The v3 document side of [`DataType`]: names, parsing, the JSON form.
 impl DataType {
     /// The v3 name (`"float64"`, `"numpy.datetime64"`, `"r16"` ...).
     #[must_use]
@@ -173,12 +90,12 @@ impl DataType {
             Self::Float64 => "float64",
             Self::Complex64 => "complex64",
             Self::Complex128 => "complex128",
-            Self::RawBits { size_bytes } => return format!("r{}", size_bytes.saturating_mul(8)),
+            Self::RawBits(size_bytes) => return format!("r{}", size_bytes.saturating_mul(8)),
             Self::String => "string",
-            Self::VariableLengthBytes => "variable_length_bytes",
-            Self::FixedLengthUtf32 { .. } => "fixed_length_utf32",
-            Self::NullTerminatedBytes { .. } => "null_terminated_bytes",
-            Self::RawBytes { .. } => "raw_bytes",
+            Self::Bytes => "variable_length_bytes",
+            Self::FixedUtf32(_) => "fixed_length_utf32",
+            Self::FixedBytes(_) => "null_terminated_bytes",
+            Self::RawBytes(_) => "raw_bytes",
             Self::DateTime64(_) => "numpy.datetime64",
             Self::TimeDelta64(_) => "numpy.timedelta64",
             Self::Structured { .. } => "structured",
@@ -187,16 +104,11 @@ impl DataType {
     }
 
     /// Size of one element in bytes, or `None` for variable-length types
-    /// (or a structured type whose size overflows). The engine type decides
-    /// the layout; only the overflow check of structured types is here.
+    /// (the engine's [`DataType::size`], under the name the document code
+    /// uses).
     #[must_use]
     pub fn item_size(&self) -> Option<usize> {
-        match self {
-            Self::Structured { fields } => {
-                fields.iter().try_fold(0usize, |acc, f| acc.checked_add(f.data_type.item_size()?))
-            }
-            other => crate::zarr::data_type::DataType::from(other).size(),
-        }
+        self.size()
     }
 
     /// Whether the `bytes` codec needs an `endian` for this type: multi-byte
@@ -218,7 +130,7 @@ impl DataType {
             | Self::Float64
             | Self::Complex64
             | Self::Complex128
-            | Self::FixedLengthUtf32 { .. }
+            | Self::FixedUtf32(_)
             | Self::DateTime64(_)
             | Self::TimeDelta64(_) => true,
             Self::Bool
@@ -226,11 +138,11 @@ impl DataType {
             | Self::Int8
             | Self::UInt8
             | Self::Float8(_)
-            | Self::RawBits { .. }
+            | Self::RawBits(_)
             | Self::String
-            | Self::VariableLengthBytes
-            | Self::NullTerminatedBytes { .. }
-            | Self::RawBytes { .. }
+            | Self::Bytes
+            | Self::FixedBytes(_)
+            | Self::RawBytes(_)
             | Self::Structured { .. } => false,
         }
     }
@@ -282,14 +194,13 @@ impl DataType {
     pub fn to_v3_json(&self) -> Value {
         let length = |n: usize| json!({"name": self.name(), "configuration": {"length_bytes": n}});
         match self {
-            Self::FixedLengthUtf32 { length_bytes }
-            | Self::NullTerminatedBytes { length_bytes }
-            | Self::RawBytes { length_bytes } => length(*length_bytes),
+            Self::FixedUtf32(chars) => length(chars.saturating_mul(4)),
+            Self::FixedBytes(length_bytes) | Self::RawBytes(length_bytes) => length(*length_bytes),
             Self::DateTime64(unit) | Self::TimeDelta64(unit) => {
                 json!({"name": self.name(),
                        "configuration": {"unit": unit.base(), "scale_factor": unit.scale_factor()}})
             }
-            Self::Structured { fields } => {
+            Self::Structured { fields, .. } => {
                 let fields: Vec<Value> = fields.iter().map(|f| json!([f.name, f.data_type.to_v3_json()])).collect();
                 json!({"name": "structured", "configuration": {"fields": fields}})
             }
@@ -367,7 +278,7 @@ fn parse_simple_name(name: &str) -> Option<DataType> {
         "complex128" => DataType::Complex128,
         "string" => DataType::String,
         // zarr-python 3.1 reads the short alias "bytes" as well.
-        "variable_length_bytes" | "bytes" => DataType::VariableLengthBytes,
+        "variable_length_bytes" | "bytes" => DataType::Bytes,
         _ => return Float8Kind::parse(name).map(DataType::Float8).or_else(|| parse_raw_bits(name)),
     })
 }
@@ -379,7 +290,7 @@ fn parse_raw_bits(name: &str) -> Option<DataType> {
         return None;
     }
     let bits: usize = digits.parse().ok()?;
-    (bits % 8 == 0).then_some(DataType::RawBits { size_bytes: bits / 8 })
+    (bits % 8 == 0).then_some(DataType::RawBits(bits / 8))
 }
 
 fn parse_object(value: &Value, path: &str) -> Result<DataType> {
@@ -419,12 +330,9 @@ fn parse_object(value: &Value, path: &str) -> Result<DataType> {
     })?;
     let mut cfg = Obj::new(config, &config_path)?;
     let parsed = match name {
-        "fixed_length_utf32" => {
-            let n = length_bytes(&mut cfg, 4)?;
-            DataType::FixedLengthUtf32 { length_bytes: n }
-        }
-        "null_terminated_bytes" => DataType::NullTerminatedBytes { length_bytes: length_bytes(&mut cfg, 1)? },
-        "raw_bytes" => DataType::RawBytes { length_bytes: length_bytes(&mut cfg, 1)? },
+        "fixed_length_utf32" => DataType::FixedUtf32(length_bytes(&mut cfg, 4)? / 4),
+        "null_terminated_bytes" => DataType::FixedBytes(length_bytes(&mut cfg, 1)?),
+        "raw_bytes" => DataType::RawBytes(length_bytes(&mut cfg, 1)?),
         "numpy.datetime64" | "numpy.timedelta64" => {
             let unit_path = cfg.at("unit");
             let base = enum_str(cfg.required("unit")?, &unit_path, TIME_UNITS)?;
@@ -440,8 +348,8 @@ fn parse_object(value: &Value, path: &str) -> Result<DataType> {
         }
         _ => {
             let fields_path = cfg.at("fields");
-            let fields = structured_fields(cfg.required("fields")?, &fields_path)?;
-            DataType::Structured { fields }
+            let (size, fields) = structured_fields(cfg.required("fields")?, &fields_path)?;
+            DataType::Structured { size, fields }
         }
     };
     cfg.deny_rest(match name {
@@ -474,12 +382,15 @@ pub(crate) fn scale(v: &Value, path: &str) -> Result<u32> {
     u32::try_from(n).map_err(|_| MetadataError::expected(path, "a positive integer", v))
 }
 
-fn structured_fields(v: &Value, path: &str) -> Result<Vec<StructuredField>> {
+/// zarr-python's `structured`: fields packed in order, little-endian in
+/// memory like every engine type; answers the record size and the fields.
+fn structured_fields(v: &Value, path: &str) -> Result<(usize, Vec<Field>)> {
     let items = array(v, path, "an array of [name, data_type] pairs")?;
     if items.is_empty() {
         return Err(MetadataError::new(path, "expected at least one field"));
     }
-    let mut fields: Vec<StructuredField> = Vec::with_capacity(items.len());
+    let mut fields: Vec<Field> = Vec::with_capacity(items.len());
+    let mut offset = 0usize;
     for (i, item) in items.iter().enumerate() {
         let p = index(path, i);
         let pair = array(item, &p, "a [name, data_type] pair")?;
@@ -492,22 +403,23 @@ fn structured_fields(v: &Value, path: &str) -> Result<Vec<StructuredField>> {
         }
         let dt_path = index(&p, 1);
         let data_type = DataType::from_v3_json(dt, &dt_path)?;
-        if !data_type.is_fixed_size() {
+        let Some(size) = data_type.size() else {
             return Err(MetadataError::new(
                 dt_path,
                 format!("structured fields need a fixed-size data type, got \"{}\"", data_type.name()),
             ));
-        }
-        fields.push(StructuredField { name: name.to_owned(), data_type });
+        };
+        fields.push(Field {
+            name: name.to_owned(),
+            offset,
+            data_type: Box::new(data_type),
+            big_endian: false,
+            subarray: Vec::new(),
+        });
+        offset =
+            offset.checked_add(size).ok_or_else(|| MetadataError::new(path, "structured data type is too large"))?;
     }
-    let dt = DataType::Structured { fields };
-    if dt.item_size().is_none() {
-        return Err(MetadataError::new(path, "structured data type is too large"));
-    }
-    let DataType::Structured { fields } = dt else {
-        return Ok(Vec::new());
-    };
-    Ok(fields)
+    Ok((offset, fields))
 }
 
 #[cfg(test)]
@@ -531,18 +443,18 @@ mod tests {
     fn core_names() {
         assert_eq!(parse(json!("float64")).unwrap(), DataType::Float64);
         assert_eq!(parse(json!("bool")).unwrap().item_size(), Some(1));
-        assert_eq!(parse(json!("r16")).unwrap(), DataType::RawBits { size_bytes: 2 });
+        assert_eq!(parse(json!("r16")).unwrap(), DataType::RawBits(2));
         assert!(parse(json!("r12")).is_err());
         assert!(parse(json!("r0")).is_err());
         assert!(parse(json!("r")).is_err());
         assert_eq!(parse(json!({"name": "int16"})).unwrap(), DataType::Int16);
-        assert_eq!(parse(json!("bytes")).unwrap(), DataType::VariableLengthBytes);
+        assert_eq!(parse(json!("bytes")).unwrap(), DataType::Bytes);
     }
 
     #[test]
     fn zarr_python_object_forms() {
         let dt = parse(json!({"name":"fixed_length_utf32","configuration":{"length_bytes":28}})).unwrap();
-        assert_eq!(dt, DataType::FixedLengthUtf32 { length_bytes: 28 });
+        assert_eq!(dt, DataType::FixedUtf32(7));
         assert!(dt.endianness_matters());
         let dt = parse(json!({"name":"numpy.datetime64","configuration":{"unit":"ms","scale_factor":1}})).unwrap();
         assert_eq!(dt.item_size(), Some(8));

@@ -323,7 +323,7 @@ mod tests {
     /// Parses `codecs` through the real chain parser.
     fn chain(
         codecs: serde_json::Value,
-        dt: &crate::zarr::metadata::DataType,
+        dt: &crate::zarr::data_type::DataType,
         shape: &[u64],
     ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
         crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
@@ -331,7 +331,8 @@ mod tests {
 
     #[test]
     fn configuration() {
-        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
         let entry = serde_json::json!({"name": "transpose", "configuration": {"order": [1, 0]}});
         let specs = chain(serde_json::json!([entry, "bytes"]), &D::UInt8, &[2, 3]).unwrap();
         assert_eq!(specs[0], CodecSpec::Transpose(TransposeConfig { order: vec![1, 0] }));

@@ -18,7 +18,6 @@ use crate::zarr::chunk::{ChunkData, ChunkRepr};
 use crate::zarr::codec::registry::ParseContext;
 use crate::zarr::codec::{ArrayToBytesCodec, CodecError, CodecResult};
 use crate::zarr::data_type::DataType;
-use crate::zarr::metadata::data_type::DataType as MetaDataType;
 use crate::zarr::metadata::error::{MetadataError, Result};
 use crate::zarr::metadata::json::enum_str;
 
@@ -62,7 +61,7 @@ impl BytesConfig {
         };
         if let Some(dt) = &cx.state.data_type {
             if !dt.is_fixed_size() {
-                let use_instead = if *dt == MetaDataType::String { "vlen-utf8" } else { "vlen-bytes" };
+                let use_instead = if *dt == DataType::String { "vlen-utf8" } else { "vlen-bytes" };
                 return Err(MetadataError::new(
                     cx.path,
                     format!(
@@ -363,7 +362,7 @@ mod tests {
     /// Parses `codecs` through the real chain parser.
     fn chain(
         codecs: serde_json::Value,
-        dt: &crate::zarr::metadata::DataType,
+        dt: &crate::zarr::data_type::DataType,
         shape: &[u64],
     ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
         crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
@@ -371,7 +370,8 @@ mod tests {
 
     #[test]
     fn configuration() {
-        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
         let entry = serde_json::json!({"name": "bytes", "configuration": {"endian": "big"}});
         let specs = chain(serde_json::json!([entry]), &D::Float64, &[4]).unwrap();
         assert_eq!(specs[0], CodecSpec::Bytes(BytesConfig { endian: Some(Endian::Big) }));

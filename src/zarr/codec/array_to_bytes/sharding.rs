@@ -43,7 +43,6 @@ use crate::zarr::codec::registry::{ChainState, ParseContext};
 use crate::zarr::codec::{ArrayToBytesCodec, CodecChain, CodecError, CodecResult};
 use crate::zarr::data_type::DataType;
 use crate::zarr::metadata::codec::{parse_chain, CodecSpec, Role};
-use crate::zarr::metadata::data_type::DataType as MetaDataType;
 use crate::zarr::metadata::error::{MetadataError, Result};
 use crate::zarr::metadata::json::{enum_str, fmt_shape, shape};
 use crate::zarr::subset::{copy_region, ArraySubset};
@@ -127,7 +126,7 @@ impl ShardingConfig {
         let index_codecs = parse_chain(
             cfg.required("index_codecs")?,
             &index_path,
-            ChainState { data_type: Some(MetaDataType::UInt64), shape: index_shape },
+            ChainState { data_type: Some(DataType::UInt64), shape: index_shape },
             Role::Index,
         )?;
         let index_location = match cfg.optional("index_location") {

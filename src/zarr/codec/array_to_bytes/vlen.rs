@@ -239,7 +239,7 @@ mod tests {
     /// Parses `codecs` through the real chain parser.
     fn chain(
         codecs: serde_json::Value,
-        dt: &crate::zarr::metadata::DataType,
+        dt: &crate::zarr::data_type::DataType,
         shape: &[u64],
     ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
         crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
@@ -247,24 +247,21 @@ mod tests {
 
     #[test]
     fn configuration() {
-        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
         let specs = chain(serde_json::json!([{"name": "vlen-utf8", "configuration": {}}]), &D::String, &[4]).unwrap();
         assert_eq!(specs[0], CodecSpec::VlenUtf8);
         assert_eq!(
             serde_json::to_value(&specs[0]).unwrap(),
             serde_json::json!({"name": "vlen-utf8", "configuration": {}})
         );
-        let specs = chain(serde_json::json!(["vlen-bytes"]), &D::VariableLengthBytes, &[4]).unwrap();
+        let specs = chain(serde_json::json!(["vlen-bytes"]), &D::Bytes, &[4]).unwrap();
         assert_eq!(specs[0], CodecSpec::VlenBytes);
         let e = chain(serde_json::json!(["vlen-utf8"]), &D::Int8, &[4]).unwrap_err();
         assert_eq!(e.path, "codecs[0]");
         assert!(e.message.contains("needs a variable-length data type"), "{e}");
-        let e = chain(
-            serde_json::json!([{"name": "vlen-bytes", "configuration": {"x": 1}}]),
-            &D::VariableLengthBytes,
-            &[4],
-        )
-        .unwrap_err();
+        let e =
+            chain(serde_json::json!([{"name": "vlen-bytes", "configuration": {"x": 1}}]), &D::Bytes, &[4]).unwrap_err();
         assert_eq!(e.path, "codecs[0].configuration.x");
     }
 }

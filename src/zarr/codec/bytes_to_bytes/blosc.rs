@@ -564,7 +564,7 @@ mod tests {
     /// Parses `codecs` through the real chain parser.
     fn chain(
         codecs: serde_json::Value,
-        dt: &crate::zarr::metadata::DataType,
+        dt: &crate::zarr::data_type::DataType,
         shape: &[u64],
     ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
         crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
@@ -572,7 +572,8 @@ mod tests {
 
     #[test]
     fn configuration() {
-        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
         let entry = serde_json::json!({"name": "blosc", "configuration":
             {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}});
         let specs = chain(

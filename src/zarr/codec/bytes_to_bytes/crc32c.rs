@@ -180,7 +180,7 @@ mod tests {
     /// Parses `codecs` through the real chain parser.
     fn chain(
         codecs: serde_json::Value,
-        dt: &crate::zarr::metadata::DataType,
+        dt: &crate::zarr::data_type::DataType,
         shape: &[u64],
     ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
         crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
@@ -188,7 +188,8 @@ mod tests {
 
     #[test]
     fn configuration() {
-        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
         let specs =
             chain(serde_json::json!(["bytes", {"name": "crc32c", "configuration": {}}]), &D::UInt8, &[4]).unwrap();
         assert_eq!(specs[1], CodecSpec::Crc32c);

@@ -318,7 +318,7 @@ mod tests {
     /// Parses `codecs` through the real chain parser.
     fn chain(
         codecs: serde_json::Value,
-        dt: &crate::zarr::metadata::DataType,
+        dt: &crate::zarr::data_type::DataType,
         shape: &[u64],
     ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
         crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
@@ -326,7 +326,8 @@ mod tests {
 
     #[test]
     fn configuration() {
-        use crate::zarr::metadata::{CodecSpec, DataType as D};
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
         let entry = serde_json::json!({"name": "zstd", "configuration": {"level": 3, "checksum": true}});
         let specs = chain(serde_json::json!(["bytes", entry]), &D::UInt8, &[4]).unwrap();
         assert_eq!(specs[1], CodecSpec::Zstd(ZstdConfig { level: Some(3), checksum: Some(true) }));
