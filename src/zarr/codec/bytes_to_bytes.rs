@@ -151,6 +151,11 @@ pub fn from_numcodecs(
     }
 }
 
+/// A v3 compression level 0..=9 (`gzip` `level`, `blosc` `clevel`).
+fn level_0_9(v: &Value, path: &str) -> crate::zarr::metadata::error::Result<u8> {
+    Ok(u8::try_from(crate::zarr::metadata::json::int_in(v, path, 0, 9)?).unwrap_or_default())
+}
+
 /// A numcodecs configuration being read, for error messages naming the codec
 /// and member.
 pub(crate) struct Config<'a> {

@@ -222,6 +222,13 @@ pub(crate) fn names() -> impl Iterator<Item = &'static str> {
     CODECS.iter().map(|c| c.name)
 }
 
+/// Parses `codecs` for chunks of `data_type` and `shape` through the real
+/// chain parser, at path `codecs` (for the codec files' tests).
+#[cfg(test)]
+pub(crate) fn parse_for_test(codecs: Value, data_type: &DataType, shape: &[u64]) -> Result<Vec<CodecSpec>> {
+    crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", data_type, shape)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -359,14 +359,7 @@ mod tests {
         }
     }
 
-    /// Parses `codecs` through the real chain parser.
-    fn chain(
-        codecs: serde_json::Value,
-        dt: &crate::zarr::data_type::DataType,
-        shape: &[u64],
-    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
-        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
-    }
+    use crate::zarr::codec::registry::parse_for_test as chain;
 
     #[test]
     fn configuration() {

@@ -31,7 +31,7 @@ use super::Config;
 use crate::zarr::codec::numcodecs::{check_int, member};
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
 use crate::zarr::metadata::error::{join, Result};
-use crate::zarr::metadata::json::{enum_str, int_in, uint_min, Obj};
+use crate::zarr::metadata::json::{enum_str, uint_min, Obj};
 
 const NAME: &str = "blosc";
 
@@ -71,6 +71,9 @@ impl BloscCname {
         })
     }
 }
+
+/// Blosc shuffle modes as the v3 codec names them.
+const SHUFFLES: &[&str] = &["noshuffle", "shuffle", "bitshuffle"];
 
 /// Blosc shuffle mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -114,30 +117,17 @@ pub struct BloscConfig {
 impl BloscConfig {
     /// Parses a v3 configuration object.
     pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
-        let cname = match cfg.optional("cname") {
-            Some(v) => BloscCname::parse(enum_str(v, &cfg.at("cname"), BLOSC_CNAMES)?),
-            None => None,
-        };
-        let clevel = match cfg.optional("clevel") {
-            Some(v) => Some(u8::try_from(int_in(v, &cfg.at("clevel"), 0, 9)?).unwrap_or_default()),
-            None => None,
-        };
-        let shuffle = match cfg.optional("shuffle") {
-            Some(v) => Some(match enum_str(v, &cfg.at("shuffle"), &["noshuffle", "shuffle", "bitshuffle"])? {
-                "noshuffle" => BloscShuffle::Noshuffle,
-                "shuffle" => BloscShuffle::Shuffle,
-                _ => BloscShuffle::Bitshuffle,
-            }),
-            None => None,
-        };
-        let typesize = match cfg.optional("typesize") {
-            Some(v) => Some(uint_min(v, &cfg.at("typesize"), 1)?),
-            None => None,
-        };
-        let blocksize = match cfg.optional("blocksize") {
-            Some(v) => Some(uint_min(v, &cfg.at("blocksize"), 0)?),
-            None => None,
-        };
+        let cname = cfg.optional("cname").map(|v| enum_str(v, &cfg.at("cname"), BLOSC_CNAMES)).transpose()?;
+        let clevel = cfg.optional("clevel").map(|v| super::level_0_9(v, &cfg.at("clevel"))).transpose()?;
+        let shuffle = cfg.optional("shuffle").map(|v| enum_str(v, &cfg.at("shuffle"), SHUFFLES)).transpose()?;
+        let typesize = cfg.optional("typesize").map(|v| uint_min(v, &cfg.at("typesize"), 1)).transpose()?;
+        let blocksize = cfg.optional("blocksize").map(|v| uint_min(v, &cfg.at("blocksize"), 0)).transpose()?;
+        let cname = cname.and_then(BloscCname::parse);
+        let shuffle = shuffle.map(|s| match s {
+            "noshuffle" => BloscShuffle::Noshuffle,
+            "shuffle" => BloscShuffle::Shuffle,
+            _ => BloscShuffle::Bitshuffle,
+        });
         cfg.deny_rest("\"cname\", \"clevel\", \"shuffle\", \"typesize\" and \"blocksize\"")?;
         Ok(Self { cname, clevel, shuffle, typesize, blocksize })
     }
@@ -561,14 +551,7 @@ mod tests {
         }
     }
 
-    /// Parses `codecs` through the real chain parser.
-    fn chain(
-        codecs: serde_json::Value,
-        dt: &crate::zarr::data_type::DataType,
-        shape: &[u64],
-    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
-        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
-    }
+    use crate::zarr::codec::registry::parse_for_test as chain;
 
     #[test]
     fn configuration() {

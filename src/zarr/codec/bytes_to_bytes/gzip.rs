@@ -16,7 +16,7 @@ use super::Config;
 use crate::zarr::codec::numcodecs::check_int;
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
 use crate::zarr::metadata::error::Result;
-use crate::zarr::metadata::json::{int_in, Obj};
+use crate::zarr::metadata::json::Obj;
 
 const NAME: &str = "gzip";
 
@@ -37,10 +37,7 @@ pub struct GzipConfig {
 impl GzipConfig {
     /// Parses a v3 configuration object.
     pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
-        let level = match cfg.optional("level") {
-            Some(v) => Some(u8::try_from(int_in(v, &cfg.at("level"), 0, 9)?).unwrap_or_default()),
-            None => None,
-        };
+        let level = cfg.optional("level").map(|v| super::level_0_9(v, &cfg.at("level"))).transpose()?;
         cfg.deny_rest("\"level\"")?;
         Ok(Self { level })
     }
@@ -172,14 +169,7 @@ mod tests {
         }
     }
 
-    /// Parses `codecs` through the real chain parser.
-    fn chain(
-        codecs: serde_json::Value,
-        dt: &crate::zarr::data_type::DataType,
-        shape: &[u64],
-    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
-        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
-    }
+    use crate::zarr::codec::registry::parse_for_test as chain;
 
     #[test]
     fn configuration() {

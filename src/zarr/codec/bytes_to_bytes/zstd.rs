@@ -51,17 +51,9 @@ pub struct ZstdConfig {
 impl ZstdConfig {
     /// Parses a v3 configuration object.
     pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
-        let level = match cfg.optional("level") {
-            Some(v) => {
-                let n = int_in(v, &cfg.at("level"), LEVELS.0, LEVELS.1)?;
-                Some(i32::try_from(n).unwrap_or_default())
-            }
-            None => None,
-        };
-        let checksum = match cfg.optional("checksum") {
-            Some(v) => Some(boolean(v, &cfg.at("checksum"))?),
-            None => None,
-        };
+        let level = cfg.optional("level").map(|v| int_in(v, &cfg.at("level"), LEVELS.0, LEVELS.1)).transpose()?;
+        let level = level.map(|n| i32::try_from(n).unwrap_or_default());
+        let checksum = cfg.optional("checksum").map(|v| boolean(v, &cfg.at("checksum"))).transpose()?;
         cfg.deny_rest("\"level\" and \"checksum\"")?;
         Ok(Self { level, checksum })
     }
@@ -315,14 +307,7 @@ mod tests {
         }
     }
 
-    /// Parses `codecs` through the real chain parser.
-    fn chain(
-        codecs: serde_json::Value,
-        dt: &crate::zarr::data_type::DataType,
-        shape: &[u64],
-    ) -> crate::zarr::metadata::error::Result<Vec<crate::zarr::metadata::CodecSpec>> {
-        crate::zarr::metadata::codec::parse_codec_chain(&codecs, "codecs", dt, shape)
-    }
+    use crate::zarr::codec::registry::parse_for_test as chain;
 
     #[test]
     fn configuration() {
