@@ -15,7 +15,7 @@
 //!
 //! Each codec comes from its configuration type (`BytesConfig::build`,
 //! `ShardingConfig::build`, ...) or its numcodecs constructor
-//! ([`super::numcodecs::NUMCODECS`]); the order rule is
+//! (`numcodecs::NUMCODECS`); the order rule is
 //! [`super::registry::order_problem`], the same the metadata parser applies.
 //!
 //! Building walks the representations through the chain, so a mismatch (a

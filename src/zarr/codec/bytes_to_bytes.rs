@@ -123,7 +123,7 @@ pub fn from_v2(codec: &CodecV2, element_size: usize) -> CodecResult<Box<dyn Byte
 
 /// Builds a numcodecs codec from its id and configuration (the members other
 /// than `id`), with numcodecs 0.16's defaults for absent members, through
-/// the constructor [`numcodecs::NUMCODECS`] lists for the id.
+/// the constructor `numcodecs::NUMCODECS` lists for the id.
 ///
 /// # Errors
 ///

@@ -8,7 +8,7 @@
 //!
 //! The id lists are the documented, closed set zarrd accepts; anything else is
 //! rejected as an unknown codec. `pickle` is deliberately absent: zarrd never
-//! unpickles. [`NUMCODECS`] is the registry of the ids v3 accepts: each
+//! unpickles. `NUMCODECS` is the registry of the ids v3 accepts: each
 //! row's kind, whether its size is fixed, the configuration check
 //! (parameters whose range is fixed, such as compression levels; other
 //! members are kept as written because numcodecs adds parameters between

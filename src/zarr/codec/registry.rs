@@ -7,9 +7,9 @@
 //! Each codec's file owns its configuration type (parse and validate, the
 //! JSON it writes back, the defaults it is built with, its numcodecs alias):
 //! for example [`super::bytes_to_bytes::zstd`] holds
-//! [`ZstdConfig`](super::bytes_to_bytes::zstd::ZstdConfig) beside the
+//! [`ZstdConfig`] beside the
 //! [`Zstd`](super::bytes_to_bytes::zstd::Zstd) codec. This module only maps
-//! names to those parsers ([`CODECS`] for v3 names, [`super::numcodecs`] for
+//! names to those parsers (`CODECS` for v3 names, [`super::numcodecs`] for
 //! numcodecs ids, used by v2 `compressor`/`filters` and by v3
 //! `numcodecs.<id>` alike) and states the order rule once
 //! ([`order_problem`]), which both the metadata parser (errors with a

@@ -43,7 +43,7 @@ impl TransposeConfig {
     /// The codec.
     ///
     /// # Errors
-    /// `order` is not a permutation (not after [`Self::parse`]).
+    /// `order` is not a permutation (not after parsing).
     pub fn build(&self) -> CodecResult<TransposeCodec> {
         TransposeCodec::new(self.order.clone())
     }

@@ -45,7 +45,7 @@ impl GzipConfig {
     /// The codec, with zarr-python's default level (5) when absent.
     ///
     /// # Errors
-    /// A level out of range (not after [`Self::parse`]).
+    /// A level out of range (not after parsing).
     pub fn build(&self) -> CodecResult<Gzip> {
         Gzip::new(self.level.map_or(5, u32::from))
     }
