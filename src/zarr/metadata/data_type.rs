@@ -147,13 +147,6 @@ impl DataType {
         }
     }
 
-    /// Whether elements have a fixed size (everything but `string` and
-    /// `variable_length_bytes`).
-    #[must_use]
-    pub fn is_fixed_size(&self) -> bool {
-        self.item_size().is_some()
-    }
-
     /// Parses a v3 `data_type` value: a name string or a
     /// `{"name", "configuration"}` object.
     ///

@@ -60,7 +60,7 @@ impl BytesConfig {
             None => None,
         };
         if let Some(dt) = &cx.state.data_type {
-            if !dt.is_fixed_size() {
+            if dt.is_variable() {
                 let use_instead = if *dt == DataType::String { "vlen-utf8" } else { "vlen-bytes" };
                 return Err(MetadataError::new(
                     cx.path,

@@ -30,7 +30,7 @@ impl VlenKind {
     /// the codec, which must be variable-length.
     pub(crate) fn parse(cx: &mut ParseContext<'_, '_>) -> Result<Self> {
         cx.cfg.deny_rest("no members")?;
-        if let Some(dt) = cx.state.data_type.as_ref().filter(|dt| dt.is_fixed_size()) {
+        if let Some(dt) = cx.state.data_type.as_ref().filter(|dt| !dt.is_variable()) {
             return Err(MetadataError::new(
                 cx.path,
                 format!(
