@@ -134,44 +134,44 @@ pub(crate) struct Registered {
 
 /// The v3 codecs, in the order messages list them.
 pub(crate) const CODECS: &[Registered] = &[
-    Registered { name: "bytes", kind: CodecKind::ArrayToBytes, parse: parse_bytes },
-    Registered { name: "transpose", kind: CodecKind::ArrayToArray, parse: parse_transpose },
-    Registered { name: "gzip", kind: CodecKind::BytesToBytes, parse: parse_gzip },
-    Registered { name: "zstd", kind: CodecKind::BytesToBytes, parse: parse_zstd },
-    Registered { name: "blosc", kind: CodecKind::BytesToBytes, parse: parse_blosc },
-    Registered { name: "crc32c", kind: CodecKind::BytesToBytes, parse: parse_crc32c },
-    Registered { name: "sharding_indexed", kind: CodecKind::ArrayToBytes, parse: parse_sharding },
+    Registered {
+        name: "bytes",
+        kind: CodecKind::ArrayToBytes,
+        parse: |cx| BytesConfig::parse(cx).map(CodecSpec::Bytes),
+    },
+    Registered {
+        name: "transpose",
+        kind: CodecKind::ArrayToArray,
+        parse: |cx| TransposeConfig::parse(cx).map(CodecSpec::Transpose),
+    },
+    Registered {
+        name: "gzip",
+        kind: CodecKind::BytesToBytes,
+        parse: |cx| GzipConfig::parse(&mut cx.cfg).map(CodecSpec::Gzip),
+    },
+    Registered {
+        name: "zstd",
+        kind: CodecKind::BytesToBytes,
+        parse: |cx| ZstdConfig::parse(&mut cx.cfg).map(CodecSpec::Zstd),
+    },
+    Registered {
+        name: "blosc",
+        kind: CodecKind::BytesToBytes,
+        parse: |cx| BloscConfig::parse(&mut cx.cfg).map(CodecSpec::Blosc),
+    },
+    Registered {
+        name: "crc32c",
+        kind: CodecKind::BytesToBytes,
+        parse: |cx| Crc32cConfig::parse(&mut cx.cfg).map(|_| CodecSpec::Crc32c),
+    },
+    Registered {
+        name: "sharding_indexed",
+        kind: CodecKind::ArrayToBytes,
+        parse: |cx| ShardingConfig::parse(cx).map(|c| CodecSpec::ShardingIndexed(Box::new(c))),
+    },
     Registered { name: "vlen-utf8", kind: CodecKind::ArrayToBytes, parse: parse_vlen },
     Registered { name: "vlen-bytes", kind: CodecKind::ArrayToBytes, parse: parse_vlen },
 ];
-
-fn parse_bytes(cx: &mut ParseContext<'_, '_>) -> Result<CodecSpec> {
-    BytesConfig::parse(cx).map(CodecSpec::Bytes)
-}
-
-fn parse_transpose(cx: &mut ParseContext<'_, '_>) -> Result<CodecSpec> {
-    TransposeConfig::parse(cx).map(CodecSpec::Transpose)
-}
-
-fn parse_gzip(cx: &mut ParseContext<'_, '_>) -> Result<CodecSpec> {
-    GzipConfig::parse(&mut cx.cfg).map(CodecSpec::Gzip)
-}
-
-fn parse_zstd(cx: &mut ParseContext<'_, '_>) -> Result<CodecSpec> {
-    ZstdConfig::parse(&mut cx.cfg).map(CodecSpec::Zstd)
-}
-
-fn parse_blosc(cx: &mut ParseContext<'_, '_>) -> Result<CodecSpec> {
-    BloscConfig::parse(&mut cx.cfg).map(CodecSpec::Blosc)
-}
-
-fn parse_crc32c(cx: &mut ParseContext<'_, '_>) -> Result<CodecSpec> {
-    Crc32cConfig::parse(&mut cx.cfg).map(|_| CodecSpec::Crc32c)
-}
-
-fn parse_sharding(cx: &mut ParseContext<'_, '_>) -> Result<CodecSpec> {
-    ShardingConfig::parse(cx).map(|c| CodecSpec::ShardingIndexed(Box::new(c)))
-}
 
 fn parse_vlen(cx: &mut ParseContext<'_, '_>) -> Result<CodecSpec> {
     Ok(match VlenKind::parse(cx)? {
