@@ -20,7 +20,8 @@
 //!
 //! # Layout
 //!
-//! - [`data_type`]: element types (v3 names; v2 maps onto them),
+//! - [`data_type`]: the v3 names and JSON form of the one
+//!   [`crate::zarr::data_type::DataType`] (v2 maps onto it too),
 //! - [`fill_value`]: fill values typed by data type,
 //! - [`codec`]: the v3 `codecs` list (each codec's configuration type lives
 //!   in its file under [`crate::zarr::codec`], names map to them in

@@ -6,9 +6,8 @@
 //!
 //! Each codec's file owns its configuration type (parse and validate, the
 //! JSON it writes back, the defaults it is built with, its numcodecs alias):
-//! for example [`super::bytes_to_bytes::zstd`] holds
-//! [`ZstdConfig`] beside the
-//! [`Zstd`](super::bytes_to_bytes::zstd::Zstd) codec. This module only maps
+//! for example [`super::bytes_to_bytes::zstd`] holds [`ZstdConfig`] beside
+//! the [`Zstd`](super::bytes_to_bytes::zstd::Zstd) codec. This module only maps
 //! names to those parsers (`CODECS` for v3 names, [`super::numcodecs`] for
 //! numcodecs ids, used by v2 `compressor`/`filters` and by v3
 //! `numcodecs.<id>` alike) and states the order rule once
@@ -16,8 +15,9 @@
 //! document path) and the chain builder (v2 filters) apply.
 //!
 //! Adding a codec: write its file (configuration, codec, tests), add a
-//! variant to [`CodecSpec`], a row here and an arm in
-//! [`super::build::chain_from_v3`].
+//! variant to [`CodecSpec`] (the document's list stays an enum so callers
+//! such as the TensorStore spec can match on configurations; the compiler
+//! then points at its `name`, serialisation and build arms) and a row here.
 
 use serde_json::{Map, Value};
 
