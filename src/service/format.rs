@@ -140,7 +140,7 @@ pub fn zarr_name(dt: &DataType) -> String {
         DataType::Complex128 => "complex128".into(),
         DataType::Int4 => "int4".into(),
         DataType::Float8(kind) => kind.name().into(),
-        DataType::RawBits(n) => format!("r{}", n * 8),
+        DataType::RawBits(n) | DataType::RawBytes(n) => format!("r{}", n * 8),
         DataType::FixedBytes(n) => format!("null_terminated_bytes({n})"),
         DataType::FixedUtf32(n) => format!("fixed_length_utf32({n})"),
         DataType::DateTime64(u) => format!("datetime64[{u}]"),
@@ -175,7 +175,7 @@ pub fn numpy_descr(dt: &DataType) -> Option<String> {
         DataType::Complex128 => "<c16".into(),
         DataType::BFloat16 => "|V2".into(),
         DataType::Float8(_) => "|V1".into(),
-        DataType::RawBits(n) => format!("|V{n}"),
+        DataType::RawBits(n) | DataType::RawBytes(n) => format!("|V{n}"),
         DataType::FixedBytes(n) => format!("|S{n}"),
         DataType::FixedUtf32(n) => format!("<U{n}"),
         DataType::DateTime64(u) => format!("<M8[{u}]"),
@@ -273,7 +273,10 @@ mod tests {
         assert_eq!(numpy_descr(&DataType::Float32).unwrap(), "<f4");
         assert_eq!(numpy_descr(&DataType::Bool).unwrap(), "|b1");
         assert_eq!(numpy_descr(&DataType::FixedUtf32(5)).unwrap(), "<U5");
-        assert_eq!(numpy_descr(&DataType::DateTime64("10ms".into())).unwrap(), "<M8[10ms]");
+        assert_eq!(
+            numpy_descr(&DataType::DateTime64(crate::zarr::data_type::TimeUnit::new("ms", 10).unwrap())).unwrap(),
+            "<M8[10ms]"
+        );
         assert_eq!(numpy_descr(&DataType::String), None);
         assert_eq!(dtype_header(&DataType::BFloat16), "bfloat16");
         let st = DataType::Structured {

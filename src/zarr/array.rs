@@ -177,7 +177,7 @@ impl ArrayDescription {
     /// # Errors
     /// Unsupported codecs (named), fill values that do not fit.
     pub fn from_v3(meta: &ArrayMetadataV3) -> Result<Self, ArrayError> {
-        let data_type = DataType::from(&meta.data_type);
+        let data_type = meta.data_type.clone();
         let fill_value = fill_value_bytes(&meta.fill_value, &data_type)?;
         let chunk_shape = meta.chunk_grid.chunk_shape().to_vec();
         let repr =
@@ -283,7 +283,7 @@ impl ArrayDescription {
 /// The engine type of a v2 dtype.
 fn data_type_v2(meta: &ArrayMetadataV2) -> Result<DataType, ArrayError> {
     match &meta.dtype {
-        DataTypeV2::Scalar { data_type, .. } => Ok(DataType::from(data_type)),
+        DataTypeV2::Scalar { data_type, .. } => Ok(data_type.clone()),
         DataTypeV2::Object => {
             let ids: Vec<&str> = meta.filters.iter().flatten().map(|f| f.id.as_str()).collect();
             if ids.contains(&"vlen-utf8") {
@@ -316,7 +316,7 @@ fn flatten_structured(
         let name = format!("{prefix}{}", f.name);
         match &f.dtype {
             DataTypeV2::Scalar { byte_order, data_type } => {
-                let dt = DataType::from(data_type);
+                let dt = data_type.clone();
                 let count = f.shape.iter().product::<u64>();
                 let len = usize::try_from(count)
                     .ok()
@@ -414,7 +414,7 @@ pub fn fill_value_bytes(fill: &FillValue, dt: &DataType) -> Result<Vec<u8>, Arra
         }
         (FillValue::Bytes(b), DataType::Bytes) => Ok(b.clone()),
         (FillValue::Bytes(b), DataType::FixedBytes(_)) => padded(b),
-        (FillValue::Bytes(b) | FillValue::RawBits(b), DataType::RawBits(_)) => exact(b),
+        (FillValue::Bytes(b) | FillValue::RawBits(b), DataType::RawBits(_) | DataType::RawBytes(_)) => exact(b),
         (FillValue::Bytes(b), DataType::Structured { .. }) => {
             // Stored layout (numpy, per-field byte order) -> in-memory layout.
             let repr = ChunkRepr { shape: Vec::new(), data_type: dt.clone(), fill_value: Vec::new() };

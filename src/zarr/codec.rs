@@ -13,6 +13,8 @@ pub mod array_to_array;
 pub mod array_to_bytes;
 pub mod budget;
 pub mod bytes_to_bytes;
+pub mod numcodecs;
+pub mod registry;
 
 use std::fmt::Debug;
 

@@ -1,6 +1,9 @@
-//! Data types as the engine sees them: how many bytes an element takes and
-//! what its bytes mean. Parsed metadata types (`metadata::DataType`,
-//! `metadata::v2::dtype::DataTypeV2`) normalise into this.
+//! The data type of an array: how many bytes an element takes and what its
+//! bytes mean. One type for the documents and the engine: the v3 parser
+//! (`metadata::data_type`, which adds the v3 names, parsing and JSON form)
+//! produces it directly, and a v2 `dtype` (`metadata::v2::dtype::DataTypeV2`,
+//! which keeps the numpy byte order and structured layout) holds it for
+//! scalars and normalises into it for records.
 //!
 //! Spec: Zarr v3 core §"Data types"; Zarr v2 §"Data type encoding";
 //! TensorStore's zarr and zarr3 driver data type tables.
@@ -8,9 +11,64 @@
 //! In-memory element layout (decoded chunks, fill values): fixed-size
 //! elements in **little-endian** byte order, C order. Variable-length
 //! elements (`String`, `Bytes`) are one byte string per element.
+//!
+//! Where two spellings mean the same layout but a different document form
+//! (`r16` and zarr-python's `raw_bytes`, whose fill values are written
+//! differently), both are variants ([`DataType::RawBits`],
+//! [`DataType::RawBytes`]) so a document is written back as it was read.
+//! The time unit of `datetime64` / `timedelta64` ([`TimeUnit`]) and the
+//! float8 formats with their conversions ([`float8`]) live here too.
 
-/// A unit of `datetime64` / `timedelta64`, kept as written (`s`, `ms`, `10us`, ...).
-pub type TimeUnit = String;
+pub mod float8;
+
+use std::fmt;
+
+pub use self::float8::Float8Kind;
+
+/// Base units of `numpy.datetime64` / `numpy.timedelta64` (and v2 `M8[..]` /
+/// `m8[..]`), as accepted by zarr-python 3.1.
+pub const TIME_UNITS: &[&str] =
+    &["Y", "M", "W", "D", "h", "m", "s", "ms", "us", "μs", "ns", "ps", "fs", "as", "generic"];
+
+/// A unit of `datetime64` / `timedelta64`: a base unit and a multiplier
+/// (`M8[10ms]` is `ms` × 10). Displays as numpy writes it inside the
+/// brackets: `ms`, `10ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TimeUnit {
+    base: &'static str,
+    scale_factor: u32,
+}
+
+impl TimeUnit {
+    /// `base` (one of [`TIME_UNITS`]) times `scale_factor` (at least 1).
+    #[must_use]
+    pub fn new(base: &str, scale_factor: u32) -> Option<Self> {
+        let base = TIME_UNITS.iter().find(|u| **u == base)?;
+        (scale_factor >= 1).then_some(Self { base, scale_factor })
+    }
+
+    /// The base unit as written in metadata (`"ms"`, `"generic"`, ...).
+    #[must_use]
+    pub fn base(self) -> &'static str {
+        self.base
+    }
+
+    /// The multiplier of the base unit (1 for plain `M8[s]`).
+    #[must_use]
+    pub fn scale_factor(self) -> u32 {
+        self.scale_factor
+    }
+}
+
+impl fmt::Display for TimeUnit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.scale_factor == 1 {
+            f.write_str(self.base)
+        } else {
+            write!(f, "{}{}", self.scale_factor, self.base)
+        }
+    }
+}
 
 /// One field of a structured (v2 record) data type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,9 +106,13 @@ pub enum DataType {
     /// TensorStore's `int4`: one element per byte, sign-extended in memory.
     Int4,
     /// TensorStore's float8 variants (v2): one byte, carried as stored.
-    Float8(crate::zarr::metadata::data_type::Float8Kind),
-    /// `r<bits>` / v2 `|V<n>`: opaque bytes.
+    Float8(Float8Kind),
+    /// `r<bits>` (v3 core): `n` opaque bytes.
     RawBits(usize),
+    /// zarr-python `raw_bytes` / v2 `|V<n>`: `n` opaque bytes, as
+    /// [`Self::RawBits`] but spelled (and its fill value written) as
+    /// zarr-python does.
+    RawBytes(usize),
     /// v2 `|S<n>` / zarr-python `null_terminated_bytes`: fixed-length bytes.
     FixedBytes(usize),
     /// v2 `<U<n>` / zarr-python `fixed_length_utf32`: `n` UTF-32 code units.
@@ -81,7 +143,7 @@ impl DataType {
             Self::Int64 | Self::UInt64 | Self::Float64 | Self::Complex64 => 8,
             Self::DateTime64(_) | Self::TimeDelta64(_) => 8,
             Self::Complex128 => 16,
-            Self::RawBits(n) | Self::FixedBytes(n) | Self::Structured { size: n, .. } => *n,
+            Self::RawBits(n) | Self::RawBytes(n) | Self::FixedBytes(n) | Self::Structured { size: n, .. } => *n,
             Self::FixedUtf32(n) => n * 4,
             Self::String | Self::Bytes => return None,
         })
@@ -96,7 +158,12 @@ impl DataType {
             Self::Complex64 => 4,
             Self::Complex128 => 8,
             Self::FixedUtf32(_) => 4,
-            Self::RawBits(_) | Self::FixedBytes(_) | Self::Structured { .. } | Self::String | Self::Bytes => 1,
+            Self::RawBits(_)
+            | Self::RawBytes(_)
+            | Self::FixedBytes(_)
+            | Self::Structured { .. }
+            | Self::String
+            | Self::Bytes => 1,
             other => other.size().unwrap_or(1),
         }
     }
@@ -105,68 +172,6 @@ impl DataType {
     #[must_use]
     pub fn is_variable(&self) -> bool {
         self.size().is_none()
-    }
-}
-
-fn time_unit(unit: crate::zarr::metadata::data_type::TimeUnit, scale_factor: u32) -> TimeUnit {
-    if scale_factor == 1 {
-        unit.as_str().to_owned()
-    } else {
-        format!("{scale_factor}{}", unit.as_str())
-    }
-}
-
-impl From<&crate::zarr::metadata::DataType> for DataType {
-    /// The engine type of a parsed (v3-named) data type. Structured fields
-    /// are packed in order and little-endian (zarr-python's v3 `structured`).
-    fn from(dt: &crate::zarr::metadata::DataType) -> Self {
-        use crate::zarr::metadata::DataType as M;
-        match dt {
-            M::Bool => Self::Bool,
-            M::Int4 => Self::Int4,
-            M::Int8 => Self::Int8,
-            M::Int16 => Self::Int16,
-            M::Int32 => Self::Int32,
-            M::Int64 => Self::Int64,
-            M::UInt8 => Self::UInt8,
-            M::UInt16 => Self::UInt16,
-            M::UInt32 => Self::UInt32,
-            M::UInt64 => Self::UInt64,
-            M::Float16 => Self::Float16,
-            M::BFloat16 => Self::BFloat16,
-            M::Float8(kind) => Self::Float8(*kind),
-            M::Float32 => Self::Float32,
-            M::Float64 => Self::Float64,
-            M::Complex64 => Self::Complex64,
-            M::Complex128 => Self::Complex128,
-            M::RawBits { size_bytes } => Self::RawBits(*size_bytes),
-            M::RawBytes { length_bytes } => Self::RawBits(*length_bytes),
-            M::NullTerminatedBytes { length_bytes } => Self::FixedBytes(*length_bytes),
-            M::FixedLengthUtf32 { length_bytes } => Self::FixedUtf32(length_bytes / 4),
-            M::DateTime64 { unit, scale_factor } => Self::DateTime64(time_unit(*unit, *scale_factor)),
-            M::TimeDelta64 { unit, scale_factor } => Self::TimeDelta64(time_unit(*unit, *scale_factor)),
-            M::String => Self::String,
-            M::VariableLengthBytes => Self::Bytes,
-            M::Structured { fields } => {
-                let mut offset = 0usize;
-                let fields = fields
-                    .iter()
-                    .map(|f| {
-                        let data_type = Self::from(&f.data_type);
-                        let field = Field {
-                            name: f.name.clone(),
-                            offset,
-                            data_type: Box::new(data_type.clone()),
-                            big_endian: false,
-                            subarray: Vec::new(),
-                        };
-                        offset += data_type.size().unwrap_or(0);
-                        field
-                    })
-                    .collect();
-                Self::Structured { size: offset, fields }
-            }
-        }
     }
 }
 
@@ -181,5 +186,15 @@ mod tests {
         assert_eq!(DataType::FixedUtf32(3).size(), Some(12));
         assert_eq!(DataType::String.size(), None);
         assert_eq!(DataType::Int4.size(), Some(1));
+    }
+
+    #[test]
+    fn time_units() {
+        let ms = TimeUnit::new("ms", 1).unwrap();
+        assert_eq!((ms.to_string(), ms.base(), ms.scale_factor()), ("ms".to_owned(), "ms", 1));
+        assert_eq!(TimeUnit::new("us", 10).unwrap().to_string(), "10us");
+        assert_eq!(TimeUnit::new("generic", 1).unwrap().to_string(), "generic");
+        assert!(TimeUnit::new("fortnight", 1).is_none());
+        assert!(TimeUnit::new("s", 0).is_none());
     }
 }

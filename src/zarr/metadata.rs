@@ -20,10 +20,13 @@
 //!
 //! # Layout
 //!
-//! - [`data_type`]: element types (v3 names; v2 maps onto them),
+//! - [`data_type`]: the v3 names and JSON form of the one
+//!   [`crate::zarr::data_type::DataType`] (v2 maps onto it too),
 //! - [`fill_value`]: fill values typed by data type,
-//! - [`codec`]: v3 codec specs and chain validation; [`codec::numcodecs`]:
-//!   numcodecs ids shared with v2,
+//! - [`codec`]: the v3 `codecs` list (each codec's configuration type lives
+//!   in its file under [`crate::zarr::codec`], names map to them in
+//!   [`crate::zarr::codec::registry`] and, for numcodecs ids shared with v2,
+//!   [`crate::zarr::codec::numcodecs`]),
 //! - [`v3`]: `zarr.json`; [`v2`]: `.zarray`, `.zgroup`, `.zattrs`,
 //!   `.zmetadata`, [`v2::dtype`]: numpy dtype strings.
 //!
@@ -39,7 +42,7 @@ pub mod codec;
 pub mod data_type;
 pub mod error;
 pub mod fill_value;
-mod json;
+pub(crate) mod json;
 pub mod v2;
 pub mod v3;
 

@@ -155,7 +155,7 @@ fn npy_descr(dt: &DataType) -> Option<String> {
         DataType::TimeDelta64(u) => format!("m8[{u}]"),
         DataType::FixedBytes(n) => format!("S{n}"),
         DataType::FixedUtf32(n) => format!("U{n}"),
-        DataType::RawBits(n) => format!("V{n}"),
+        DataType::RawBits(n) | DataType::RawBytes(n) => format!("V{n}"),
         _ => return None,
     })
 }
@@ -276,7 +276,7 @@ enum Out {
 }
 
 fn json_supported(dt: &DataType) -> bool {
-    !matches!(dt, DataType::RawBits(_) | DataType::Float8(_) | DataType::Structured { .. })
+    !matches!(dt, DataType::RawBits(_) | DataType::RawBytes(_) | DataType::Float8(_) | DataType::Structured { .. })
 }
 
 fn decode_json(body: &[u8], dt: &DataType, shape: &[u64]) -> Result<Decoded> {
@@ -472,7 +472,9 @@ fn element(v: &Value, dt: &DataType, out: &mut Out) -> std::result::Result<(), S
             b.resize(n * 4, 0);
             out.bytes(&b);
         }
-        DataType::RawBits(_) | DataType::Float8(_) | DataType::Structured { .. } => return Err(wrong()),
+        DataType::RawBits(_) | DataType::RawBytes(_) | DataType::Float8(_) | DataType::Structured { .. } => {
+            return Err(wrong())
+        }
     }
     Ok(())
 }

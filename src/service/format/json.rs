@@ -226,7 +226,7 @@ pub fn write_fixed(dt: &DataType, b: &[u8], out: &mut Vec<u8>) {
             write_base64(&b[..end], out);
         }
         DataType::Float8(kind) => write_f64(kind.to_f64(b[0]), out),
-        DataType::RawBits(_) => write_base64(b, out),
+        DataType::RawBits(_) | DataType::RawBytes(_) => write_base64(b, out),
         DataType::FixedUtf32(_) => {
             let mut s: String = b
                 .chunks_exact(4)

@@ -149,7 +149,7 @@ fn v2_description() {
     assert_eq!(a.data_type, DataType::String);
     let a = v2(v2_doc(json!("<M8[ns]"), json!("NaT"), "C", json!(null))).unwrap();
     assert_eq!(a.fill_value, i64::MIN.to_le_bytes());
-    assert_eq!(a.data_type, DataType::DateTime64("ns".into()));
+    assert_eq!(a.data_type, DataType::DateTime64(crate::zarr::data_type::TimeUnit::new("ns", 1).unwrap()));
 }
 
 #[test]

@@ -13,6 +13,11 @@
 //! - bytes→bytes `filters` and the `compressor` → bytes→bytes codecs through
 //!   [`build_bytes_to_bytes_sized`] as `numcodecs.<id>`.
 //!
+//! Each codec comes from its configuration type (`BytesConfig::build`,
+//! `ShardingConfig::build`, ...) or its numcodecs constructor
+//! (`numcodecs::NUMCODECS`); the order rule is
+//! [`super::registry::order_problem`], the same the metadata parser applies.
+//!
 //! Building walks the representations through the chain, so a mismatch (a
 //! filter `dtype` that is not the array's, `bytes` on a variable-length type)
 //! is found here, not when the first chunk is read.
@@ -20,13 +25,13 @@
 use serde_json::Value;
 
 use super::array_to_array::{DeltaCodec, FixedScaleOffsetCodec, TransposeCodec};
+use super::array_to_bytes::bytes::Endian;
 use super::array_to_bytes::{BytesCodec, ShardingCodec, VlenCodec, VlenKind};
-use super::bytes_to_bytes::build_bytes_to_bytes_sized;
+use super::bytes_to_bytes::{self, build_bytes_to_bytes_sized};
+use super::numcodecs::{self, v3_kind, Build};
+use super::registry::{order_problem, CodecKind, OrderProblem};
 use super::{ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, CodecChain, CodecError, CodecResult};
 use crate::zarr::chunk::ChunkRepr;
-use crate::zarr::data_type::DataType;
-use crate::zarr::metadata::codec::numcodecs::v3_kind;
-use crate::zarr::metadata::codec::{CodecKind, Endian, ShardingCodec as ShardingSpec};
 use crate::zarr::metadata::v2::dtype::{ByteOrder, DataTypeV2};
 use crate::zarr::metadata::v2::{ArrayMetadataV2, CodecV2, Order};
 use crate::zarr::metadata::CodecSpec;
@@ -44,13 +49,19 @@ impl Builder {
         Self { repr: decoded.clone(), array_to_array: Vec::new(), array_to_bytes: None, bytes_to_bytes: Vec::new() }
     }
 
+    /// The chain rule ([`order_problem`]) for a codec of `kind` named `name`.
+    fn check_order(&self, kind: CodecKind, name: &str) -> CodecResult<()> {
+        let Some(problem) = order_problem(kind, self.array_to_bytes.is_some()) else { return Ok(()) };
+        let reason = match problem {
+            OrderProblem::ArrayToArrayAfterBytes => "an array -> array codec must come before the array -> bytes codec",
+            OrderProblem::SecondArrayToBytes => "a chain has exactly one array -> bytes codec",
+            OrderProblem::BytesToBytesBeforeArray => "a bytes -> bytes codec must come after the array -> bytes codec",
+        };
+        Err(CodecError::new(name, reason))
+    }
+
     fn array_to_array(&mut self, codec: Box<dyn ArrayToArrayCodec>) -> CodecResult<()> {
-        if self.array_to_bytes.is_some() {
-            return Err(CodecError::new(
-                codec.name(),
-                "an array -> array codec must come before the array -> bytes codec",
-            ));
-        }
+        self.check_order(CodecKind::ArrayToArray, codec.name())?;
         self.repr = codec.encoded_repr(&self.repr)?;
         self.array_to_array.push(codec);
         Ok(())
@@ -69,19 +80,29 @@ impl Builder {
     }
 
     fn array_to_bytes(&mut self, codec: Box<dyn ArrayToBytesCodec>) -> CodecResult<()> {
-        if self.array_to_bytes.is_some() {
-            return Err(CodecError::new(codec.name(), "a chain has exactly one array -> bytes codec"));
-        }
+        self.check_order(CodecKind::ArrayToBytes, codec.name())?;
         self.array_to_bytes = Some(codec);
         Ok(())
     }
 
+    /// The size of the elements entering the array -> bytes codec (blosc's
+    /// default `typesize`; 1 for variable-length types).
+    fn element_size(&self) -> usize {
+        self.repr.data_type.size().unwrap_or(1)
+    }
+
     fn bytes_to_bytes(&mut self, name: &str, configuration: &Value) -> CodecResult<()> {
-        if self.array_to_bytes.is_none() {
-            return Err(CodecError::new(name, "a bytes -> bytes codec must come after the array -> bytes codec"));
-        }
-        let element_size = self.repr.data_type.size().unwrap_or(1);
-        self.bytes_to_bytes.push(build_bytes_to_bytes_sized(name, configuration, element_size)?);
+        self.check_order(CodecKind::BytesToBytes, name)?;
+        let codec = build_bytes_to_bytes_sized(name, configuration, self.element_size())?;
+        self.bytes_to_bytes.push(codec);
+        Ok(())
+    }
+
+    /// A bytes -> bytes codec of a v3 chain, built from its configuration.
+    fn bytes_to_bytes_v3(&mut self, spec: &CodecSpec) -> CodecResult<()> {
+        self.check_order(CodecKind::BytesToBytes, &spec.name())?;
+        let codec = bytes_to_bytes::from_v3(spec, self.element_size())?;
+        self.bytes_to_bytes.push(codec);
         Ok(())
     }
 
@@ -97,11 +118,10 @@ fn numcodecs_array_to_array(
     id: &str,
     config: &serde_json::Map<String, Value>,
 ) -> CodecResult<Box<dyn ArrayToArrayCodec>> {
-    match id {
-        "delta" => Ok(Box::new(DeltaCodec::from_config(config)?)),
-        "fixedscaleoffset" => Ok(Box::new(FixedScaleOffsetCodec::from_config(config)?)),
-        other => Err(CodecError::new(
-            other,
+    match numcodecs::lookup(id).map(|c| c.build) {
+        Some(Build::ArrayToArray(build)) => build(config),
+        _ => Err(CodecError::new(
+            id,
             "unsupported filter (zarrd implements the array filters delta and fixedscaleoffset)",
         )),
     }
@@ -117,26 +137,22 @@ pub fn chain_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<C
     let mut b = Builder::new(decoded);
     for spec in codecs {
         match spec {
-            CodecSpec::Transpose(t) => b.array_to_array(Box::new(TransposeCodec::new(t.order.clone())?))?,
+            CodecSpec::Transpose(t) => b.array_to_array(Box::new(t.build()?))?,
             CodecSpec::Bytes(c) => b.bytes(c.endian)?,
             CodecSpec::VlenUtf8 => b.vlen(VlenKind::Utf8)?,
             CodecSpec::VlenBytes => b.vlen(VlenKind::Bytes)?,
             CodecSpec::ShardingIndexed(s) => {
-                let codec = build_sharding(s, &b.repr)?;
+                let codec = s.build(&b.repr)?;
                 b.array_to_bytes(Box::new(codec))?;
             }
             CodecSpec::Gzip(_) | CodecSpec::Zstd(_) | CodecSpec::Blosc(_) | CodecSpec::Crc32c => {
-                let json = serde_json::to_value(spec).map_err(|e| CodecError::new(spec.name(), e.to_string()))?;
-                let config = json.get("configuration").cloned().unwrap_or_else(|| Value::Object(Default::default()));
-                b.bytes_to_bytes(&spec.name(), &config)?;
+                b.bytes_to_bytes_v3(spec)?;
             }
             CodecSpec::Numcodecs(c) => match v3_kind(&c.id) {
                 Some(CodecKind::ArrayToArray) => {
                     b.array_to_array(numcodecs_array_to_array(&c.id, &c.configuration)?)?
                 }
-                Some(CodecKind::BytesToBytes) => {
-                    b.bytes_to_bytes(&spec.name(), &Value::Object(c.configuration.clone()))?;
-                }
+                Some(CodecKind::BytesToBytes) => b.bytes_to_bytes_v3(spec)?,
                 _ => return Err(CodecError::new(spec.name(), "unsupported codec")),
             },
             // "must_understand": false: a reader may skip it.
@@ -146,36 +162,17 @@ pub fn chain_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<C
     b.finish()
 }
 
-/// Builds a `sharding_indexed` codec for shards of representation `shard`:
-/// the inner chain for inner chunks of `chunk_shape` (same data type and
-/// fill value), the index chain for a `uint64` array of shape
-/// `chunks_per_shard + [2]`.
-///
-/// # Errors
-/// As [`chain_from_v3`] for either chain; an inner chunk shape that does not
-/// divide the shard; index codecs of variable size.
-pub fn build_sharding(spec: &ShardingSpec, shard: &ChunkRepr) -> CodecResult<ShardingCodec> {
-    let inner_repr = ChunkRepr { shape: spec.chunk_shape.clone(), ..shard.clone() };
-    let inner = chain_from_v3(&spec.codecs, &inner_repr)?;
-    let mut index_shape: Vec<u64> =
-        shard.shape.iter().zip(&spec.chunk_shape).map(|(s, i)| s.checked_div(*i).unwrap_or(0)).collect();
-    index_shape.push(2);
-    let index_repr = ChunkRepr { shape: index_shape, data_type: DataType::UInt64, fill_value: vec![0xff; 8] };
-    let index = chain_from_v3(&spec.index_codecs, &index_repr)?;
-    ShardingCodec::new(spec.chunk_shape.clone(), inner, index, spec.index_location, shard)
-}
-
 /// The sharding codec of a v3 chain that is exactly one `sharding_indexed`
 /// codec (ignorable extensions aside): such arrays can read parts of a
 /// shard by byte ranges. `None` for any other chain (a `transpose` before
 /// the shard or a checksum after it hides the inner chunks' byte ranges).
 ///
 /// # Errors
-/// As [`build_sharding`].
+/// As [`ShardingConfig::build`](super::array_to_bytes::sharding::ShardingConfig::build).
 pub fn sharding_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<Option<ShardingCodec>> {
     let mut real = codecs.iter().filter(|c| !matches!(c, CodecSpec::Extension(_)));
     match (real.next(), real.next()) {
-        (Some(CodecSpec::ShardingIndexed(s)), None) => build_sharding(s, decoded).map(Some),
+        (Some(CodecSpec::ShardingIndexed(s)), None) => s.build(decoded).map(Some),
         _ => Ok(None),
     }
 }
@@ -247,13 +244,12 @@ mod tests {
     use crate::zarr::chunk::ChunkData;
     use crate::zarr::data_type::DataType;
     use crate::zarr::metadata::codec::parse_codec_chain;
-    use crate::zarr::metadata::DataType as MetaDataType;
     use proptest::prelude::*;
     use serde_json::json;
 
-    fn v3_chain(codecs: Value, dt: &MetaDataType, shape: &[u64]) -> CodecResult<CodecChain> {
+    fn v3_chain(codecs: Value, dt: &DataType, shape: &[u64]) -> CodecResult<CodecChain> {
         let specs = parse_codec_chain(&codecs, "codecs", dt, shape).unwrap();
-        let data_type = DataType::from(dt);
+        let data_type = dt.clone();
         let fill_value = vec![0; data_type.size().unwrap_or(0)];
         chain_from_v3(&specs, &ChunkRepr { shape: shape.to_vec(), data_type, fill_value })
     }
@@ -269,7 +265,7 @@ mod tests {
             json!([{"name": "transpose", "configuration": {"order": [1, 0]}},
                    {"name": "numcodecs.delta", "configuration": {"dtype": "<i4", "astype": "<i2"}},
                    {"name": "bytes", "configuration": {"endian": "big"}}]),
-            &MetaDataType::Int32,
+            &DataType::Int32,
             &[2, 2],
         )
         .unwrap();
@@ -286,21 +282,21 @@ mod tests {
     fn unsupported_codecs_are_named() {
         let e = v3_chain(
             json!([{"name": "numcodecs.bitround", "configuration": {"keepbits": 3}}, {"name": "bytes", "configuration": {"endian": "little"}}]),
-            &MetaDataType::Float32,
+            &DataType::Float32,
             &[4],
         )
         .unwrap_err();
         assert_eq!(e.codec, "bitround");
         assert!(v3_chain(
             json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.zstd", "configuration": {"level": 1}}]),
-            &MetaDataType::Float32,
+            &DataType::Float32,
             &[4],
         )
         .is_ok());
-        assert!(v3_chain(json!(["bytes", "crc32c"]), &MetaDataType::UInt8, &[4]).is_ok());
+        assert!(v3_chain(json!(["bytes", "crc32c"]), &DataType::UInt8, &[4]).is_ok());
         let e = v3_chain(
             json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.lzma", "configuration": {}}]),
-            &MetaDataType::Float32,
+            &DataType::Float32,
             &[4],
         )
         .unwrap_err();
@@ -332,12 +328,12 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80), which in 0usize..3) {
             let (chain, r) = match which {
                 0 => (
-                    v3_chain(json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes", "configuration": {"endian": "big"}}]), &MetaDataType::Float32, &[2, 3]).unwrap(),
+                    v3_chain(json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes", "configuration": {"endian": "big"}}]), &DataType::Float32, &[2, 3]).unwrap(),
                     repr(&[2, 3], DataType::Float32),
                 ),
-                1 => (v3_chain(json!(["vlen-utf8"]), &MetaDataType::String, &[3]).unwrap(), repr(&[3], DataType::String)),
+                1 => (v3_chain(json!(["vlen-utf8"]), &DataType::String, &[3]).unwrap(), repr(&[3], DataType::String)),
                 _ => (
-                    v3_chain(json!([{"name": "numcodecs.fixedscaleoffset", "configuration": {"offset": 1, "scale": 10, "dtype": "<f8", "astype": "|u1"}}, "bytes"]), &MetaDataType::Float64, &[8]).unwrap(),
+                    v3_chain(json!([{"name": "numcodecs.fixedscaleoffset", "configuration": {"offset": 1, "scale": 10, "dtype": "<f8", "astype": "|u1"}}, "bytes"]), &DataType::Float64, &[8]).unwrap(),
                     repr(&[8], DataType::Float64),
                 ),
             };

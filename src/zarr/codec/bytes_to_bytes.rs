@@ -3,8 +3,11 @@
 //! zarr-python and TensorStore write it; the numcodecs compressors of Zarr v2
 //! `compressor` entries and v3 `numcodecs.<id>` codecs).
 //!
-//! Each codec is built once per array from its metadata ([`from_v3`],
-//! [`from_v2`], [`from_numcodecs`]) and is then immutable and thread-safe.
+//! Each codec's file holds its v3 configuration type (where the codec has a
+//! v3 name), the codec, its numcodecs alias (constructor and configuration
+//! check) and its tests. A codec is built once per array from its metadata
+//! ([`from_v3`], [`from_v2`], [`from_numcodecs`]) and is then immutable and
+//! thread-safe.
 //!
 //! Every decoder caps its output at the `max_decoded` it is given while it
 //! decodes, and checks a size the input claims against that cap before
@@ -23,8 +26,9 @@ use std::io::Read;
 
 use serde_json::{Map, Value};
 
+use super::numcodecs::{self, Build};
 use super::{BytesToBytesCodec, CodecError, CodecResult};
-use crate::zarr::metadata::codec::{BloscShuffle, CodecSpec};
+use crate::zarr::metadata::codec::CodecSpec;
 use crate::zarr::metadata::v2::CodecV2;
 
 /// Builds a bytes→bytes codec from its name and configuration, for chunks
@@ -65,7 +69,7 @@ pub fn build_bytes_to_bytes_sized(
     let specs = crate::zarr::metadata::codec::parse_codec_chain(
         &chain,
         "codecs",
-        &crate::zarr::metadata::data_type::DataType::UInt8,
+        &crate::zarr::data_type::DataType::UInt8,
         &[1],
     )
     .map_err(|e| CodecError::new(name, e.to_string()))?;
@@ -75,7 +79,8 @@ pub fn build_bytes_to_bytes_sized(
     }
 }
 
-/// Builds the bytes → bytes codec of a v3 `codecs` entry.
+/// Builds the bytes → bytes codec of a v3 `codecs` entry, from the
+/// configuration type in the codec's file.
 ///
 /// `element_size` is the size in bytes of the data type entering the chain
 /// (1 for variable-length types); blosc uses it for `typesize` and the
@@ -87,21 +92,9 @@ pub fn build_bytes_to_bytes_sized(
 /// not implement, or has an out-of-range parameter.
 pub fn from_v3(spec: &CodecSpec, element_size: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
     Ok(match spec {
-        // zarr-python's defaults for members left out.
-        CodecSpec::Gzip(c) => Box::new(gzip::Gzip::new(c.level.map_or(5, u32::from))?),
-        CodecSpec::Zstd(c) => Box::new(zstd::Zstd::new(c.level.unwrap_or(0), c.checksum.unwrap_or(false))?),
-        CodecSpec::Blosc(c) => {
-            let typesize = c.typesize.and_then(|t| usize::try_from(t).ok()).unwrap_or(element_size);
-            let shuffle =
-                c.shuffle.unwrap_or(if typesize == 1 { BloscShuffle::Bitshuffle } else { BloscShuffle::Shuffle });
-            Box::new(blosc::Blosc::new(
-                c.cname.unwrap_or(crate::zarr::metadata::codec::BloscCname::Zstd),
-                c.clevel.unwrap_or(5),
-                shuffle,
-                typesize,
-                c.blocksize.and_then(|b| usize::try_from(b).ok()).unwrap_or(0),
-            )?)
-        }
+        CodecSpec::Gzip(c) => Box::new(c.build()?),
+        CodecSpec::Zstd(c) => Box::new(c.build()?),
+        CodecSpec::Blosc(c) => Box::new(c.build(element_size)?),
         CodecSpec::Crc32c => Box::new(crc32c::Crc32c::new()),
         CodecSpec::Numcodecs(c) => from_numcodecs(&c.id, &c.configuration, element_size)?,
         other => {
@@ -129,7 +122,8 @@ pub fn from_v2(codec: &CodecV2, element_size: usize) -> CodecResult<Box<dyn Byte
 }
 
 /// Builds a numcodecs codec from its id and configuration (the members other
-/// than `id`), with numcodecs 0.16's defaults for absent members.
+/// than `id`), with numcodecs 0.16's defaults for absent members, through
+/// the constructor `numcodecs::NUMCODECS` lists for the id.
 ///
 /// # Errors
 ///
@@ -141,35 +135,25 @@ pub fn from_numcodecs(
     element_size: usize,
 ) -> CodecResult<Box<dyn BytesToBytesCodec>> {
     let cfg = Config { codec: id, map: config };
-    Ok(match id {
-        "gzip" => Box::new(gzip::Gzip::new(cfg.int("level", 1, 0, 9)?)?),
-        "zlib" => {
-            // -1 is zlib's Z_DEFAULT_COMPRESSION (level 6).
-            let level = cfg.int("level", 1, -1, 9)?;
-            Box::new(zlib::Zlib::new(u32::try_from(level).unwrap_or(6))?)
-        }
-        "bz2" => Box::new(bz2::Bz2::new(cfg.int("level", 1, 1, 9)?)?),
-        "zstd" => Box::new(zstd::Zstd::new(cfg.int("level", 0, -131_072, 22)?, cfg.bool("checksum", false)?)?),
-        // lz4_flex has no acceleration knob; any value still writes valid LZ4.
-        "lz4" => Box::new(lz4::Lz4::new()),
-        "crc32c" => {
-            let location = match cfg.get("location") {
-                None => crc32c::Location::End,
-                Some(Value::String(s)) if s == "end" => crc32c::Location::End,
-                Some(Value::String(s)) if s == "start" => crc32c::Location::Start,
-                Some(v) => return Err(cfg.bad("location", "\"start\" or \"end\"", v)),
-            };
-            Box::new(crc32c::Crc32c::with_location(location))
-        }
-        "blosc" => Box::new(blosc::Blosc::from_numcodecs(&cfg, element_size)?),
+    match numcodecs::lookup(id).map(|c| c.build) {
+        Some(Build::BytesToBytes(build)) => build(&cfg, element_size),
         _ => {
-            return Err(CodecError::new(
+            let implemented: Vec<&str> = numcodecs::NUMCODECS
+                .iter()
+                .filter(|c| matches!(c.build, Build::BytesToBytes(_)))
+                .map(|c| c.id)
+                .collect();
+            Err(CodecError::new(
                 id,
-                "is not a bytes -> bytes codec zarrd implements (expected one of blosc, bz2, crc32c, \
-                 gzip, lz4, zlib, zstd)",
+                format!("is not a bytes -> bytes codec zarrd implements (expected one of {})", implemented.join(", ")),
             ))
         }
-    })
+    }
+}
+
+/// A v3 compression level 0..=9 (`gzip` `level`, `blosc` `clevel`).
+fn level_0_9(v: &Value, path: &str) -> crate::zarr::metadata::error::Result<u8> {
+    Ok(u8::try_from(crate::zarr::metadata::json::int_in(v, path, 0, 9)?).unwrap_or_default())
 }
 
 /// A numcodecs configuration being read, for error messages naming the codec
@@ -183,7 +167,7 @@ impl Config<'_> {
     /// A member, treating JSON `null` as absent (numcodecs writes `null` for
     /// "default").
     fn get(&self, key: &str) -> Option<&Value> {
-        self.map.get(key).filter(|v| !v.is_null())
+        numcodecs::member(self.map, key)
     }
 
     fn bad(&self, key: &str, expected: &str, got: &Value) -> CodecError {
@@ -292,8 +276,8 @@ pub(crate) mod test_util {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::zarr::data_type::DataType;
     use crate::zarr::metadata::codec::parse_codec_chain;
-    use crate::zarr::metadata::data_type::DataType;
     use serde_json::json;
 
     fn v3(codecs: Value, dt: &DataType) -> Vec<Box<dyn BytesToBytesCodec>> {

@@ -100,7 +100,7 @@ impl FillValue {
             // driver rejects fewer than 4 bytes. Padded with NULs (the same
             // element), the value serialises at full length, which both read.
             // Types too large to pad cheaply keep the form as written.
-            DataTypeV2::Scalar { data_type: data_type @ DataType::NullTerminatedBytes { length_bytes }, .. } => {
+            DataTypeV2::Scalar { data_type: data_type @ DataType::FixedBytes(length_bytes), .. } => {
                 match parse(value, data_type, path, Version::V2)? {
                     Self::Bytes(mut b) if *length_bytes <= MAX_PADDED_FILL => {
                         b.resize(*length_bytes, 0);
@@ -162,8 +162,8 @@ fn parse(value: &Value, dt: &DataType, path: &str, version: Version) -> Result<F
             FillValue::Complex(float(re, &index(path, 0), &part, version)?, float(im, &index(path, 1), &part, version)?)
         }
         // TensorStore 0.1.86 writes (and only reads) base64 here; the spec's form is a byte array.
-        DataType::RawBits { size_bytes } if value.is_string() => base64_fill(value, path, Some(*size_bytes), true)?,
-        DataType::RawBits { size_bytes } => {
+        DataType::RawBits(size_bytes) if value.is_string() => base64_fill(value, path, Some(*size_bytes), true)?,
+        DataType::RawBits(size_bytes) => {
             let what = format!("an array of {size_bytes} integers 0..=255 (or base64) for data type {ty}");
             let items = value
                 .as_array()
@@ -186,9 +186,9 @@ fn parse(value: &Value, dt: &DataType, path: &str, version: Version) -> Result<F
             Value::Number(n) => FillValue::String(n.to_string()),
             other => return Err(MetadataError::expected(path, "a string for data type string", other)),
         },
-        DataType::VariableLengthBytes => base64_fill(value, path, None, false)?,
-        DataType::FixedLengthUtf32 { length_bytes } => {
-            let max_chars = length_bytes / 4;
+        DataType::Bytes => base64_fill(value, path, None, false)?,
+        DataType::FixedUtf32(max_chars) => {
+            let max_chars = *max_chars;
             match value.as_str() {
                 Some(s) if s.chars().count() <= max_chars => FillValue::String(s.to_owned()),
                 _ => {
@@ -200,13 +200,13 @@ fn parse(value: &Value, dt: &DataType, path: &str, version: Version) -> Result<F
                 }
             }
         }
-        DataType::NullTerminatedBytes { length_bytes } => base64_fill(value, path, Some(*length_bytes), false)?,
-        DataType::RawBytes { length_bytes } => base64_fill(value, path, Some(*length_bytes), true)?,
+        DataType::FixedBytes(length_bytes) => base64_fill(value, path, Some(*length_bytes), false)?,
+        DataType::RawBytes(length_bytes) => base64_fill(value, path, Some(*length_bytes), true)?,
         DataType::Structured { .. } => {
             let size = dt.item_size().ok_or_else(|| MetadataError::new(path, "structured data type is too large"))?;
             base64_fill(value, path, Some(size), true)?
         }
-        DataType::DateTime64 { .. } | DataType::TimeDelta64 { .. } => {
+        DataType::DateTime64(_) | DataType::TimeDelta64(_) => {
             if value.as_str() == Some("NaT") {
                 FillValue::Int(i64::MIN)
             } else {
@@ -383,10 +383,10 @@ mod tests {
         round_trip(json!("0x7ff8000000000001"), &DataType::Float64);
         round_trip(json!([1.0, "-Infinity"]), &DataType::Complex128);
         round_trip(json!(["NaN", 2.5]), &DataType::Complex64);
-        round_trip(json!([0, 255]), &DataType::RawBits { size_bytes: 2 });
+        round_trip(json!([0, 255]), &DataType::RawBits(2));
         round_trip(json!(""), &DataType::String);
-        round_trip(json!("YWI="), &DataType::NullTerminatedBytes { length_bytes: 5 });
-        round_trip(json!("AAAAAA=="), &DataType::RawBytes { length_bytes: 4 });
+        round_trip(json!("YWI="), &DataType::FixedBytes(5));
+        round_trip(json!("AAAAAA=="), &DataType::RawBytes(4));
     }
 
     #[test]
@@ -394,7 +394,7 @@ mod tests {
         // zarr-python writes b"xy" for |S4 as "eHk="; TensorStore's zarr driver rejects fewer than 4 bytes.
         let s = |n| DataTypeV2::Scalar {
             byte_order: super::super::v2::dtype::ByteOrder::NotApplicable,
-            data_type: DataType::NullTerminatedBytes { length_bytes: n },
+            data_type: DataType::FixedBytes(n),
         };
         let fill = FillValue::from_v2_json(&json!("eHk="), &s(4), "fill_value").unwrap();
         assert_eq!(fill, FillValue::Bytes(b"xy\0\0".to_vec()));
@@ -407,7 +407,7 @@ mod tests {
 
     #[test]
     fn raw_bits_fill_in_tensorstore_base64() {
-        let dt = DataType::RawBits { size_bytes: 2 };
+        let dt = DataType::RawBits(2);
         assert_eq!(v3(json!("AQI="), &dt).unwrap(), FillValue::Bytes(vec![1, 2]));
         assert_eq!(v3(json!([1, 2]), &dt).unwrap(), FillValue::RawBits(vec![1, 2]));
         assert!(v3(json!("AQID"), &dt).is_err());
@@ -417,10 +417,7 @@ mod tests {
     fn lenient_forms() {
         assert_eq!(v3(json!(1.0), &DataType::UInt8).unwrap(), FillValue::UInt(1));
         assert_eq!(v3(json!(0), &DataType::String).unwrap(), FillValue::String("0".into()));
-        let nat = v3(
-            json!("NaT"),
-            &DataType::DateTime64 { unit: super::super::data_type::TimeUnit::parse("ms").unwrap(), scale_factor: 1 },
-        );
+        let nat = v3(json!("NaT"), &DataType::DateTime64(super::super::data_type::TimeUnit::new("ms", 1).unwrap()));
         assert_eq!(nat.unwrap(), FillValue::Int(i64::MIN));
     }
 
@@ -443,11 +440,11 @@ mod tests {
         assert_eq!(e.path, "fill_value");
         let e = v3(json!([1.0, "x"]), &DataType::Complex64).unwrap_err();
         assert_eq!(e.path, "fill_value[1]");
-        let e = v3(json!([0, 256]), &DataType::RawBits { size_bytes: 2 }).unwrap_err();
+        let e = v3(json!([0, 256]), &DataType::RawBits(2)).unwrap_err();
         assert_eq!(e.path, "fill_value[1]");
-        assert!(v3(json!("AAAA"), &DataType::RawBytes { length_bytes: 4 }).is_err());
-        assert!(v3(json!("!!"), &DataType::NullTerminatedBytes { length_bytes: 4 }).is_err());
-        assert!(v3(json!("abc"), &DataType::FixedLengthUtf32 { length_bytes: 8 }).is_err());
+        assert!(v3(json!("AAAA"), &DataType::RawBytes(4)).is_err());
+        assert!(v3(json!("!!"), &DataType::FixedBytes(4)).is_err());
+        assert!(v3(json!("abc"), &DataType::FixedUtf32(2)).is_err());
     }
 
     #[test]

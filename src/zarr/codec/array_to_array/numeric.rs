@@ -243,7 +243,7 @@ pub(crate) fn parse_dtype(
     let DataTypeV2::Scalar { byte_order, data_type } = parsed else {
         return Err(err(format!("{field} {value} is not a numeric dtype")));
     };
-    let dt = DataType::from(&data_type);
+    let dt = data_type;
     let num = NumType::of(&dt).ok_or_else(|| err(format!("{field} {value} is not an integer or float dtype")))?;
     Ok(Some((dt, num, byte_order == ByteOrder::Big)))
 }

@@ -5,10 +5,70 @@
 //! `transpose(order)`). A v2 Fortran-order chunk is the reversing
 //! permutation `[n-1, ..., 0]`.
 
+use serde::Serialize;
+use serde_json::Value;
+
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
+use crate::zarr::codec::registry::ParseContext;
 use crate::zarr::codec::{ArrayToArrayCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::{MetadataError, Result};
 
 const NAME: &str = "transpose";
+
+/// `transpose` codec configuration (v3): `{"order": [...]}`.
+///
+/// ```
+/// # use zarrd::zarr::codec::array_to_array::transpose::TransposeConfig;
+/// let c = TransposeConfig { order: vec![1, 0] };
+/// assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"order":[1,0]}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TransposeConfig {
+    /// A permutation of `0..rank`: encoded dimension `i` is decoded
+    /// dimension `order[i]`.
+    pub order: Vec<usize>,
+}
+
+impl TransposeConfig {
+    /// Parses a v3 configuration for chunks of the shape entering the
+    /// codec, which it permutes for the codecs after it.
+    pub(crate) fn parse(cx: &mut ParseContext<'_, '_>) -> Result<Self> {
+        let order_path = cx.cfg.at("order");
+        let order = permutation(cx.cfg.required("order")?, &order_path, cx.state.shape.len())?;
+        cx.cfg.deny_rest("\"order\"")?;
+        cx.state.shape = order.iter().filter_map(|&d| cx.state.shape.get(d).copied()).collect();
+        Ok(Self { order })
+    }
+
+    /// The codec.
+    ///
+    /// # Errors
+    /// `order` is not a permutation (not after parsing).
+    pub fn build(&self) -> CodecResult<TransposeCodec> {
+        TransposeCodec::new(self.order.clone())
+    }
+}
+
+fn permutation(value: &Value, path: &str, rank: usize) -> Result<Vec<usize>> {
+    let expected = format!("a permutation of 0..{rank} (one entry per dimension of the {rank}-dimensional chunk)");
+    let err = || MetadataError::expected(path, &expected, value);
+    let items = value.as_array().ok_or_else(err)?;
+    if items.len() != rank {
+        return Err(err());
+    }
+    let mut seen = vec![false; rank];
+    let mut order = Vec::with_capacity(rank);
+    for item in items {
+        let d = item.as_u64().and_then(|d| usize::try_from(d).ok()).filter(|&d| d < rank).ok_or_else(err)?;
+        let slot = seen.get_mut(d).ok_or_else(err)?;
+        if *slot {
+            return Err(err());
+        }
+        *slot = true;
+        order.push(d);
+    }
+    Ok(order)
+}
 
 /// A prepared `transpose` codec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,5 +318,36 @@ mod tests {
             let enc = codec.encode(ChunkData::Variable(items.clone()), &rv).unwrap();
             prop_assert_eq!(codec.decode(enc, &rv).unwrap(), ChunkData::Variable(items));
         }
+    }
+
+    use crate::zarr::codec::registry::parse_for_test as chain;
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
+        let entry = serde_json::json!({"name": "transpose", "configuration": {"order": [1, 0]}});
+        let specs = chain(serde_json::json!([entry, "bytes"]), &D::UInt8, &[2, 3]).unwrap();
+        assert_eq!(specs[0], CodecSpec::Transpose(TransposeConfig { order: vec![1, 0] }));
+        assert_eq!(serde_json::to_value(&specs[0]).unwrap(), entry);
+        assert_eq!(TransposeConfig { order: vec![1, 0] }.build().unwrap().order(), [1, 0]);
+        for bad in
+            [serde_json::json!([0, 0]), serde_json::json!([0]), serde_json::json!([0, 2]), serde_json::json!("F")]
+        {
+            let e = chain(
+                serde_json::json!([{"name": "transpose", "configuration": {"order": bad}}, "bytes"]),
+                &D::UInt8,
+                &[2, 3],
+            )
+            .unwrap_err();
+            assert_eq!(e.path, "codecs[0].configuration.order", "{bad}");
+        }
+        // The codecs after a transpose see the permuted shape: a shard of 3x2 divides into 3x1.
+        let sharded = |inner: serde_json::Value| {
+            serde_json::json!([entry, {"name": "sharding_indexed", "configuration":
+            {"chunk_shape": inner, "codecs": ["bytes"], "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}])
+        };
+        assert!(chain(sharded(serde_json::json!([3, 1])), &D::UInt8, &[2, 3]).is_ok());
+        assert!(chain(sharded(serde_json::json!([1, 3])), &D::UInt8, &[2, 3]).is_err());
     }
 }

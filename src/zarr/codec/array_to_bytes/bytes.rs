@@ -12,12 +12,82 @@
 //! checks the range -8..=7 and writes the low nibble (as TensorStore writes
 //! it).
 
+use serde::Serialize;
+
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
+use crate::zarr::codec::registry::ParseContext;
 use crate::zarr::codec::{ArrayToBytesCodec, CodecError, CodecResult};
 use crate::zarr::data_type::DataType;
-use crate::zarr::metadata::codec::Endian;
+use crate::zarr::metadata::error::{MetadataError, Result};
+use crate::zarr::metadata::json::enum_str;
 
 const NAME: &str = "bytes";
+
+/// Byte order for the `bytes` codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Endian {
+    /// `"little"`.
+    Little,
+    /// `"big"`.
+    Big,
+}
+
+/// `bytes` codec configuration (v3): `{"endian": "little" | "big"}`.
+///
+/// ```
+/// # use zarrd::zarr::codec::array_to_bytes::bytes::{BytesConfig, Endian};
+/// let c = BytesConfig { endian: Some(Endian::Little) };
+/// assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"endian":"little"}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BytesConfig {
+    /// Required for multi-byte data types, absent or ignored otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endian: Option<Endian>,
+}
+
+impl BytesConfig {
+    /// Parses a v3 configuration for the data type entering the codec: it
+    /// must be fixed-size, and multi-byte types need an `endian`.
+    pub(crate) fn parse(cx: &mut ParseContext<'_, '_>) -> Result<Self> {
+        let cfg = &mut cx.cfg;
+        let endian = match cfg.optional("endian") {
+            Some(v) => Some(match enum_str(v, &cfg.at("endian"), &["little", "big"])? {
+                "little" => Endian::Little,
+                _ => Endian::Big,
+            }),
+            None => None,
+        };
+        if let Some(dt) = &cx.state.data_type {
+            if dt.is_variable() {
+                let use_instead = if *dt == DataType::String { "vlen-utf8" } else { "vlen-bytes" };
+                return Err(MetadataError::new(
+                    cx.path,
+                    format!(
+                        "the bytes codec cannot encode the variable-length data type \"{}\"; \
+                         use {use_instead}",
+                        dt.name()
+                    ),
+                ));
+            }
+            if endian.is_none() && dt.endianness_matters() {
+                return Err(MetadataError::new(
+                    cfg.at("endian"),
+                    format!("required for the multi-byte data type {}; expected \"little\" or \"big\"", dt.name()),
+                ));
+            }
+        }
+        cfg.deny_rest("\"endian\"")?;
+        Ok(Self { endian })
+    }
+
+    /// The codec.
+    #[must_use]
+    pub fn build(&self) -> BytesCodec {
+        BytesCodec::new(self.endian)
+    }
+}
 
 /// The `bytes` codec, prepared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,8 +332,8 @@ mod tests {
             DataType::Float64,
             DataType::Complex64,
             DataType::Complex128,
-            DataType::DateTime64("ns".into()),
-            DataType::TimeDelta64("s".into()),
+            DataType::DateTime64(crate::zarr::data_type::TimeUnit::new("ns", 1).unwrap()),
+            DataType::TimeDelta64(crate::zarr::data_type::TimeUnit::new("s", 1).unwrap()),
             DataType::FixedUtf32(3),
             DataType::FixedBytes(5),
             DataType::RawBits(3),
@@ -287,5 +357,28 @@ mod tests {
             }
             prop_assert_eq!(codec.decode(enc, &r).unwrap(), ChunkData::Fixed(data));
         }
+    }
+
+    use crate::zarr::codec::registry::parse_for_test as chain;
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
+        let entry = serde_json::json!({"name": "bytes", "configuration": {"endian": "big"}});
+        let specs = chain(serde_json::json!([entry]), &D::Float64, &[4]).unwrap();
+        assert_eq!(specs[0], CodecSpec::Bytes(BytesConfig { endian: Some(Endian::Big) }));
+        assert_eq!(serde_json::to_value(&specs[0]).unwrap(), entry);
+        assert_eq!(BytesConfig { endian: Some(Endian::Big) }.build(), BytesCodec::new(Some(Endian::Big)));
+        // One-byte types need no endian; multi-byte types do.
+        assert!(chain(serde_json::json!(["bytes"]), &D::UInt8, &[4]).is_ok());
+        let e = chain(serde_json::json!(["bytes"]), &D::Float64, &[4]).unwrap_err();
+        assert_eq!(e.path, "codecs[0].configuration.endian");
+        let e = chain(serde_json::json!(["bytes"]), &D::String, &[4]).unwrap_err();
+        assert_eq!(e.path, "codecs[0]");
+        assert!(e.message.contains("use vlen-utf8"), "{e}");
+        let e = chain(serde_json::json!([{"name": "bytes", "configuration": {"endian": "middle"}}]), &D::UInt16, &[4])
+            .unwrap_err();
+        assert_eq!(e.path, "codecs[0].configuration.endian");
     }
 }

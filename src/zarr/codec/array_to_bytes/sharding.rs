@@ -36,12 +36,129 @@ use std::ops::Range;
 
 use crate::zarr::byte_range::ByteRangeRequest;
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
+use serde::Serialize;
+
+use crate::zarr::codec::build::chain_from_v3;
+use crate::zarr::codec::registry::{ChainState, ParseContext};
 use crate::zarr::codec::{ArrayToBytesCodec, CodecChain, CodecError, CodecResult};
 use crate::zarr::data_type::DataType;
-use crate::zarr::metadata::codec::IndexLocation;
+use crate::zarr::metadata::codec::{parse_chain, CodecSpec, Role};
+use crate::zarr::metadata::error::{MetadataError, Result};
+use crate::zarr::metadata::json::{enum_str, fmt_shape, shape};
 use crate::zarr::subset::{copy_region, ArraySubset};
 
 const NAME: &str = "sharding_indexed";
+
+/// Where the shard index lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexLocation {
+    /// `"start"`.
+    Start,
+    /// `"end"` (the default when absent).
+    #[default]
+    End,
+}
+
+/// `sharding_indexed` codec configuration (v3).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShardingConfig {
+    /// Inner chunk shape; divides the shard shape in every dimension.
+    pub chunk_shape: Vec<u64>,
+    /// Codec chain of each inner chunk.
+    pub codecs: Vec<CodecSpec>,
+    /// Codec chain of the shard index (fixed-size codecs only).
+    pub index_codecs: Vec<CodecSpec>,
+    /// Index position.
+    pub index_location: IndexLocation,
+}
+
+impl ShardingConfig {
+    /// Parses a v3 configuration for shards of the shape entering the codec:
+    /// the inner chunk shape must divide it; the inner chain is parsed for
+    /// inner chunks, the index chain for the `uint64` index array
+    /// (`chunks_per_shard + [2]`) and must be of fixed size.
+    pub(crate) fn parse(cx: &mut ParseContext<'_, '_>) -> Result<Self> {
+        if cx.configuration.is_none() {
+            return Err(MetadataError::new(
+                cx.configuration_path,
+                "required field is missing (sharding_indexed needs chunk_shape, codecs and index_codecs)",
+            ));
+        }
+        let cfg = &mut cx.cfg;
+        let shape_path = cfg.at("chunk_shape");
+        let inner = shape(cfg.required("chunk_shape")?, &shape_path, 1)?;
+        let shard = &cx.state.shape;
+        if inner.len() != shard.len() {
+            return Err(MetadataError::new(
+                shape_path,
+                format!(
+                    "expected {} dimensions to match the shard shape {}, got {}",
+                    shard.len(),
+                    fmt_shape(shard),
+                    fmt_shape(&inner)
+                ),
+            ));
+        }
+        if let Some(d) = (0..inner.len()).find(|&d| {
+            let (s, i) = (shard.get(d).copied().unwrap_or(0), inner.get(d).copied().unwrap_or(1));
+            i == 0 || s % i != 0
+        }) {
+            return Err(MetadataError::new(
+                shape_path,
+                format!(
+                    "the shard shape {} is not divisible by the inner chunk shape {} (dimension {d})",
+                    fmt_shape(shard),
+                    fmt_shape(&inner)
+                ),
+            ));
+        }
+        let codecs_path = cfg.at("codecs");
+        let codecs = parse_chain(
+            cfg.required("codecs")?,
+            &codecs_path,
+            ChainState { data_type: cx.state.data_type.clone(), shape: inner.clone() },
+            Role::Chunk,
+        )?;
+        let mut index_shape: Vec<u64> = shard.iter().zip(&inner).map(|(s, i)| s.checked_div(*i).unwrap_or(0)).collect();
+        index_shape.push(2);
+        let index_path = cfg.at("index_codecs");
+        let index_codecs = parse_chain(
+            cfg.required("index_codecs")?,
+            &index_path,
+            ChainState { data_type: Some(DataType::UInt64), shape: index_shape },
+            Role::Index,
+        )?;
+        let index_location = match cfg.optional("index_location") {
+            Some(v) => match enum_str(v, &cfg.at("index_location"), &["start", "end"])? {
+                "start" => IndexLocation::Start,
+                _ => IndexLocation::End,
+            },
+            None => IndexLocation::End,
+        };
+        cfg.deny_rest("\"chunk_shape\", \"codecs\", \"index_codecs\" and \"index_location\"")?;
+        Ok(Self { chunk_shape: inner, codecs, index_codecs, index_location })
+    }
+
+    /// Builds the codec for shards of representation `shard`: the inner
+    /// chain for inner chunks of `chunk_shape` (same data type and fill
+    /// value), the index chain for a `uint64` array of shape
+    /// `chunks_per_shard + [2]`.
+    ///
+    /// # Errors
+    /// As [`chain_from_v3`] for either chain; an inner chunk shape that does
+    /// not divide the shard; index codecs of variable size.
+    pub fn build(&self, shard: &ChunkRepr) -> CodecResult<ShardingCodec> {
+        let inner_repr = ChunkRepr { shape: self.chunk_shape.clone(), ..shard.clone() };
+        let inner = chain_from_v3(&self.codecs, &inner_repr)?;
+        let mut index_shape: Vec<u64> =
+            shard.shape.iter().zip(&self.chunk_shape).map(|(s, i)| s.checked_div(*i).unwrap_or(0)).collect();
+        index_shape.push(2);
+        let index_repr = ChunkRepr { shape: index_shape, data_type: DataType::UInt64, fill_value: vec![0xff; 8] };
+        let index = chain_from_v3(&self.index_codecs, &index_repr)?;
+        ShardingCodec::new(self.chunk_shape.clone(), inner, index, self.index_location, shard)
+    }
+}
 
 /// The marker of an empty inner chunk (both offset and nbytes).
 pub const EMPTY: u64 = u64::MAX;

@@ -11,7 +11,9 @@
 //! not an allocation; `vlen-utf8` also checks that every item is UTF-8.
 
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
+use crate::zarr::codec::registry::ParseContext;
 use crate::zarr::codec::{ArrayToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::{MetadataError, Result};
 
 /// Which flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +22,27 @@ pub enum VlenKind {
     Utf8,
     /// `vlen-bytes`: any bytes.
     Bytes,
+}
+
+impl VlenKind {
+    /// Parses a v3 `vlen-utf8` / `vlen-bytes` entry (no configuration
+    /// members; zarr-python writes an empty one) for the data type entering
+    /// the codec, which must be variable-length.
+    pub(crate) fn parse(cx: &mut ParseContext<'_, '_>) -> Result<Self> {
+        cx.cfg.deny_rest("no members")?;
+        if let Some(dt) = cx.state.data_type.as_ref().filter(|dt| !dt.is_variable()) {
+            return Err(MetadataError::new(
+                cx.path,
+                format!(
+                    "the {} codec needs a variable-length data type (string or \
+                     variable_length_bytes), got \"{}\"",
+                    cx.name,
+                    dt.name()
+                ),
+            ));
+        }
+        Ok(if cx.name == "vlen-utf8" { Self::Utf8 } else { Self::Bytes })
+    }
 }
 
 /// A `vlen-utf8` or `vlen-bytes` codec.
@@ -211,5 +234,27 @@ mod tests {
                 prop_assert!(codec.decode(enc[..cut].to_vec(), &r).is_err());
             }
         }
+    }
+
+    use crate::zarr::codec::registry::parse_for_test as chain;
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
+        let specs = chain(serde_json::json!([{"name": "vlen-utf8", "configuration": {}}]), &D::String, &[4]).unwrap();
+        assert_eq!(specs[0], CodecSpec::VlenUtf8);
+        assert_eq!(
+            serde_json::to_value(&specs[0]).unwrap(),
+            serde_json::json!({"name": "vlen-utf8", "configuration": {}})
+        );
+        let specs = chain(serde_json::json!(["vlen-bytes"]), &D::Bytes, &[4]).unwrap();
+        assert_eq!(specs[0], CodecSpec::VlenBytes);
+        let e = chain(serde_json::json!(["vlen-utf8"]), &D::Int8, &[4]).unwrap_err();
+        assert_eq!(e.path, "codecs[0]");
+        assert!(e.message.contains("needs a variable-length data type"), "{e}");
+        let e =
+            chain(serde_json::json!([{"name": "vlen-bytes", "configuration": {"x": 1}}]), &D::Bytes, &[4]).unwrap_err();
+        assert_eq!(e.path, "codecs[0].configuration.x");
     }
 }

@@ -24,11 +24,149 @@ use blosc_src::{
     blosc_cbuffer_validate, blosc_compress_ctx, blosc_decompress_ctx, BLOSC_MAX_BUFFERSIZE, BLOSC_MAX_OVERHEAD,
 };
 
+use serde::Serialize;
+use serde_json::{Map, Value};
+
 use super::Config;
+use crate::zarr::codec::numcodecs::{check_int, member};
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
-use crate::zarr::metadata::codec::{BloscCname, BloscShuffle};
+use crate::zarr::metadata::error::{join, Result};
+use crate::zarr::metadata::json::{enum_str, uint_min, Obj};
 
 const NAME: &str = "blosc";
+
+/// Blosc compressors known to numcodecs / c-blosc.
+pub const BLOSC_CNAMES: &[&str] = &["blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"];
+
+/// Blosc internal compressor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BloscCname {
+    /// `"blosclz"`.
+    Blosclz,
+    /// `"lz4"`.
+    Lz4,
+    /// `"lz4hc"`.
+    Lz4hc,
+    /// `"snappy"`.
+    Snappy,
+    /// `"zlib"`.
+    Zlib,
+    /// `"zstd"`.
+    Zstd,
+}
+
+impl BloscCname {
+    /// The compressor of a name in [`BLOSC_CNAMES`].
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "blosclz" => Self::Blosclz,
+            "lz4" => Self::Lz4,
+            "lz4hc" => Self::Lz4hc,
+            "snappy" => Self::Snappy,
+            "zlib" => Self::Zlib,
+            "zstd" => Self::Zstd,
+            _ => return None,
+        })
+    }
+}
+
+/// Blosc shuffle modes as the v3 codec names them.
+const SHUFFLES: &[&str] = &["noshuffle", "shuffle", "bitshuffle"];
+
+/// Blosc shuffle mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BloscShuffle {
+    /// `"noshuffle"`.
+    Noshuffle,
+    /// `"shuffle"` (byte-wise).
+    Shuffle,
+    /// `"bitshuffle"`.
+    Bitshuffle,
+}
+
+/// `blosc` codec configuration (v3). Members are optional because
+/// zarr-python and TensorStore fill defaults for absent ones when reading.
+///
+/// ```
+/// # use zarrd::zarr::codec::bytes_to_bytes::blosc::{BloscCname, BloscConfig};
+/// let c = BloscConfig { cname: Some(BloscCname::Lz4), clevel: Some(5), shuffle: None, typesize: None, blocksize: None };
+/// assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"cname":"lz4","clevel":5}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BloscConfig {
+    /// Internal compressor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cname: Option<BloscCname>,
+    /// Level 0..=9.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clevel: Option<u8>,
+    /// Shuffle mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shuffle: Option<BloscShuffle>,
+    /// Shuffle stride in bytes (>= 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub typesize: Option<u64>,
+    /// Block size in bytes (0 = automatic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocksize: Option<u64>,
+}
+
+impl BloscConfig {
+    /// Parses a v3 configuration object.
+    pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
+        let cname = cfg.optional("cname").map(|v| enum_str(v, &cfg.at("cname"), BLOSC_CNAMES)).transpose()?;
+        let clevel = cfg.optional("clevel").map(|v| super::level_0_9(v, &cfg.at("clevel"))).transpose()?;
+        let shuffle = cfg.optional("shuffle").map(|v| enum_str(v, &cfg.at("shuffle"), SHUFFLES)).transpose()?;
+        let typesize = cfg.optional("typesize").map(|v| uint_min(v, &cfg.at("typesize"), 1)).transpose()?;
+        let blocksize = cfg.optional("blocksize").map(|v| uint_min(v, &cfg.at("blocksize"), 0)).transpose()?;
+        let cname = cname.and_then(BloscCname::parse);
+        let shuffle = shuffle.map(|s| match s {
+            "noshuffle" => BloscShuffle::Noshuffle,
+            "shuffle" => BloscShuffle::Shuffle,
+            _ => BloscShuffle::Bitshuffle,
+        });
+        cfg.deny_rest("\"cname\", \"clevel\", \"shuffle\", \"typesize\" and \"blocksize\"")?;
+        Ok(Self { cname, clevel, shuffle, typesize, blocksize })
+    }
+
+    /// The codec, with zarr-python's defaults for absent members: `zstd`,
+    /// clevel 5, `typesize` the size of the elements entering the chain's
+    /// array -> bytes codec (`element_size`), bit-shuffle for 1-byte items
+    /// and byte-shuffle otherwise, automatic block size.
+    ///
+    /// # Errors
+    /// A parameter c-blosc refuses.
+    pub fn build(&self, element_size: usize) -> CodecResult<Blosc> {
+        let typesize = self.typesize.and_then(|t| usize::try_from(t).ok()).unwrap_or(element_size);
+        let shuffle =
+            self.shuffle.unwrap_or(if typesize == 1 { BloscShuffle::Bitshuffle } else { BloscShuffle::Shuffle });
+        Blosc::new(
+            self.cname.unwrap_or(BloscCname::Zstd),
+            self.clevel.unwrap_or(5),
+            shuffle,
+            typesize,
+            self.blocksize.and_then(|b| usize::try_from(b).ok()).unwrap_or(0),
+        )
+    }
+}
+
+/// Checks a numcodecs `blosc` configuration at `path` (`cname`, `clevel`,
+/// `shuffle` -1..=2 where -1 is AUTOSHUFFLE, which TensorStore writes too,
+/// `blocksize`).
+pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
+    if let Some(v) = member(config, "cname") {
+        enum_str(v, &join(path, "cname"), BLOSC_CNAMES)?;
+    }
+    check_int(config, path, "clevel", 0, 9)?;
+    check_int(config, path, "shuffle", -1, 2)?;
+    if let Some(v) = member(config, "blocksize") {
+        uint_min(v, &join(path, "blocksize"), 0)?;
+    }
+    Ok(())
+}
 
 /// Header size (c-blosc's `BLOSC_MIN_HEADER_LENGTH`).
 const HEADER: usize = 16;
@@ -76,19 +214,9 @@ impl Blosc {
     /// item size, as numcodecs takes it from the buffer it is given).
     pub(crate) fn from_numcodecs(cfg: &Config<'_>, element_size: usize) -> CodecResult<Self> {
         let cname = match cfg.str("cname")? {
-            None | Some("lz4") => BloscCname::Lz4,
-            Some("blosclz") => BloscCname::Blosclz,
-            Some("lz4hc") => BloscCname::Lz4hc,
-            Some("snappy") => BloscCname::Snappy,
-            Some("zlib") => BloscCname::Zlib,
-            Some("zstd") => BloscCname::Zstd,
-            Some(other) => {
-                return Err(cfg.bad(
-                    "cname",
-                    "one of blosclz, lz4, lz4hc, snappy, zlib, zstd",
-                    &serde_json::Value::from(other),
-                ))
-            }
+            None => BloscCname::Lz4,
+            Some(name) => BloscCname::parse(name)
+                .ok_or_else(|| cfg.bad("cname", &format!("one of {}", BLOSC_CNAMES.join(", ")), &Value::from(name)))?,
         };
         let typesize: usize = cfg.int("typesize", element_size.max(1), 1, i64::from(u32::MAX))?;
         let shuffle = match cfg.int::<i8>("shuffle", 1, -1, 2)? {
@@ -420,6 +548,44 @@ mod tests {
             if let Ok(out) = lz4().decode(junk, 65536) {
                 prop_assert_eq!(out.len(), nbytes as usize);
             }
+        }
+    }
+
+    use crate::zarr::codec::registry::parse_for_test as chain;
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
+        let entry = serde_json::json!({"name": "blosc", "configuration":
+            {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}});
+        let specs = chain(
+            serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}, entry]),
+            &D::Float32,
+            &[4],
+        )
+        .unwrap();
+        let CodecSpec::Blosc(c) = &specs[1] else { panic!("not blosc") };
+        assert_eq!(c.cname, Some(BloscCname::Lz4));
+        assert_eq!(serde_json::to_value(&specs[1]).unwrap(), entry);
+        // Defaults: zstd, clevel 5, typesize from the element size, shuffle by typesize.
+        let none = BloscConfig { cname: None, clevel: None, shuffle: None, typesize: None, blocksize: None };
+        let b = none.build(8).unwrap();
+        assert_eq!(
+            (b.cname, b.clevel, b.shuffle, b.typesize, b.blocksize),
+            (BloscCname::Zstd, 5, BloscShuffle::Shuffle, 8, 0)
+        );
+        assert_eq!(none.build(1).unwrap().shuffle, BloscShuffle::Bitshuffle);
+        let e =
+            chain(serde_json::json!(["bytes", {"name": "blosc", "configuration": {"cname": "lzw"}}]), &D::UInt8, &[4])
+                .unwrap_err();
+        assert_eq!(e.path, "codecs[1].configuration.cname");
+        let e =
+            chain(serde_json::json!(["bytes", {"name": "blosc", "configuration": {"typesize": 0}}]), &D::UInt8, &[4])
+                .unwrap_err();
+        assert_eq!(e.path, "codecs[1].configuration.typesize");
+        for name in BLOSC_CNAMES {
+            assert!(BloscCname::parse(name).is_some(), "{name}");
         }
     }
 }

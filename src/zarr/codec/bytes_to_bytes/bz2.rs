@@ -8,7 +8,12 @@ use bzip2::bufread::MultiBzDecoder;
 use bzip2::write::BzEncoder;
 use bzip2::Compression;
 
+use serde_json::{Map, Value};
+
+use super::Config;
+use crate::zarr::codec::numcodecs::check_int;
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::Result;
 
 const NAME: &str = "bz2";
 
@@ -29,6 +34,16 @@ impl Bz2 {
         }
         Ok(Self { level })
     }
+
+    /// numcodecs' `bz2` (default level 1).
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
+        Self::new(cfg.int("level", 1, 1, 9)?)
+    }
+}
+
+/// Checks a numcodecs `bz2` configuration at `path` (`level` 1..=9).
+pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
+    check_int(config, path, "level", 1, 9)
 }
 
 impl BytesToBytesCodec for Bz2 {

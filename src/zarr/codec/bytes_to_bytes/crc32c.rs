@@ -5,9 +5,26 @@
 //! numcodecs' `crc32c` (a `Checksum32`) is the same with a `location`
 //! member: `"end"` (its default, and the v3 layout) or `"start"`.
 
+use serde_json::Value;
+
+use super::Config;
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::Result;
+use crate::zarr::metadata::json::Obj;
 
 const NAME: &str = "crc32c";
+
+/// `crc32c` codec configuration (v3): no members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Crc32cConfig;
+
+impl Crc32cConfig {
+    /// Parses a v3 configuration object (which must be empty).
+    pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
+        cfg.deny_rest("no members")?;
+        Ok(Self)
+    }
+}
 
 /// Where the checksum is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,6 +53,17 @@ impl Crc32c {
     #[must_use]
     pub fn with_location(location: Location) -> Self {
         Self { location }
+    }
+
+    /// numcodecs' `crc32c` (`location`: `"end"`, its default, or `"start"`).
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
+        let location = match cfg.get("location") {
+            None => Location::End,
+            Some(Value::String(s)) if s == "end" => Location::End,
+            Some(Value::String(s)) if s == "start" => Location::Start,
+            Some(v) => return Err(cfg.bad("location", "\"start\" or \"end\"", v)),
+        };
+        Ok(Self::with_location(location))
     }
 }
 
@@ -147,5 +175,30 @@ mod tests {
             prop_assert_eq!(enc.len(), data.len() + 4);
             prop_assert_eq!(c.decode(enc, data.len()).unwrap(), data);
         }
+    }
+
+    use crate::zarr::codec::registry::parse_for_test as chain;
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
+        let specs =
+            chain(serde_json::json!(["bytes", {"name": "crc32c", "configuration": {}}]), &D::UInt8, &[4]).unwrap();
+        assert_eq!(specs[1], CodecSpec::Crc32c);
+        assert_eq!(serde_json::to_value(&specs[1]).unwrap(), serde_json::json!({"name": "crc32c"}));
+        let e = chain(
+            serde_json::json!(["bytes", {"name": "crc32c", "configuration": {"location": "start"}}]),
+            &D::UInt8,
+            &[4],
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "codecs[1].configuration.location");
+        // The numcodecs alias has a location.
+        let map = serde_json::json!({"location": "start"});
+        let c = Crc32c::from_numcodecs(&Config { codec: NAME, map: map.as_object().unwrap() }).unwrap();
+        assert_eq!(c.location, Location::Start);
+        let map = serde_json::json!({"location": "middle"});
+        assert!(Crc32c::from_numcodecs(&Config { codec: NAME, map: map.as_object().unwrap() }).is_err());
     }
 }

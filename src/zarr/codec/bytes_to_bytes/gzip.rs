@@ -9,10 +9,52 @@ use std::io::Write;
 use flate2::bufread::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use serde::Serialize;
+use serde_json::{Map, Value};
 
+use super::Config;
+use crate::zarr::codec::numcodecs::check_int;
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::Result;
+use crate::zarr::metadata::json::Obj;
 
 const NAME: &str = "gzip";
+
+/// `gzip` codec configuration (v3): `{"level": 0..=9}`.
+///
+/// ```
+/// # use zarrd::zarr::codec::bytes_to_bytes::gzip::GzipConfig;
+/// let c = GzipConfig { level: Some(1) };
+/// assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"level":1}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GzipConfig {
+    /// Compression level 0..=9 (clients default it when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<u8>,
+}
+
+impl GzipConfig {
+    /// Parses a v3 configuration object.
+    pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
+        let level = cfg.optional("level").map(|v| super::level_0_9(v, &cfg.at("level"))).transpose()?;
+        cfg.deny_rest("\"level\"")?;
+        Ok(Self { level })
+    }
+
+    /// The codec, with zarr-python's default level (5) when absent.
+    ///
+    /// # Errors
+    /// A level out of range (not after parsing).
+    pub fn build(&self) -> CodecResult<Gzip> {
+        Gzip::new(self.level.map_or(5, u32::from))
+    }
+}
+
+/// Checks a numcodecs `gzip` configuration (`level` 0..=9) at `path`.
+pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
+    check_int(config, path, "level", 0, 9)
+}
 
 /// The `gzip` codec.
 #[derive(Debug, Clone)]
@@ -30,6 +72,11 @@ impl Gzip {
             return Err(CodecError::new(NAME, format!("level must be 0..=9, got {level}")));
         }
         Ok(Self { level })
+    }
+
+    /// numcodecs' `gzip` (default level 1).
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
+        Self::new(cfg.int("level", 1, 0, 9)?)
     }
 }
 
@@ -120,5 +167,29 @@ mod tests {
             let enc = c.encode(data.clone()).unwrap();
             prop_assert_eq!(c.decode(enc, data.len()).unwrap(), data);
         }
+    }
+
+    use crate::zarr::codec::registry::parse_for_test as chain;
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
+        let entry = serde_json::json!({"name": "gzip", "configuration": {"level": 1}});
+        let specs = chain(serde_json::json!(["bytes", entry]), &D::UInt8, &[4]).unwrap();
+        assert_eq!(specs[1], CodecSpec::Gzip(GzipConfig { level: Some(1) }));
+        assert_eq!(serde_json::to_value(&specs[1]).unwrap(), entry);
+        // zarr-python's default for v3, numcodecs' for the alias.
+        assert_eq!(GzipConfig { level: None }.build().unwrap().level, 5);
+        let empty = serde_json::Map::new();
+        assert_eq!(Gzip::from_numcodecs(&Config { codec: NAME, map: &empty }).unwrap().level, 1);
+        let e = chain(serde_json::json!(["bytes", {"name": "gzip", "configuration": {"level": 10}}]), &D::UInt8, &[4])
+            .unwrap_err();
+        assert_eq!(e.to_string(), "codecs[1].configuration.level: expected an integer 0..=9, got 10");
+        let e = chain(serde_json::json!(["bytes", {"name": "gzip", "configuration": {"lvl": 1}}]), &D::UInt8, &[4])
+            .unwrap_err();
+        assert_eq!(e.path, "codecs[1].configuration.lvl");
+        let alias = serde_json::json!({"level": 12});
+        assert_eq!(validate_numcodecs(alias.as_object().unwrap(), "compressor").unwrap_err().path, "compressor.level");
     }
 }

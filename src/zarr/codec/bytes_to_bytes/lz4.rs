@@ -5,7 +5,12 @@
 //! The `acceleration` member only trades speed for ratio when encoding;
 //! lz4_flex has a single setting and its blocks are valid LZ4 either way.
 
+use serde_json::{Map, Value};
+
+use super::Config;
+use crate::zarr::codec::numcodecs::check_int;
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::Result;
 
 const NAME: &str = "lz4";
 
@@ -22,6 +27,18 @@ impl Lz4 {
     pub fn new() -> Self {
         Self
     }
+
+    /// numcodecs' `lz4`: lz4_flex has no acceleration knob; any value
+    /// still writes valid LZ4.
+    pub(crate) fn from_numcodecs(_cfg: &Config<'_>) -> Self {
+        Self
+    }
+}
+
+/// Checks a numcodecs `lz4` configuration at `path` (`acceleration` an
+/// `int`).
+pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
+    check_int(config, path, "acceleration", i64::from(i32::MIN), i64::from(i32::MAX))
 }
 
 impl BytesToBytesCodec for Lz4 {

@@ -8,7 +8,12 @@ use flate2::bufread::ZlibDecoder;
 use flate2::write::ZlibEncoder;
 use flate2::Compression;
 
+use serde_json::{Map, Value};
+
+use super::Config;
+use crate::zarr::codec::numcodecs::check_int;
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::Result;
 
 const NAME: &str = "zlib";
 
@@ -29,6 +34,18 @@ impl Zlib {
         }
         Ok(Self { level })
     }
+
+    /// numcodecs' `zlib` (default level 1; -1 is zlib's
+    /// `Z_DEFAULT_COMPRESSION`, level 6).
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
+        let level = cfg.int("level", 1, -1, 9)?;
+        Self::new(u32::try_from(level).unwrap_or(6))
+    }
+}
+
+/// Checks a numcodecs `zlib` configuration at `path` (`level` -1..=9).
+pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
+    check_int(config, path, "level", -1, 9)
 }
 
 impl BytesToBytesCodec for Zlib {

@@ -17,9 +17,65 @@ use zstd::bulk::{Compressor, Decompressor};
 use zstd::stream::read::Decoder;
 use zstd::zstd_safe::{self, CParameter};
 
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::Config;
+use crate::zarr::codec::numcodecs::{check_int, member};
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::metadata::error::{join, Result};
+use crate::zarr::metadata::json::{boolean, int_in, Obj};
 
 const NAME: &str = "zstd";
+
+/// zstd's level range as zarr-python and TensorStore accept it.
+const LEVELS: (i64, i64) = (-131_072, 22);
+
+/// `zstd` codec configuration (v3): `{"level", "checksum"}`, both optional.
+///
+/// ```
+/// # use zarrd::zarr::codec::bytes_to_bytes::zstd::ZstdConfig;
+/// let c = ZstdConfig { level: Some(3), checksum: Some(true) };
+/// assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"level":3,"checksum":true}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ZstdConfig {
+    /// Compression level -131072..=22.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<i32>,
+    /// Whether frames carry a content checksum.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<bool>,
+}
+
+impl ZstdConfig {
+    /// Parses a v3 configuration object.
+    pub(crate) fn parse(cfg: &mut Obj<'_>) -> Result<Self> {
+        let level = cfg.optional("level").map(|v| int_in(v, &cfg.at("level"), LEVELS.0, LEVELS.1)).transpose()?;
+        let level = level.map(|n| i32::try_from(n).unwrap_or_default());
+        let checksum = cfg.optional("checksum").map(|v| boolean(v, &cfg.at("checksum"))).transpose()?;
+        cfg.deny_rest("\"level\" and \"checksum\"")?;
+        Ok(Self { level, checksum })
+    }
+
+    /// The codec, with zarr-python's defaults for absent members (level 0,
+    /// zstd's default; no checksum).
+    ///
+    /// # Errors
+    /// A level outside zstd's range.
+    pub fn build(&self) -> CodecResult<Zstd> {
+        Zstd::new(self.level.unwrap_or(0), self.checksum.unwrap_or(false))
+    }
+}
+
+/// Checks a numcodecs `zstd` configuration at `path` (`level`, `checksum`).
+pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
+    check_int(config, path, "level", LEVELS.0, LEVELS.1)?;
+    if let Some(v) = member(config, "checksum") {
+        boolean(v, &join(path, "checksum"))?;
+    }
+    Ok(())
+}
 
 /// The `zstd` codec.
 #[derive(Debug, Clone)]
@@ -43,6 +99,11 @@ impl Zstd {
             ));
         }
         Ok(Self { level, checksum })
+    }
+
+    /// numcodecs' `zstd` (defaults: level 0, no checksum).
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
+        Self::new(cfg.int("level", 0, LEVELS.0, LEVELS.1)?, cfg.bool("checksum", false)?)
     }
 }
 
@@ -244,5 +305,32 @@ mod tests {
             let enc = c.encode(data.clone()).unwrap();
             prop_assert_eq!(c.decode(enc, data.len()).unwrap(), data);
         }
+    }
+
+    use crate::zarr::codec::registry::parse_for_test as chain;
+
+    #[test]
+    fn configuration() {
+        use crate::zarr::data_type::DataType as D;
+        use crate::zarr::metadata::CodecSpec;
+        let entry = serde_json::json!({"name": "zstd", "configuration": {"level": 3, "checksum": true}});
+        let specs = chain(serde_json::json!(["bytes", entry]), &D::UInt8, &[4]).unwrap();
+        assert_eq!(specs[1], CodecSpec::Zstd(ZstdConfig { level: Some(3), checksum: Some(true) }));
+        assert_eq!(serde_json::to_value(&specs[1]).unwrap(), entry);
+        let built = ZstdConfig { level: None, checksum: None }.build().unwrap();
+        assert_eq!((built.level, built.checksum), (0, false));
+        for (bad, path) in [
+            (serde_json::json!({"level": 23}), "codecs[1].configuration.level"),
+            (serde_json::json!({"checksum": 1}), "codecs[1].configuration.checksum"),
+            (serde_json::json!({"window": 1}), "codecs[1].configuration.window"),
+        ] {
+            let e = chain(serde_json::json!(["bytes", {"name": "zstd", "configuration": bad}]), &D::UInt8, &[4])
+                .unwrap_err();
+            assert_eq!(e.path, path);
+        }
+        let map = serde_json::json!({"level": 1, "checksum": null});
+        let alias = Zstd::from_numcodecs(&Config { codec: NAME, map: map.as_object().unwrap() }).unwrap();
+        assert_eq!((alias.level, alias.checksum), (1, false));
+        assert!(validate_numcodecs(serde_json::json!({"checksum": "yes"}).as_object().unwrap(), "c").is_err());
     }
 }

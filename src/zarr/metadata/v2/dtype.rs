@@ -15,7 +15,7 @@
 use serde::ser::{Serialize, SerializeSeq, Serializer};
 use serde_json::Value;
 
-use super::super::data_type::{DataType, Float8Kind, StructuredField, TimeUnit};
+use super::super::data_type::{DataType, Field, Float8Kind, TimeUnit};
 use super::super::error::{describe, index, MetadataError, Result};
 use super::super::json::{array, shape, string};
 
@@ -142,7 +142,7 @@ impl Serialize for DataTypeV2 {
 
 fn scalar_str(order: ByteOrder, dt: &DataType) -> String {
     let p = order.prefix();
-    let time = |kind: char, unit: &TimeUnit, scale: u32| match (unit.as_str(), scale) {
+    let time = |kind: char, unit: &TimeUnit| match (unit.base(), unit.scale_factor()) {
         ("generic", _) => format!("{p}{kind}8"),
         (u, 1) => format!("{p}{kind}8[{u}]"),
         (u, n) => format!("{p}{kind}8[{n}{u}]"),
@@ -165,15 +165,13 @@ fn scalar_str(order: ByteOrder, dt: &DataType) -> String {
         DataType::Float64 => format!("{p}f8"),
         DataType::Complex64 => format!("{p}c8"),
         DataType::Complex128 => format!("{p}c16"),
-        DataType::NullTerminatedBytes { length_bytes } => format!("|S{length_bytes}"),
-        DataType::RawBytes { length_bytes } | DataType::RawBits { size_bytes: length_bytes } => {
-            format!("|V{length_bytes}")
-        }
-        DataType::FixedLengthUtf32 { length_bytes } => format!("{p}U{}", length_bytes / 4),
-        DataType::DateTime64 { unit, scale_factor } => time('M', unit, *scale_factor),
-        DataType::TimeDelta64 { unit, scale_factor } => time('m', unit, *scale_factor),
+        DataType::FixedBytes(length_bytes) => format!("|S{length_bytes}"),
+        DataType::RawBytes(length_bytes) | DataType::RawBits(length_bytes) => format!("|V{length_bytes}"),
+        DataType::FixedUtf32(chars) => format!("{p}U{chars}"),
+        DataType::DateTime64(unit) => time('M', unit),
+        DataType::TimeDelta64(unit) => time('m', unit),
         // Not produced by the v2 parser; written as the closest numpy form.
-        DataType::String | DataType::VariableLengthBytes | DataType::Structured { .. } => "|O".into(),
+        DataType::String | DataType::Bytes | DataType::Structured { .. } => "|O".into(),
     }
 }
 
@@ -233,11 +231,12 @@ fn parse_str(s: &str, path: &str, got: &Value) -> Result<DataTypeV2> {
         ('f', 8) => DataType::Float64,
         ('c', 8) => DataType::Complex64,
         ('c', 16) => DataType::Complex128,
-        ('S', n) if n > 0 => DataType::NullTerminatedBytes { length_bytes: n },
-        ('V', n) if n > 0 => DataType::RawBytes { length_bytes: n },
+        ('S', n) if n > 0 => DataType::FixedBytes(n),
+        ('V', n) if n > 0 => DataType::RawBytes(n),
         ('U', n) if n > 0 => {
-            let length_bytes = n.checked_mul(4).ok_or_else(|| bad(path, got, "size too large"))?;
-            DataType::FixedLengthUtf32 { length_bytes }
+            // Its size in bytes must be representable.
+            n.checked_mul(4).ok_or_else(|| bad(path, got, "size too large"))?;
+            DataType::FixedUtf32(n)
         }
         ('b' | 'i' | 'u' | 'f' | 'c' | 'S' | 'V' | 'U', _) => {
             return Err(bad(path, got, "unsupported size for this type code"))
@@ -276,17 +275,13 @@ fn parse_time(kind: char, byte_order: ByteOrder, rest: &str, path: &str, got: &V
         };
         (unit, scale)
     };
-    let unit = TimeUnit::parse(unit).ok_or_else(|| {
+    let unit = TimeUnit::new(unit, scale_factor).ok_or_else(|| {
         bad(path, got, "unknown time unit; expected Y, M, W, D, h, m, s, ms, us, μs, ns, ps, fs, as or generic")
     })?;
     if byte_order == ByteOrder::NotApplicable {
         return Err(bad(path, got, "datetime types need a byte order '<' or '>'"));
     }
-    let data_type = if kind == 'M' {
-        DataType::DateTime64 { unit, scale_factor }
-    } else {
-        DataType::TimeDelta64 { unit, scale_factor }
-    };
+    let data_type = if kind == 'M' { DataType::DateTime64(unit) } else { DataType::TimeDelta64(unit) };
     Ok(DataTypeV2::Scalar { byte_order, data_type })
 }
 
@@ -330,16 +325,25 @@ fn parse_structured(value: &Value, path: &str) -> Result<Vec<StructuredFieldV2>>
 /// scalar (sub-array fields have no v3 equivalent yet).
 #[must_use]
 pub fn structured_as_v3(fields: &[StructuredFieldV2]) -> Option<DataType> {
+    let mut offset = 0usize;
     let fields = fields
         .iter()
         .map(|f| match &f.dtype {
             DataTypeV2::Scalar { data_type, .. } if f.shape.is_empty() => {
-                Some(StructuredField { name: f.name.clone(), data_type: data_type.clone() })
+                let field = Field {
+                    name: f.name.clone(),
+                    offset,
+                    data_type: Box::new(data_type.clone()),
+                    big_endian: false,
+                    subarray: Vec::new(),
+                };
+                offset = offset.checked_add(data_type.size()?)?;
+                Some(field)
             }
             _ => None,
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(DataType::Structured { fields })
+    Some(DataType::Structured { size: offset, fields })
 }
 
 #[cfg(test)]

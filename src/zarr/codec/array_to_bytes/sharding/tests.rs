@@ -2,19 +2,18 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::zarr::codec::array_to_bytes::bytes::Endian;
 use crate::zarr::codec::array_to_bytes::BytesCodec;
-use crate::zarr::codec::build::build_sharding;
 use crate::zarr::codec::BytesToBytesCodec;
-use crate::zarr::metadata::codec::{parse_codec_chain, CodecSpec, Endian};
-use crate::zarr::metadata::DataType as MetaDataType;
+use crate::zarr::metadata::codec::{parse_codec_chain, CodecSpec};
 
 /// Builds the sharding codec of a one-codec v3 chain through the real parser
 /// and builder.
-fn from_json(codec: Value, dt: &MetaDataType, shard: &[u64], fill: Vec<u8>) -> (ShardingCodec, ChunkRepr) {
+fn from_json(codec: Value, dt: &DataType, shard: &[u64], fill: Vec<u8>) -> (ShardingCodec, ChunkRepr) {
     let specs = parse_codec_chain(&json!([codec]), "codecs", dt, shard).unwrap();
     let CodecSpec::ShardingIndexed(spec) = &specs[0] else { panic!("not sharding") };
-    let repr = ChunkRepr { shape: shard.to_vec(), data_type: DataType::from(dt), fill_value: fill };
-    (build_sharding(spec, &repr).unwrap(), repr)
+    let repr = ChunkRepr { shape: shard.to_vec(), data_type: dt.clone(), fill_value: fill };
+    (spec.build(&repr).unwrap(), repr)
 }
 
 fn le() -> Value {
@@ -24,7 +23,7 @@ fn le() -> Value {
 fn simple(shard: &[u64], inner: &[u64], location: &str) -> (ShardingCodec, ChunkRepr) {
     let codec = json!({"name": "sharding_indexed", "configuration": {"chunk_shape": inner, "codecs": [le()],
         "index_codecs": [le()], "index_location": location}});
-    from_json(codec, &MetaDataType::UInt16, shard, 9u16.to_le_bytes().to_vec())
+    from_json(codec, &DataType::UInt16, shard, 9u16.to_le_bytes().to_vec())
 }
 
 fn u16s(v: &[u16]) -> ChunkData {
@@ -147,7 +146,7 @@ fn nested_sharding_round_trips() {
         "index_codecs": [le()], "index_location": "start"}});
     let codec = json!({"name": "sharding_indexed", "configuration": {"chunk_shape": [2, 4],
         "codecs": [inner_shard], "index_codecs": [le()]}});
-    let (c, repr) = from_json(codec, &MetaDataType::UInt16, &[4, 8], 9u16.to_le_bytes().to_vec());
+    let (c, repr) = from_json(codec, &DataType::UInt16, &[4, 8], 9u16.to_le_bytes().to_vec());
     let mut values = vec![9u16; 32];
     values[5] = 1; // outer inner chunk (0, 1), nested (0, 0)
     values[30] = 2; // outer (1, 1), nested (1, 1)
@@ -168,7 +167,7 @@ fn nested_sharding_round_trips() {
 fn variable_length_inner_chunks() {
     let codec = json!({"name": "sharding_indexed", "configuration": {"chunk_shape": [2],
         "codecs": ["vlen-utf8"], "index_codecs": [le()]}});
-    let (c, repr) = from_json(codec, &MetaDataType::String, &[6], Vec::new());
+    let (c, repr) = from_json(codec, &DataType::String, &[6], Vec::new());
     let items: Vec<Vec<u8>> = ["", "", "a", "", "bc", "déf"].iter().map(|s| s.as_bytes().to_vec()).collect();
     let data = ChunkData::Variable(items);
     let bytes = c.encode(data.clone(), &repr).unwrap();
