@@ -118,6 +118,7 @@ impl Default for ObjectCacheSettings {
 /// What identifies one version of a file, from one `stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Validator {
+    dev: u64,
     ino: u64,
     size: u64,
     mtime: (i64, i64),
@@ -129,6 +130,7 @@ impl Validator {
     #[allow(clippy::unnecessary_cast, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
     fn of(st: &rustix::fs::Stat) -> Self {
         Self {
+            dev: st.st_dev as u64,
             ino: st.st_ino as u64,
             size: st.st_size as u64,
             mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
@@ -406,19 +408,27 @@ impl LocalBackend {
     /// missing file is not found.
     fn read_inline(&self, key: &StoreKey, req: &ReadRequest) -> StorageResult<Inline> {
         check_key(key.as_str())?;
+        let hit = self.cache.as_ref().and_then(|c| c.get(key));
+        // A cached object is revalidated by one `stat` of its name: when the
+        // name leads (through whatever links) to the very file that was read
+        // through a confined open — same device, inode, size and times — its
+        // cached bytes are what a confined open would read now, and nothing
+        // outside the mount is revealed. Anything else takes the confined
+        // open below. (A confined open and `fstat` cost ~4 µs more than a
+        // `stat`: a fifth of a small GET.)
+        if let Some(hit) = &hit {
+            let same = rustix::fs::statat(self.root.fd(), key.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| kind(&st) == FileType::RegularFile && Validator::of(&st) == hit.validator);
+            if same {
+                return Self::serve_cached(key, hit, req);
+            }
+        }
         let (file, validator) = self.open_object(key)?;
-        if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(key)) {
+        if let Some(hit) = hit {
             // Same inode, size and times: the cached metadata (ETag
             // included, which is made of them) is this file's.
             if hit.validator == validator {
-                let meta = hit.meta.clone();
-                let range = request::evaluate(key.as_str(), &meta, req)?;
-                let body = match (&range, req.head_only) {
-                    (_, true) => Bytes::new(),
-                    (None, false) => hit.body.clone(),
-                    (Some(r), false) => hit.body.slice(to_usize(r.start)?..to_usize(r.end)?),
-                };
-                return Ok(Inline::Done(ReadOutcome { meta, range, body }));
+                return Self::serve_cached(key, &hit, req);
             }
         }
         if !req.head_only {
@@ -430,6 +440,18 @@ impl LocalBackend {
         }
         let cache = self.cache.as_ref().map(|c| (c, self.max_cached));
         Self::read_file(&file, validator, key, req, cache).map(Inline::Done)
+    }
+
+    /// A read answered from a cached object.
+    fn serve_cached(key: &StoreKey, hit: &CachedObject, req: &ReadRequest) -> StorageResult<Inline> {
+        let meta = hit.meta.clone();
+        let range = request::evaluate(key.as_str(), &meta, req)?;
+        let body = match (&range, req.head_only) {
+            (_, true) => Bytes::new(),
+            (None, false) => hit.body.clone(),
+            (Some(r), false) => hit.body.slice(to_usize(r.start)?..to_usize(r.end)?),
+        };
+        Ok(Inline::Done(ReadOutcome { meta, range, body }))
     }
 
     /// Reads an open file; caches it whole when it is small enough.
@@ -887,6 +909,33 @@ mod tests {
         assert_eq!(&b.read(&key("a"), &whole).await.unwrap().body[..], b"XYZ");
         std::fs::remove_file(&path).unwrap();
         assert!(matches!(b.read(&key("a"), &whole).await, Err(StorageError::NotFound { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_cached_object_is_never_served_through_a_link_that_leaves_the_mount() {
+        let outer = tempfile::tempdir().unwrap();
+        let (root, outside) = (outer.path().join("root"), outer.path().join("outside"));
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("d/x"), b"inside").unwrap();
+        std::fs::write(outside.join("x"), b"secret").unwrap();
+        let b = LocalBackend::new(root.clone()).unwrap();
+        let whole = ReadRequest::default();
+        assert_eq!(&b.read(&key("d/x"), &whole).await.unwrap().body[..], b"inside");
+        assert!(b.cache.as_ref().unwrap().get(&key("d/x")).is_some());
+        // The directory becomes a link out of the mount: the cached entry's
+        // name now leads to another file, so the confined open decides.
+        std::fs::rename(root.join("d"), root.join("d_old")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("d")).unwrap();
+        assert!(matches!(b.read(&key("d/x"), &whole).await, Err(StorageError::NotFound { .. })));
+        // Back to a directory inside, with the very file: served again.
+        std::fs::remove_file(root.join("d")).unwrap();
+        std::fs::rename(root.join("d_old"), root.join("d")).unwrap();
+        assert_eq!(&b.read(&key("d/x"), &whole).await.unwrap().body[..], b"inside");
+        // The file itself replaced by a link to the outside file.
+        std::fs::remove_file(root.join("d/x")).unwrap();
+        std::os::unix::fs::symlink(outside.join("x"), root.join("d/x")).unwrap();
+        assert!(matches!(b.read(&key("d/x"), &whole).await, Err(StorageError::NotFound { .. })));
     }
 
     #[tokio::test]
