@@ -208,17 +208,20 @@ impl AnswerLimits {
         }
     }
 
-    /// Takes `bytes` of the budget (all of it at most), waiting for room.
-    async fn share(&self, bytes: u64) -> ServiceResult<Share> {
+    /// Takes `bytes` of the budget (all of it at most), waiting for room;
+    /// `None` when the answer's client goes away meanwhile (a waiting
+    /// producer holds its plan: it must not outlive its request).
+    async fn share(&self, bytes: u64, tx: &mpsc::Sender<ServiceResult<Pieces>>) -> ServiceResult<Option<Share>> {
         #[allow(clippy::cast_possible_truncation)] // clamped to u32
         let kib = bytes.div_ceil(1024).clamp(1, self.budget_kib.min(u64::from(u32::MAX))) as u32;
-        let permit = self
-            .budget
-            .clone()
-            .acquire_many_owned(kib)
-            .await
-            .map_err(|_| ServiceError::Internal("the read answer budget is closed".into()))?;
-        Ok(Arc::new(permit))
+        tokio::select! {
+            permit = self.budget.clone().acquire_many_owned(kib) => {
+                let permit =
+                    permit.map_err(|_| ServiceError::Internal("the read answer budget is closed".into()))?;
+                Ok((!tx.is_closed()).then(|| Arc::new(permit)))
+            }
+            () = tx.closed() => Ok(None),
+        }
     }
 }
 
@@ -657,6 +660,12 @@ fn on_missing(plan: &Plan, coords: Vec<u64>, what: String, spec: &UnitCopy, slab
 
 /// Slabs up to this size are filled inline from decoded chunks ([`cpu::run_or_inline`]).
 const INLINE_SLAB_BYTES: usize = 1 << 20;
+
+/// Bytes of JSON text per byte of a fixed-size element, at most (a 1-byte
+/// integer or bool as `-128,`/`false,`; a float as 24 characters of 4 or 8
+/// bytes; complex and structured values likewise): sizes a JSON answer's
+/// budget share.
+const JSON_TEXT_PER_BYTE: u64 = 8;
 
 /// Fixed-size elements up to this size are projected (a field) and written
 /// as JSON inline: cheaper than the hand-off to the CPU pool.
@@ -1289,18 +1298,33 @@ async fn replan(plan: &Arc<ReadPlan>, budget: u64, offset: u64) -> ServiceResult
 async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
     let a = &plan.answer;
     let mut small = plan.small;
+    // Four slabs' worth (one message being sent, one queued, one being
+    // encoded and its slab), or less for a fixed-size answer that is
+    // smaller: a 2 MiB answer does not hold 128 MiB of the budget.
+    let full = a.slab_bytes.saturating_mul(4);
+    let share = if plan.variable {
+        full
+    } else {
+        let per = if plan.format == OutputFormat::Json { JSON_TEXT_PER_BYTE } else { 1 };
+        let answer = plan.plan.elements().saturating_mul(plan.es as u64).saturating_mul(per);
+        full.min(answer.saturating_mul(4))
+    };
     if !small {
-        out.share = Some(a.share(a.slab_bytes.saturating_mul(4)).await?);
-        if out.tx.is_closed() {
+        let Some(held) = a.share(share, &out.tx).await? else {
             return Ok(false); // Gone while waiting for the share.
-        }
+        };
+        out.share = Some(held);
     }
     let mut json =
         (plan.format == OutputFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
     let mut read_plan = plan.plan.clone();
+    // Slabs are planned inline when that costs less than the hand-off: the
+    // plan is the same for all of them (a variable-length read's new plans
+    // cover fewer elements, so stay as cheap).
+    let cheap = read_plan.is_cheap();
     let (mut slabs, mut offset, mut text) = (read_plan.slabs(), 0u64, 0u64);
     loop {
-        let (rest, current) = next_slab(slabs, read_plan.is_cheap()).await?;
+        let (rest, current) = next_slab(slabs, cheap).await?;
         slabs = rest;
         let Some(slab) = current else { break };
         // A message per slab at least, sent once the next slab is known to
@@ -1316,7 +1340,10 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
                 // Larger than it looked: take a share, then go on as a large answer.
                 small = false;
                 out.message = usize::try_from(a.slab_bytes).unwrap_or(usize::MAX);
-                out.share = Some(a.share(a.slab_bytes.saturating_mul(4)).await?);
+                let Some(held) = a.share(full, &out.tx).await? else {
+                    return Ok(false); // Gone while waiting for the share.
+                };
+                out.share = Some(held);
             } else {
                 // A quarter of this slab's elements (a slab may be far
                 // shorter than the plan's budget allows).
@@ -1570,10 +1597,10 @@ impl ChunkJob {
 /// chunk itself (never copied), the fill value's text repeated.
 async fn produce_chunk(job: &Arc<ChunkJob>, out: &mut Out) -> ServiceResult<bool> {
     if let Some(bytes) = job.share {
-        out.share = Some(job.answer.share(bytes).await?);
-        if out.tx.is_closed() {
+        let Some(held) = job.answer.share(bytes, &out.tx).await? else {
             return Ok(false); // Gone while waiting for the share.
-        }
+        };
+        out.share = Some(held);
     }
     if job.format == OutputFormat::Npy {
         out.push(Bytes::from(npy_header(&job.out_type, &job.out_shape)));

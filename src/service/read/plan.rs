@@ -373,13 +373,15 @@ impl ReadPlan {
         Ok(plan)
     }
 
-    /// Whether planning this read and each of its slabs costs less than a
-    /// hand-off to the CPU pool: slices of any size, and at most
-    /// [`CHEAP_WORK`] index-list entries or points (a hot tile is planned
-    /// inline).
+    /// Whether planning each of this read's slabs costs less than a
+    /// hand-off to the CPU pool: at most [`CHEAP_WORK`] units touched and
+    /// [`CHEAP_WORK`] index-list entries or points, whatever the number of
+    /// elements (a hot tile's slabs are planned inline).
     #[must_use]
     pub fn is_cheap(&self) -> bool {
-        is_cheap(&self.sel)
+        // A slab's split walks the units along its dimension: few units
+        // keep that cheap too.
+        is_cheap(&self.sel) && self.touched_units() <= CHEAP_WORK
     }
 
     /// Elements of the whole read.

@@ -176,6 +176,12 @@ const FLAG_MEMCPYED: u8 = 0x02;
 const MAX_BUFFER: usize = BLOSC_MAX_BUFFERSIZE as usize;
 const OVERHEAD: usize = BLOSC_MAX_OVERHEAD as usize;
 
+/// c-blosc's largest item size (`BLOSC_MAX_TYPESIZE`); larger ones count as 1.
+const MAX_TYPESIZE: usize = 255;
+
+/// The largest block size c-blosc's `int32_t` holds.
+const MAX_BLOCKSIZE: usize = i32::MAX as usize;
+
 /// The `blosc` codec.
 #[derive(Debug, Clone)]
 pub struct Blosc {
@@ -206,6 +212,14 @@ impl Blosc {
         if typesize == 0 {
             return Err(CodecError::new(NAME, "typesize must be at least 1"));
         }
+        // c-blosc keeps both in an `int32_t`: a typesize of 2^31 or more
+        // wraps to zero or below and divides by zero (the process dies of
+        // SIGFPE), a blocksize past i32::MAX turns negative. It treats a
+        // typesize above 255 as 1 itself, and a blocksize of 0 as automatic:
+        // the same here, before the values reach it (an identical stream for
+        // every value that does not wrap).
+        let typesize = if typesize > MAX_TYPESIZE { 1 } else { typesize };
+        let blocksize = if blocksize > MAX_BLOCKSIZE { 0 } else { blocksize };
         Ok(Self { cname, clevel, shuffle, typesize, blocksize })
     }
 
@@ -446,7 +460,9 @@ mod tests {
         let data = smooth_f32(5000);
         for cname in CNAMES {
             for shuffle in SHUFFLES {
-                for (typesize, blocksize) in [(4, 0), (1, 0), (8, 4096), (300, 0)] {
+                for (typesize, blocksize) in
+                    [(4, 0), (1, 0), (8, 4096), (300, 0), (1 << 31, 0), (1 << 32, 0), (4, 1 << 31), (4, usize::MAX)]
+                {
                     let c = Blosc::new(cname, 5, shuffle, typesize, blocksize).unwrap();
                     let enc = c.encode(data.clone()).unwrap();
                     assert_eq!(c.decode(enc, data.len()).unwrap(), data, "{cname:?} {shuffle:?} {typesize}");
