@@ -12,7 +12,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::service::store::{DavTarget, Listing};
+use crate::service::keys::{DavTarget, Listing};
 use crate::storage::{KeyPrefix, ListEntry, ObjectMeta};
 
 /// Characters escaped in one path segment of a link.

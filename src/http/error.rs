@@ -138,7 +138,13 @@ impl From<ServiceError> for ApiError {
             ServiceError::InvalidMetadata { .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_metadata", message)
             }
-            ServiceError::BadRequest(_) => Self::bad_request("bad_request", message),
+            ServiceError::BadRequest(_)
+            | ServiceError::InvalidNodePath { .. }
+            | ServiceError::InvalidKey { .. }
+            | ServiceError::InvalidRequest { .. }
+            | ServiceError::InvalidSpec(_)
+            | ServiceError::InvalidOpenMode
+            | ServiceError::NotAGroup { .. } => Self::bad_request("bad_request", message),
             ServiceError::PayloadTooLarge { .. } => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
             }
@@ -166,7 +172,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::SelectionTooLarge(_) => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "selection_too_large", message)
             }
-            ServiceError::Internal(_) => {
+            ServiceError::Internal(_) | ServiceError::Cpu(_) => {
                 tracing::error!(error = %message, "internal error");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
             }

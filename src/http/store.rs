@@ -30,7 +30,7 @@ use percent_encoding::percent_decode_str;
 use super::dav;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::openapi::Binary;
-use crate::service::store::{self, Depth};
+use crate::service::keys::{self as store, Depth};
 use crate::service::{App, ServiceError};
 use crate::storage::request::{IfRange, RangeHeader};
 use crate::storage::{ByteRange, KeyPrefix, Preconditions, PutCondition, ReadOutcome, ReadRequest, StoreKey};
@@ -194,7 +194,7 @@ pub async fn get_key(State(app): State<Arc<App>>, request: axum::extract::Reques
     match target {
         Target::Key(key) => {
             let req = read_request(headers, method == Method::HEAD);
-            match store::read(&app, &mount, &key, &req).await {
+            match store::read(&app.mount_ref(&mount)?, &key, &req).await {
                 Ok(out) => Ok(read_response(&key, out)),
                 Err(ServiceError::IsPrefix(_)) => Ok(redirect_to_listing(uri)),
                 Err(e) => Err(e.into()),
@@ -206,7 +206,7 @@ pub async fn get_key(State(app): State<Arc<App>>, request: axum::extract::Reques
             Ok(redirect_to_listing(uri))
         }
         Target::Prefix(prefix) => {
-            let listing = store::list(&app, &mount, &prefix).await?;
+            let listing = store::list(&app.mount_ref(&mount)?, &prefix).await?;
             let wants_json = header_str(headers, &header::ACCEPT).is_some_and(|a| a.contains("application/json"));
             Ok(if wants_json {
                 dav::json_listing(&mount, &prefix, &listing).into_response()
@@ -282,7 +282,7 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
     let Target::Key(key) = target else {
         return Err(ApiError::bad_request("invalid_key", "cannot PUT a prefix: the key must not end with `/`"));
     };
-    store::check_writable(&app, &mount)?;
+    app.mount_ref(&mount)?.writable()?;
     let condition = if header_str(&headers, &header::IF_NONE_MATCH).is_some_and(|v| v.trim() == "*") {
         PutCondition::IfAbsent
     } else if let Some(list) = header_str(&headers, &header::IF_MATCH) {
@@ -291,7 +291,7 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
         PutCondition::None
     };
     let bytes = read_body(&headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes").await?;
-    let outcome = store::write(&app, &mount, &key, bytes, &condition).await?;
+    let outcome = store::write(&app.mount_ref(&mount)?, &key, bytes, &condition).await?;
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::NO_CONTENT };
     let mut resp = status.into_response();
     if let Some(v) = outcome.etag.as_deref().and_then(|e| HeaderValue::from_str(e).ok()) {
@@ -323,7 +323,7 @@ pub async fn delete_key(State(app): State<Arc<App>>, uri: Uri) -> ApiResult<Stat
     let Target::Key(key) = target else {
         return Err(ApiError::bad_request("invalid_key", "cannot DELETE a prefix: the key must not end with `/`"));
     };
-    store::delete(&app, &mount, &key).await?;
+    store::delete(&app.mount_ref(&mount)?, &key).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -353,12 +353,12 @@ pub async fn other_method(
                 Target::Key(k) => k.as_prefix(),
                 Target::Prefix(p) => p.clone(),
             };
-            let found = store::propfind(&app, &mount, &path, depth).await?;
+            let found = store::propfind(&app.mount_ref(&mount)?, &path, depth).await?;
             let root = dav::HrefRoot::for_user_agent(header_str(&headers, &header::USER_AGENT));
             Ok(dav::multistatus(&mount, &found, root))
         }
         "MKCOL" => {
-            store::check_writable(&app, &mount)?;
+            app.mount_ref(&mount)?.writable()?;
             Ok(StatusCode::CREATED.into_response())
         }
         _ => {

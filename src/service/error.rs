@@ -1,7 +1,9 @@
 //! Service errors: storage errors keep their meaning; the service adds its own.
 
+use super::cpu::CpuError;
 use crate::storage::StorageError;
 use crate::zarr::metadata::MetadataError;
+use crate::zarr::tensorstore::spec::SpecError;
 
 impl From<crate::zarr::selection::SelectionError> for ServiceError {
     /// Too many listed indices is `SelectionTooLarge` (413); anything else
@@ -31,6 +33,22 @@ pub enum ServiceError {
     InvalidMetadata { key: String, source: MetadataError },
     #[error("{0}")]
     BadRequest(String),
+    /// A node path that is not a valid key path (the segment named).
+    #[error("invalid node path `{path}`: {source}")]
+    InvalidNodePath { path: String, source: StorageError },
+    /// A key built inside a node that is not a valid key.
+    #[error("invalid key `{key}`: {source}")]
+    InvalidKey { key: String, source: StorageError },
+    /// A request member (named in `field`: `shape[1]`, ``request body: `open` ``)
+    /// the operation cannot accept.
+    #[error("{field}: {reason}")]
+    InvalidRequest { field: String, reason: String },
+    /// A TensorStore spec that cannot be satisfied (the member named).
+    #[error("TensorStore spec: {0}")]
+    InvalidSpec(#[from] SpecError),
+    /// A create asked neither to create nor to open.
+    #[error("at least one of `create` and `open` must be true")]
+    InvalidOpenMode,
     /// A request body over a configured limit (the option named).
     #[error("the request body is larger than {option} ({limit} bytes)")]
     PayloadTooLarge { limit: u64, option: &'static str },
@@ -49,6 +67,9 @@ pub enum ServiceError {
     /// Valid metadata that zarrd cannot serve (an unsupported codec or type).
     #[error("{key}: unsupported array: {reason}")]
     UnsupportedArray { key: String, reason: String },
+    /// The node is an array where a group is needed (consolidation).
+    #[error("`{path}` in mount `{mount}` is an array; only groups are consolidated")]
+    NotAGroup { mount: String, path: String },
     /// A node already exists where one is being created.
     #[error("`{path}` in mount `{mount}` already exists (ask with open=true to open it, or delete_existing=true to replace it)")]
     AlreadyExists { mount: String, path: String },
@@ -85,4 +106,8 @@ pub enum ServiceError {
     /// A fault inside zarrd (logged in full; answered generically).
     #[error("internal error: {0}")]
     Internal(String),
+    /// CPU work that panicked or was dropped (logged in full; answered as
+    /// `Internal`).
+    #[error(transparent)]
+    Cpu(#[from] CpuError),
 }

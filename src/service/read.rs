@@ -1068,7 +1068,7 @@ async fn encode_slab(
 
 /// Opens the array and the source of its chunks.
 async fn open(app: &Arc<App>, mount: &str, path: &NodePath, fill_missing: Option<bool>) -> ServiceResult<Source> {
-    let array = node::open_array(app, mount, path).await?;
+    let array = node::open_array(&app.node(mount, path)?).await?;
     let m = app.mount(mount)?.clone();
     let unit_shape = match &array.desc.sharding {
         Some(s) => s.inner_chunk_shape().to_vec(),

@@ -191,7 +191,7 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
     if m.read_only() {
         return Err(ServiceError::ReadOnly(mount.to_string()));
     }
-    let mut node = node::open_array(app, mount, path).await?;
+    let mut node = node::open_array(&app.node(mount, path)?).await?;
     let request = Arc::new(request);
     for _ in 0..REPLANS {
         // Checking listed indices against the shape costs up to the lists.
@@ -227,7 +227,7 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
             }
             None => locks.write_all_keys(path.as_str()).await,
         };
-        let current = node::open_array(app, mount, path).await?;
+        let current = node::open_array(&app.node(mount, path)?).await?;
         if current.metadata != node.metadata || current.zattrs != node.zattrs {
             node = current;
             continue;

@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 
 use super::{JsonBody, NodeTarget};
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::service::node::{self as ops, AttributeUpdate};
 use crate::service::node::{self, Node};
-use crate::service::nodes::{self as ops, AttributeUpdate};
 use crate::service::App;
 
 fn object(body: Value) -> ApiResult<Map<String, Value>> {
@@ -38,7 +38,7 @@ fn object(body: Value) -> ApiResult<Map<String, Value>> {
     )
 )]
 pub async fn get_attributes(State(app): State<Arc<App>>, target: NodeTarget) -> ApiResult<Json<Map<String, Value>>> {
-    Ok(Json(match node::open(&app, &target.mount, &target.path).await? {
+    Ok(Json(match node::open(&app.node(&target.mount, &target.path)?).await? {
         Node::Array(a) => a.desc.attributes.clone(),
         Node::Group(g) => g.attributes.clone(),
     }))
@@ -71,7 +71,7 @@ pub async fn put_attributes(
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult<Json<Map<String, Value>>> {
     let attrs = object(body)?;
-    Ok(Json(ops::update_attributes(&app, &target.mount, &target.path, attrs, AttributeUpdate::Replace).await?))
+    Ok(Json(ops::update_attributes(&app.node(&target.mount, &target.path)?, attrs, AttributeUpdate::Replace).await?))
 }
 
 /// Merge into a node's attributes (JSON merge patch on the top-level
@@ -101,5 +101,5 @@ pub async fn patch_attributes(
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult<Json<Map<String, Value>>> {
     let attrs = object(body)?;
-    Ok(Json(ops::update_attributes(&app, &target.mount, &target.path, attrs, AttributeUpdate::Merge).await?))
+    Ok(Json(ops::update_attributes(&app.node(&target.mount, &target.path)?, attrs, AttributeUpdate::Merge).await?))
 }

@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 
 use super::NodeTarget;
 use crate::http::error::{ApiResult, ErrorBody};
+use crate::service::node as ops;
 use crate::service::node::{self, Node};
-use crate::service::nodes as ops;
 use crate::service::App;
 use crate::zarr::array::ZarrFormat;
 
@@ -26,8 +26,8 @@ pub struct ConsolidateResult {
 }
 
 async fn run(app: &App, target: &NodeTarget) -> ApiResult<Json<ConsolidateResult>> {
-    let nodes = ops::consolidate(app, &target.mount, &target.path).await?;
-    let format = match node::open(app, &target.mount, &target.path).await? {
+    let nodes = ops::consolidate(&app.node(&target.mount, &target.path)?).await?;
+    let format = match node::open(&app.node(&target.mount, &target.path)?).await? {
         Node::Group(g) => g.format,
         Node::Array(a) => a.format(),
     };

@@ -17,7 +17,7 @@ use crate::http::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::guard::Access;
 use crate::service::cpu;
 use crate::service::node::{self, ArrayNode, Node};
-use crate::service::nodes::{self as ops, OpenMode};
+use crate::service::node::{self as ops, OpenMode};
 use crate::service::App;
 use crate::zarr::array::ZarrFormat;
 
@@ -299,7 +299,7 @@ pub struct DescribeQuery {
 pub const MAX_DEPTH: usize = 64;
 
 async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResult<NodeInfo> {
-    let node = node::open(app, &target.mount, &target.path).await?;
+    let node = node::open(&app.node(&target.mount, &target.path)?).await?;
     // Copies and validates the node's documents (up to twice
     // limits.max_body_bytes each): on the CPU pool.
     let of = node.clone();
@@ -452,7 +452,7 @@ async fn create(app: &App, target: &NodeTarget, q: &CreateQuery, body: &Value) -
         open: flag("open", q.open, false),
         delete_existing: flag("delete_existing", q.delete_existing, false),
     };
-    let created = ops::create(app, &target.mount, &target.path, &new, mode).await?;
+    let created = ops::create(&app.node(&target.mount, &target.path)?, &new, mode).await?;
     Ok(created_response(&created))
 }
 
@@ -558,7 +558,7 @@ pub async fn delete_node(
     target: NodeTarget,
     ApiQuery(q): ApiQuery<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
-    ops::delete(&app, &target.mount, &target.path, q.recursive).await?;
+    ops::delete(&app.node(&target.mount, &target.path)?, q.recursive).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

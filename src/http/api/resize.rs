@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 
 use super::{JsonBody, NodeTarget};
 use crate::http::error::{ApiResult, ErrorBody};
-use crate::service::nodes::{self as ops, Resize};
+use crate::service::node::{self as ops, Resize};
 use crate::service::App;
 
 /// A resize request.
@@ -66,6 +66,6 @@ pub async fn resize(
     JsonBody(req): JsonBody<ResizeRequest>,
 ) -> ApiResult<Json<ResizeResult>> {
     let req = Resize { shape: req.shape, expand_only: req.expand_only, shrink_only: req.shrink_only };
-    let (array, deleted_chunks) = ops::resize(&app, &target.mount, &target.path, &req).await?;
+    let (array, deleted_chunks) = ops::resize(&app.node(&target.mount, &target.path)?, &req).await?;
     Ok(Json(ResizeResult { shape: array.desc.shape.clone(), deleted_chunks }))
 }

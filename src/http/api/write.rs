@@ -98,7 +98,7 @@ async fn put(
         .map_err(|e| ApiError::from(crate::service::ServiceError::from(e)))?;
     let format = body_format(&query, headers)?;
     // Refuse before reading the body.
-    crate::service::store::check_writable(app, &target.mount)?;
+    app.mount_ref(&target.mount)?.writable()?;
     let body = read_body(headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes").await?;
     let request = WriteRequest { selection, format, body, write_empty_chunks: query.write_empty_chunks };
     write::write(app, &target.mount, &target.path, request).await?;

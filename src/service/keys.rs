@@ -1,12 +1,18 @@
-//! The Zarr store protocol: keys read, written, deleted and listed.
+//! Operations on the raw keys of a mount: the Zarr store protocol
+//! (`/store/...`: keys read, written, deleted and listed) and WebDAV's
+//! PROPFIND. (Named for its unit, the key, to tell it from `storage/`, the
+//! backends, and from `chunk_store.rs`, the engine's chunk source on a
+//! mount.)
 //!
 //! Metadata documents (`zarr.json`, `.zarray`, `.zgroup`, `.zattrs`,
 //! `.zmetadata`) are validated before they are stored; chunk bytes are
-//! stored as given.
+//! stored as given. Every operation takes the [`MountRef`] the request
+//! resolved.
 
 use bytes::Bytes;
 
-use super::{App, ServiceError, ServiceResult};
+use super::node::{array_limits, node_of_document_key, DocumentGate};
+use super::{MountRef, ServiceError, ServiceResult};
 use crate::storage::{
     KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, StorageError, StoreKey,
 };
@@ -41,9 +47,10 @@ pub enum Depth {
 /// Reads a key.
 ///
 /// # Errors
-/// Unknown mount, or the storage error (not found, not modified, precondition, range).
-pub async fn read(app: &App, mount: &str, key: &StoreKey, request: &ReadRequest) -> ServiceResult<ReadOutcome> {
-    let storage = app.mount(mount)?.storage();
+/// The storage error (not found, not modified, precondition, range);
+/// `IsPrefix` for a key that names a prefix.
+pub async fn read(mount: &MountRef<'_>, key: &StoreKey, request: &ReadRequest) -> ServiceResult<ReadOutcome> {
+    let storage = mount.mount().storage();
     match storage.read(key, request).await {
         Err(StorageError::IsPrefix { key }) => Err(ServiceError::IsPrefix(key)),
         Err(StorageError::NotFound { key: missing }) => {
@@ -70,63 +77,46 @@ fn is_chunk_like(name: &str) -> bool {
 /// Writes a key, validating metadata documents first.
 ///
 /// # Errors
-/// Unknown or read-only mount, invalid metadata, failed precondition, storage failure.
+/// Read-only mount, invalid metadata, failed precondition, storage failure.
 pub async fn write(
-    app: &App,
-    mount: &str,
+    mount: &MountRef<'_>,
     key: &StoreKey,
     body: Bytes,
     condition: &PutCondition,
 ) -> ServiceResult<PutOutcome> {
-    let m = app.mount(mount)?;
-    if m.read_only() {
-        return Err(ServiceError::ReadOnly(mount.to_string()));
-    }
+    let m = mount.writable()?;
+    let app = mount.app();
     let max_body = app.config().limits.max_body_bytes;
     if DocumentKind::from_key_name(key.name()).is_some() && body.len() as u64 > max_body {
         return Err(ServiceError::PayloadTooLarge { limit: max_body, option: "limits.max_body_bytes" });
     }
     // A metadata document is checked as zarrd will read it back (size,
     // depth, rules, array limits) before anything is stored.
-    super::node::DocumentGate::of(app).check_document(key, body.clone(), &super::node::array_limits(app)).await?;
+    DocumentGate::of(app).check_document(key, body.clone(), &array_limits(app)).await?;
     // The same key lock a slice write's read-modify-write holds, and shared
     // on the node lock of any array being resized or deleted right now.
-    let _guard = app.locks(mount)?.raw_key(key.as_str()).await;
+    let _guard = mount.locks().raw_key(key.as_str()).await;
     let outcome = m.put(key, body, condition).await?;
-    forget_metadata(app, mount, key);
+    forget_metadata(mount, key);
     Ok(outcome)
 }
 
 /// Drops the cached node whose metadata document `key` is.
-fn forget_metadata(app: &App, mount: &str, key: &StoreKey) {
-    if let Some(path) = super::nodes::node_of_document_key(key) {
-        app.metadata_cache().invalidate(mount, &path);
+fn forget_metadata(mount: &MountRef<'_>, key: &StoreKey) {
+    if let Some(path) = node_of_document_key(key) {
+        mount.app().metadata_cache().invalidate(mount.name(), &path);
     }
 }
 
 /// Deletes a key; deleting a missing key succeeds.
 ///
 /// # Errors
-/// Unknown or read-only mount, storage failure.
-pub async fn delete(app: &App, mount: &str, key: &StoreKey) -> ServiceResult<()> {
-    let m = app.mount(mount)?;
-    if m.read_only() {
-        return Err(ServiceError::ReadOnly(mount.to_string()));
-    }
-    let _guard = app.locks(mount)?.raw_key(key.as_str()).await;
+/// Read-only mount, storage failure.
+pub async fn delete(mount: &MountRef<'_>, key: &StoreKey) -> ServiceResult<()> {
+    let m = mount.writable()?;
+    let _guard = mount.locks().raw_key(key.as_str()).await;
     m.delete(key).await?;
-    forget_metadata(app, mount, key);
-    Ok(())
-}
-
-/// Checks a mount exists and may be written (for MKCOL).
-///
-/// # Errors
-/// Unknown or read-only mount.
-pub fn check_writable(app: &App, mount: &str) -> ServiceResult<()> {
-    if app.mount(mount)?.read_only() {
-        return Err(ServiceError::ReadOnly(mount.to_string()));
-    }
+    forget_metadata(mount, key);
     Ok(())
 }
 
@@ -134,13 +124,13 @@ pub fn check_writable(app: &App, mount: &str) -> ServiceResult<()> {
 /// the root) is not found.
 ///
 /// # Errors
-/// Unknown mount, `PrefixNotFound`, storage failure.
-pub async fn list(app: &App, mount: &str, prefix: &KeyPrefix) -> ServiceResult<Listing> {
-    let mut entries = app.mount(mount)?.list(prefix).await?;
+/// `PrefixNotFound`, storage failure.
+pub async fn list(mount: &MountRef<'_>, prefix: &KeyPrefix) -> ServiceResult<Listing> {
+    let mut entries = mount.mount().list(prefix).await?;
     if entries.is_empty() && !prefix.is_root() {
         return Err(ServiceError::PrefixNotFound(prefix.as_str().to_string()));
     }
-    let limit = app.config().limits.max_list_entries;
+    let limit = mount.app().config().limits.max_list_entries;
     let truncated = entries.len() > limit;
     entries.truncate(limit);
     Ok(Listing { entries, truncated })
@@ -149,9 +139,9 @@ pub async fn list(app: &App, mount: &str, prefix: &KeyPrefix) -> ServiceResult<L
 /// Describes a path for WebDAV PROPFIND.
 ///
 /// # Errors
-/// Unknown mount, not found (neither an object nor a non-empty prefix), storage failure.
-pub async fn propfind(app: &App, mount: &str, path: &KeyPrefix, depth: Depth) -> ServiceResult<DavTarget> {
-    let m = app.mount(mount)?;
+/// Not found (neither an object nor a non-empty prefix), storage failure.
+pub async fn propfind(mount: &MountRef<'_>, path: &KeyPrefix, depth: Depth) -> ServiceResult<DavTarget> {
+    let m = mount.mount();
     if !path.is_root() {
         let key = StoreKey::new(path.as_str())?;
         match m.storage().head(&key).await {
@@ -160,7 +150,7 @@ pub async fn propfind(app: &App, mount: &str, path: &KeyPrefix, depth: Depth) ->
             Err(e) => return Err(e.into()),
         }
     }
-    let limit = app.config().limits.max_list_entries;
+    let limit = mount.app().config().limits.max_list_entries;
     let (members, truncated) = match depth {
         Depth::Zero => {
             if !path.is_root() && m.list(path).await?.is_empty() {
@@ -169,7 +159,7 @@ pub async fn propfind(app: &App, mount: &str, path: &KeyPrefix, depth: Depth) ->
             (Vec::new(), false)
         }
         Depth::One => {
-            let listing = list(app, mount, path).await?;
+            let listing = list(mount, path).await?;
             let members = listing
                 .entries
                 .into_iter()

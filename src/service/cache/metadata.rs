@@ -2,8 +2,8 @@
 //!
 //! A hit saves reading and parsing a node's documents (and building its
 //! codec chain). Entries are invalidated by every write through zarrd —
-//! REST node operations ([`super::nodes`]) and raw key PUT/DELETE of a
-//! metadata document ([`super::store`]) — and revalidated against storage
+//! REST node operations ([`crate::service::node`]) and raw key PUT/DELETE of a
+//! metadata document ([`crate::service::keys`]) — and revalidated against storage
 //! according to the mount's `recheck_cached_metadata`
 //! ([`RecheckPolicy`], TensorStore's option of that name):
 //!
@@ -25,8 +25,8 @@ use std::time::Instant;
 
 use moka::sync::Cache;
 
-use super::node::{self, DocumentGate, Node, NodePath, Validator};
-use super::ServiceResult;
+use crate::service::node::{self, DocumentGate, Node, NodePath, Validator};
+use crate::service::ServiceResult;
 use crate::storage::mount::RecheckPolicy;
 use crate::storage::{Mount, StorageError};
 

@@ -1,0 +1,112 @@
+//! Consolidating a group's metadata, as zarr-python's
+//! `consolidate_metadata` does: v3 inline `consolidated_metadata` in the
+//! group's `zarr.json` (descendant groups carry an empty inline block), or
+//! a v2 `.zmetadata` (`zarr_consolidated_format: 1`).
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map};
+
+use super::documents::put_doc;
+use super::open::existing;
+use super::{Node, NodePath};
+use crate::service::{NodeRef, ServiceError, ServiceResult};
+use crate::zarr::array::ZarrFormat;
+
+/// Every node below `group` (any depth), with its documents.
+async fn descendants(group: &NodeRef<'_>) -> ServiceResult<Vec<(NodePath, Node)>> {
+    let mut out = Vec::new();
+    let mut frontier = vec![group.path().clone()];
+    while let Some(path) = frontier.pop() {
+        for entry in group.mount().mount().list(&path.prefix()?).await? {
+            let crate::storage::ListEntry::Prefix { name } = entry else { continue };
+            let Ok(child) = path.child(&name) else { continue };
+            match existing(&group.at(child.clone())).await? {
+                Some(n @ Node::Group(_)) => {
+                    frontier.push(child.clone());
+                    out.push((child, n));
+                }
+                Some(n) => out.push((child, n)),
+                None => {}
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    Ok(out)
+}
+
+/// Writes consolidated metadata for the group at `path`; returns how many
+/// descendant nodes it holds.
+///
+/// # Errors
+/// `ReadOnly`, `NodeNotFound`, `NotAGroup` for an array, storage failures.
+pub async fn consolidate(node: &NodeRef<'_>) -> ServiceResult<usize> {
+    let m = node.writable()?;
+    let path = node.path();
+    let _guard = node.mount().locks().exclusive(path.as_str()).await;
+    let group = match existing(node).await? {
+        Some(Node::Group(g)) => g,
+        Some(Node::Array(_)) => {
+            return Err(ServiceError::NotAGroup { mount: node.mount_name().to_string(), path: path.to_string() })
+        }
+        None => return Err(node.not_found()),
+    };
+    let nodes = descendants(node).await?;
+    let empty_inline = json!({"kind": "inline", "must_understand": false, "metadata": {}});
+    match group.format {
+        ZarrFormat::V3 => {
+            let mut docs = BTreeMap::new();
+            for (p, n) in &nodes {
+                let doc = match n {
+                    Node::Array(a) if a.format() == ZarrFormat::V3 => a.metadata.clone(),
+                    Node::Group(g) if g.format == ZarrFormat::V3 => {
+                        let mut d = g.metadata.clone();
+                        if let Some(o) = d.as_object_mut() {
+                            o.insert("consolidated_metadata".into(), empty_inline.clone());
+                        }
+                        d
+                    }
+                    _ => continue,
+                };
+                docs.insert(p.relative_to(path).to_string(), doc);
+            }
+            let mut doc = group.metadata.clone();
+            if let Some(o) = doc.as_object_mut() {
+                o.insert(
+                    "consolidated_metadata".into(),
+                    json!({"kind": "inline", "must_understand": false, "metadata": docs}),
+                );
+            }
+            put_doc(node, m, "zarr.json", &doc).await?;
+            Ok(docs.len())
+        }
+        ZarrFormat::V2 => {
+            let mut docs = Map::new();
+            docs.insert(".zgroup".into(), group.metadata.clone());
+            docs.insert(".zattrs".into(), group.zattrs.clone().unwrap_or_else(|| json!({})));
+            let mut count = 0;
+            for (p, n) in &nodes {
+                let rel = p.relative_to(path);
+                let (name, doc, zattrs) = match n {
+                    Node::Array(a) if a.format() == ZarrFormat::V2 => (".zarray", a.metadata.clone(), a.zattrs.clone()),
+                    Node::Group(g) if g.format == ZarrFormat::V2 => {
+                        let mut d = g.metadata.clone();
+                        if let Some(o) = d.as_object_mut() {
+                            o.insert("consolidated_metadata".into(), empty_inline.clone());
+                        }
+                        (".zgroup", d, g.zattrs.clone())
+                    }
+                    _ => continue,
+                };
+                count += 1;
+                docs.insert(format!("{rel}/{name}"), doc);
+                if let Some(z) = zattrs {
+                    docs.insert(format!("{rel}/.zattrs"), z);
+                }
+            }
+            let doc = json!({"metadata": docs, "zarr_consolidated_format": 1});
+            put_doc(node, m, ".zmetadata", &doc).await?;
+            Ok(count)
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Deleting a node: every key under it, chunks first and documents last; a
+//! group with children only when asked to be recursive. The node is also
+//! dropped from the consolidated metadata of its ancestors.
+
+use serde_json::Value;
+
+use super::documents::{put_doc, DocumentGate, DOCUMENT_NAMES};
+use super::open::existing;
+use super::{read_optional, Node};
+use crate::service::{NodeRef, ServiceError, ServiceResult};
+use crate::storage::{KeyPrefix, Mount};
+use crate::zarr::array::ZarrFormat;
+
+/// Deletes keys (relative to `prefix`), in batches of [`DELETE_CONCURRENCY`].
+pub(super) async fn delete_keys<'a>(
+    mount: &Mount,
+    prefix: &KeyPrefix,
+    names: impl Iterator<Item = &'a String>,
+) -> ServiceResult<u64> {
+    let keys = names.map(|n| prefix.child(n)).collect::<Result<Vec<_>, _>>()?;
+    let count = keys.len() as u64;
+    for batch in keys.chunks(DELETE_CONCURRENCY) {
+        futures::future::try_join_all(batch.iter().map(|k| mount.delete(k))).await?;
+    }
+    Ok(count)
+}
+
+/// How many deletes a delete or resize keeps in flight.
+pub const DELETE_CONCURRENCY: usize = 16;
+
+/// Deletes every key of the node (its documents and everything under it)
+/// through `mount`, the node's mount as [`NodeRef::writable`] gave it.
+pub(super) async fn delete_all(node: &NodeRef<'_>, mount: &Mount) -> ServiceResult<()> {
+    let path = node.path();
+    let prefix = path.prefix()?;
+    let objects = mount.storage().list_recursive(&prefix, usize::MAX).await?;
+    // Chunks first, documents last: an interrupted delete leaves a node
+    // that still opens (with missing chunks), never orphaned chunks.
+    let (docs, data): (Vec<_>, Vec<_>) = objects
+        .into_iter()
+        .map(|(name, _)| name)
+        .partition(|n| DOCUMENT_NAMES.contains(&n.rsplit('/').next().unwrap_or("")));
+    delete_keys(mount, &prefix, data.iter().chain(docs.iter().filter(|d| d.contains('/')))).await?;
+    for name in DOCUMENT_NAMES {
+        mount.delete(&path.key(name)?).await?;
+    }
+    node.app().metadata_cache().invalidate_tree(mount.name(), path);
+    Ok(())
+}
+
+/// Deletes the node; a group with children only when `recursive`.
+///
+/// # Errors
+/// `ReadOnly`, `NodeNotFound`, `NotEmpty`, storage failures.
+pub async fn delete(node: &NodeRef<'_>, recursive: bool) -> ServiceResult<()> {
+    let m = node.writable()?;
+    let path = node.path();
+    let _guard = node.mount().locks().exclusive(path.as_str()).await;
+    let found = existing(node).await?.ok_or_else(|| node.not_found())?;
+    if let Node::Group(_) = found {
+        if !recursive {
+            let entries = m.list(&path.prefix()?).await?;
+            let has_children = entries.iter().any(|e| match e {
+                crate::storage::ListEntry::Prefix { .. } => true,
+                crate::storage::ListEntry::Object { name, .. } => !DOCUMENT_NAMES.contains(&name.as_str()),
+            });
+            if has_children {
+                return Err(ServiceError::NotEmpty { mount: node.mount_name().to_string(), path: path.to_string() });
+            }
+        }
+    }
+    delete_all(node, m).await?;
+    forget_in_consolidated(node, m).await
+}
+
+/// Drops a deleted node (and its descendants) from the consolidated
+/// metadata of every ancestor that has some, so clients opening the
+/// hierarchy from it do not see a node that is gone. (zarr-python does this
+/// only for a direct child of the group it deletes from.)
+async fn forget_in_consolidated(node: &NodeRef<'_>, mount: &Mount) -> ServiceResult<()> {
+    let path = node.path();
+    let mut ancestor = path.parent();
+    while let Some(a) = ancestor {
+        ancestor = a.parent();
+        let a = node.at(a);
+        let Some(Node::Group(g)) = existing(&a).await? else { continue };
+        let rel = path.relative_to(a.path());
+        let gone = |k: &str| k == rel || k.starts_with(&format!("{rel}/"));
+        match g.format {
+            ZarrFormat::V3 => {
+                let mut doc = g.metadata.clone();
+                let Some(docs) = doc.pointer_mut("/consolidated_metadata/metadata").and_then(Value::as_object_mut)
+                else {
+                    continue;
+                };
+                let before = docs.len();
+                docs.retain(|k, _| !gone(k));
+                if docs.len() != before {
+                    put_doc(&a, mount, "zarr.json", &doc).await?;
+                }
+            }
+            ZarrFormat::V2 => {
+                let key = a.path().key(".zmetadata")?;
+                let Some(bytes) = read_optional(mount, &key).await? else { continue };
+                let Ok(mut doc) = DocumentGate::of(node.app()).parse(&key, bytes).await else { continue };
+                let Some(docs) = doc.get_mut("metadata").and_then(Value::as_object_mut) else { continue };
+                let before = docs.len();
+                docs.retain(|k, _| !k.starts_with(&format!("{rel}/")));
+                if docs.len() != before {
+                    put_doc(&a, mount, ".zmetadata", &doc).await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! Describing an opened node: the stored objects under it ([`stats`]), a
+//! group's descendants ([`children`], from consolidated metadata when the
+//! group has it, else by listing) and an array's TensorStore schema
+//! ([`tensorstore_schema`]).
+
+use serde_json::Value;
+
+use super::{open_in_with, read_optional, ArrayNode, GroupNode, Node};
+use crate::service::{ServiceError, ServiceResult};
+use crate::zarr::array::ZarrFormat;
+use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
+use crate::zarr::tensorstore;
+
+/// The TensorStore schema of an array (`None` for types TensorStore lacks).
+#[must_use]
+pub fn tensorstore_schema(array: &ArrayNode) -> Option<Value> {
+    match array.format() {
+        ZarrFormat::V3 => match NodeMetadataV3::from_json(&array.metadata, "").ok()? {
+            NodeMetadataV3::Array(meta) => tensorstore::schema_v3(&meta),
+            NodeMetadataV3::Group(_) => None,
+        },
+        ZarrFormat::V2 => tensorstore::schema_v2(&ArrayMetadataV2::from_json(&array.metadata, "").ok()?),
+    }
+}
+
+/// Stored objects of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Arrays: stored chunk (or shard) keys.
+    pub stored_chunks: u64,
+    /// Bytes of every object under the node, metadata included.
+    pub stored_bytes: u64,
+    /// Objects under the node, metadata included.
+    pub stored_objects: u64,
+}
+
+/// Counts what is stored under a node.
+///
+/// # Errors
+/// Storage failures.
+pub async fn stats(node: &Node) -> ServiceResult<Stats> {
+    let objects = node.mount().storage().list_recursive(&node.path().prefix()?, usize::MAX).await?;
+    let mut s = Stats::default();
+    for (name, meta) in &objects {
+        s.stored_objects += 1;
+        s.stored_bytes += meta.size;
+        if let Node::Array(a) = node {
+            if a.desc.chunk_key_encoding.decode(name, a.desc.shape.len()).is_ok() {
+                s.stored_chunks += 1;
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// One descendant of a group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Child {
+    /// Path relative to the group (`sub/arr`).
+    pub relative: String,
+    /// `array` or `group`.
+    pub node_type: &'static str,
+    /// Its metadata format.
+    pub format: ZarrFormat,
+    /// Levels below the group (1 = a direct child).
+    pub depth: usize,
+    /// Arrays: the shape.
+    pub shape: Option<Vec<u64>>,
+}
+
+/// The descendants of a group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Children {
+    /// By relative path.
+    pub nodes: Vec<Child>,
+    /// Whether they came from consolidated metadata.
+    pub consolidated: bool,
+    /// Whether `limit` cut the list (a listing stops there).
+    pub truncated: bool,
+}
+
+/// The descendants of a group down to `depth` levels, at most `limit`, from
+/// consolidated metadata when the group has it, else by listing (each
+/// candidate opened).
+///
+/// # Errors
+/// Storage failures, invalid consolidated metadata.
+pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceResult<Children> {
+    if let Some(mut nodes) = consolidated_children(group, depth).await? {
+        let truncated = nodes.len() > limit;
+        nodes.truncate(limit);
+        return Ok(Children { nodes, consolidated: true, truncated });
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![(group.path.clone(), 0usize)];
+    let mut truncated = false;
+    while let Some((path, level)) = frontier.pop() {
+        if level >= depth {
+            continue;
+        }
+        if out.len() >= limit {
+            truncated = true;
+            break;
+        }
+        for entry in group.mount.list(&path.prefix()?).await? {
+            if out.len() >= limit {
+                truncated = true;
+                break;
+            }
+            let crate::storage::ListEntry::Prefix { name } = entry else { continue };
+            let Ok(child_path) = path.child(&name) else { continue };
+            let child = match open_in_with(group.mount.clone(), &child_path, &group.gate).await {
+                Ok(n) => n,
+                Err(ServiceError::NodeNotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            let relative = child_path.relative_to(&group.path).to_string();
+            match &child {
+                Node::Array(a) => out.push(Child {
+                    relative,
+                    node_type: "array",
+                    format: a.format(),
+                    depth: level + 1,
+                    shape: Some(a.desc.shape.clone()),
+                }),
+                Node::Group(g) => {
+                    out.push(Child { relative, node_type: "group", format: g.format, depth: level + 1, shape: None });
+                    frontier.push((child_path, level + 1));
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| a.relative.cmp(&b.relative));
+    Ok(Children { nodes: out, consolidated: false, truncated })
+}
+
+async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult<Option<Vec<Child>>> {
+    let depth_of = |rel: &str| rel.split('/').count();
+    match group.format {
+        ZarrFormat::V3 => {
+            let Some(cm) = group.metadata.get("consolidated_metadata").and_then(|c| c.get("metadata")) else {
+                return Ok(None);
+            };
+            let Some(docs) = cm.as_object() else { return Ok(None) };
+            let mut out = Vec::new();
+            for (rel, doc) in docs {
+                let d = depth_of(rel);
+                if d > depth {
+                    continue;
+                }
+                let is_array = doc.get("node_type").and_then(Value::as_str) == Some("array");
+                let shape = doc.get("shape").and_then(|s| serde_json::from_value::<Vec<u64>>(s.clone()).ok());
+                out.push(Child {
+                    relative: rel.clone(),
+                    node_type: if is_array { "array" } else { "group" },
+                    format: ZarrFormat::V3,
+                    depth: d,
+                    shape: if is_array { shape } else { None },
+                });
+            }
+            out.sort_by(|a, b| a.relative.cmp(&b.relative));
+            Ok(Some(out))
+        }
+        ZarrFormat::V2 => {
+            let key = group.path.key(".zmetadata")?;
+            let Some(bytes) = read_optional(&group.mount, &key).await? else { return Ok(None) };
+            let value = group.gate.parse(&key, bytes).await?;
+            let Some(docs) = value.get("metadata").and_then(Value::as_object) else { return Ok(None) };
+            let mut out = Vec::new();
+            for (k, doc) in docs {
+                let (rel, kind) = match k.rsplit_once('/') {
+                    Some((rel, kind)) => (rel, kind),
+                    None => continue, // the group's own documents
+                };
+                let node_type = match kind {
+                    ".zarray" => "array",
+                    ".zgroup" => "group",
+                    _ => continue,
+                };
+                let d = depth_of(rel);
+                if d > depth {
+                    continue;
+                }
+                let shape = doc.get("shape").and_then(|s| serde_json::from_value::<Vec<u64>>(s.clone()).ok());
+                out.push(Child {
+                    relative: rel.to_string(),
+                    node_type,
+                    format: ZarrFormat::V2,
+                    depth: d,
+                    shape: if node_type == "array" { shape } else { None },
+                });
+            }
+            out.sort_by(|a, b| a.relative.cmp(&b.relative));
+            Ok(Some(out))
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! Opening nodes (arrays and groups): reading a node's metadata documents
+//! and normalising them.
+//!
+//! - v3: `<path>/zarr.json` (`node_type` array or group);
+//! - v2: `<path>/.zarray` or `<path>/.zgroup`, plus `<path>/.zattrs` when
+//!   present.
+//!
+//! v3 wins when both exist (zarr-python reads v3 first too). A path with
+//! none of these documents is [`ServiceError::NodeNotFound`]; a document that
+//! does not parse is [`ServiceError::InvalidMetadata`] naming its key and
+//! field. [`open()`] goes through the metadata cache
+//! ([`crate::service::cache::metadata`]); [`load`] reads the documents now.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use super::documents::{invalid, DocumentGate};
+use super::NodePath;
+use crate::service::{App, NodeRef, ServiceError, ServiceResult};
+use crate::storage::{Mount, ReadRequest, StorageError, StoreKey};
+use crate::zarr::array::{ArrayDescription, ArrayLimits, ZarrFormat};
+use crate::zarr::metadata::v2::attributes_from_json;
+use crate::zarr::metadata::{ArrayMetadataV2, GroupMetadataV2, MetadataError, NodeMetadataV3};
+
+/// An opened array: its normalised description plus the documents it came
+/// from.
+#[derive(Debug)]
+pub struct ArrayNode {
+    /// The mount it lives in.
+    pub mount: Arc<Mount>,
+    /// Its path in the mount.
+    pub path: NodePath,
+    /// The normalised description the engine works from (shared, so CPU
+    /// work on the array can run on the CPU pool).
+    pub desc: Arc<ArrayDescription>,
+    /// The stored metadata document (`zarr.json` or `.zarray`), as stored.
+    pub metadata: Value,
+    /// v2 only: the stored `.zattrs` (v3 keeps attributes inside `metadata`).
+    pub zattrs: Option<Value>,
+}
+
+impl ArrayNode {
+    /// The metadata format.
+    #[must_use]
+    pub fn format(&self) -> ZarrFormat {
+        self.desc.zarr_format
+    }
+
+    /// The store key of a chunk (grid coordinates).
+    ///
+    /// # Errors
+    /// `InvalidKey` when the key is invalid (cannot happen for valid
+    /// coordinates).
+    pub fn chunk_key(&self, coords: &[u64]) -> ServiceResult<StoreKey> {
+        self.path.key(&self.desc.chunk_key(coords))
+    }
+}
+
+/// An opened group.
+#[derive(Debug)]
+pub struct GroupNode {
+    /// The mount it lives in.
+    pub mount: Arc<Mount>,
+    /// Its path in the mount.
+    pub path: NodePath,
+    /// The metadata format.
+    pub format: ZarrFormat,
+    /// User attributes.
+    pub attributes: Map<String, Value>,
+    /// The stored group document (`zarr.json` or `.zgroup`), as stored.
+    pub metadata: Value,
+    /// v2 only: the stored `.zattrs`.
+    pub zattrs: Option<Value>,
+    /// How its children's documents are read.
+    pub gate: DocumentGate,
+}
+
+/// An array or a group.
+#[derive(Debug, Clone)]
+pub enum Node {
+    /// An array.
+    Array(Arc<ArrayNode>),
+    /// A group.
+    Group(Arc<GroupNode>),
+}
+
+impl Node {
+    /// The node's path.
+    #[must_use]
+    pub fn path(&self) -> &NodePath {
+        match self {
+            Self::Array(a) => &a.path,
+            Self::Group(g) => &g.path,
+        }
+    }
+
+    /// The mount the node lives in.
+    #[must_use]
+    pub fn mount(&self) -> &Arc<Mount> {
+        match self {
+            Self::Array(a) => &a.mount,
+            Self::Group(g) => &g.mount,
+        }
+    }
+}
+
+/// Reads one key whole; `None` when it does not exist (or is a prefix).
+///
+/// # Errors
+/// Storage failures.
+pub async fn read_optional(mount: &Mount, key: &StoreKey) -> ServiceResult<Option<Bytes>> {
+    match mount.storage().read(key, &ReadRequest::default()).await {
+        Ok(outcome) => Ok(Some(outcome.body)),
+        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn unsupported(key: &StoreKey, e: &crate::zarr::array::ArrayError) -> ServiceError {
+    ServiceError::UnsupportedArray { key: key.to_string(), reason: e.to_string() }
+}
+
+/// Reads one key whole with its ETag; `None` when it does not exist.
+/// Reads at most `max` bytes of it (plus one): a larger document is refused
+/// without being read whole.
+async fn read_validated(mount: &Mount, key: &StoreKey, max: u64) -> ServiceResult<(Option<Bytes>, Validator)> {
+    let bounded = ReadRequest {
+        range: Some(crate::storage::ByteRange::Bounded { first: 0, last: max }),
+        ..ReadRequest::default()
+    };
+    let read = match mount.storage().read(key, &bounded).await {
+        // An empty object has no byte 0: read it as it is.
+        Err(StorageError::RangeNotSatisfiable { .. }) => mount.storage().read(key, &ReadRequest::default()).await,
+        other => other,
+    };
+    match read {
+        Ok(outcome) if outcome.meta.size > max => Err(ServiceError::InvalidMetadata {
+            key: key.to_string(),
+            source: MetadataError::new(
+                "",
+                format!(
+                    "the document is {} bytes, more than the {max} stored documents may have (twice \
+                     limits.max_body_bytes)",
+                    outcome.meta.size
+                ),
+            ),
+        }),
+        Ok(outcome) => Ok((Some(outcome.body), (key.clone(), Some(outcome.meta.etag)))),
+        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok((None, (key.clone(), None))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A metadata key and the ETag it had when read (`None`: absent).
+pub type Validator = (StoreKey, Option<String>);
+
+/// Opens the node, through the metadata cache.
+///
+/// # Errors
+/// `NodeNotFound`, `InvalidMetadata`, `UnsupportedArray`, storage failures.
+pub async fn open(node: &NodeRef<'_>) -> ServiceResult<Node> {
+    let app = node.app();
+    app.metadata_cache().open(node.mount().mount().clone(), node.path(), DocumentGate::of(app)).await
+}
+
+/// [`open()`] on a mount already looked up, bypassing the cache (reads the
+/// documents now).
+///
+/// # Errors
+/// As [`open()`].
+pub async fn open_in(mount: Arc<Mount>, path: &NodePath) -> ServiceResult<Node> {
+    Ok(load(mount, path, &DocumentGate::default()).await?.0)
+}
+
+/// [`open_in`] with the documents read through `gate`.
+///
+/// # Errors
+/// As [`open()`].
+pub async fn open_in_with(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> ServiceResult<Node> {
+    Ok(load(mount, path, gate).await?.0)
+}
+
+/// The node as stored now (bypassing the cache: a mutation decides on
+/// fresh documents), or `None` when there is none.
+pub(super) async fn existing(node: &NodeRef<'_>) -> ServiceResult<Option<Node>> {
+    let gate = DocumentGate::of(node.app());
+    match open_in_with(node.mount().mount().clone(), node.path(), &gate).await {
+        Ok(n) => Ok(Some(n)),
+        Err(ServiceError::NodeNotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads and parses a node's documents; also returns what to revalidate
+/// them by (each document key read and its ETag).
+///
+/// # Errors
+/// As [`open()`].
+pub async fn load(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> ServiceResult<(Node, Vec<Validator>)> {
+    let v3_key = path.key("zarr.json")?;
+    let (v3, v3_validator) = read_validated(&mount, &v3_key, gate.max_bytes()).await?;
+    let mut validators = vec![v3_validator];
+    if let Some(bytes) = v3 {
+        let value = gate.parse(&v3_key, bytes).await?;
+        return match NodeMetadataV3::from_json(&value, "").map_err(invalid(&v3_key))? {
+            NodeMetadataV3::Array(meta) => {
+                let desc = ArrayDescription::from_v3(&meta).map_err(|e| unsupported(&v3_key, &e))?;
+                let node = ArrayNode { mount, path: path.clone(), desc: Arc::new(desc), metadata: value, zattrs: None };
+                Ok((Node::Array(Arc::new(node)), validators))
+            }
+            NodeMetadataV3::Group(group) => Ok((
+                Node::Group(Arc::new(GroupNode {
+                    gate: gate.clone(),
+                    mount,
+                    path: path.clone(),
+                    format: ZarrFormat::V3,
+                    attributes: group.attributes,
+                    metadata: value,
+                    zattrs: None,
+                })),
+                validators,
+            )),
+        };
+    }
+    let (zarray_key, zgroup_key, zattrs_key) = (path.key(".zarray")?, path.key(".zgroup")?, path.key(".zattrs")?);
+    let ((zarray, v1), (zgroup, v2), (zattrs, v3)) = futures::try_join!(
+        read_validated(&mount, &zarray_key, gate.max_bytes()),
+        read_validated(&mount, &zgroup_key, gate.max_bytes()),
+        read_validated(&mount, &zattrs_key, gate.max_bytes())
+    )?;
+    validators.extend([v1, v2, v3]);
+    let (attributes, zattrs_value) = match zattrs {
+        Some(bytes) => {
+            let value = gate.parse(&zattrs_key, bytes).await?;
+            (attributes_from_json(&value, "").map_err(invalid(&zattrs_key))?, Some(value))
+        }
+        None => (Map::new(), None),
+    };
+    if let Some(bytes) = zarray {
+        let value = gate.parse(&zarray_key, bytes).await?;
+        let meta = ArrayMetadataV2::from_json(&value, "").map_err(invalid(&zarray_key))?;
+        let desc = ArrayDescription::from_v2(&meta, attributes).map_err(|e| unsupported(&zarray_key, &e))?;
+        let node = ArrayNode { mount, path: path.clone(), desc: Arc::new(desc), metadata: value, zattrs: zattrs_value };
+        return Ok((Node::Array(Arc::new(node)), validators));
+    }
+    if let Some(bytes) = zgroup {
+        let value = gate.parse(&zgroup_key, bytes).await?;
+        GroupMetadataV2::from_json(&value, "").map_err(invalid(&zgroup_key))?;
+        let node = GroupNode {
+            gate: gate.clone(),
+            mount,
+            path: path.clone(),
+            format: ZarrFormat::V2,
+            attributes,
+            metadata: value,
+            zattrs: zattrs_value,
+        };
+        return Ok((Node::Group(Arc::new(node)), validators));
+    }
+    Err(ServiceError::NodeNotFound { mount: mount.name().to_string(), path: path.to_string() })
+}
+
+/// The limits every array must keep to (`limits.max_decoded_chunk_bytes`,
+/// `max_inner_chunks_per_shard`, `max_fill_value_bytes`).
+#[must_use]
+pub fn array_limits(app: &App) -> ArrayLimits {
+    let l = &app.config().limits;
+    ArrayLimits {
+        max_decoded_chunk_bytes: l.max_decoded_chunk_bytes,
+        max_inner_chunks_per_shard: l.max_inner_chunks_per_shard,
+        max_fill_value_bytes: l.max_fill_value_bytes,
+    }
+}
+
+/// Opens the node and requires it to be an array whose chunks, shards and
+/// fill value keep to the configured limits ([`array_limits`]): documents
+/// written behind zarrd's back are checked here, before any chunk is read
+/// or written.
+///
+/// # Errors
+/// As [`open()`], plus `NotAnArray` for a group and `UnsupportedArray`
+/// (naming the limit) for an array over the limits.
+pub async fn open_array(node: &NodeRef<'_>) -> ServiceResult<Arc<ArrayNode>> {
+    match open(node).await? {
+        Node::Array(a) => {
+            a.desc.check_limits(&array_limits(node.app())).map_err(|e| {
+                let name = if a.format() == ZarrFormat::V3 { "zarr.json" } else { ".zarray" };
+                ServiceError::UnsupportedArray {
+                    key: format!("{}/{}", node.mount_name(), node.path().join(name)),
+                    reason: e.to_string(),
+                }
+            })?;
+            Ok(a)
+        }
+        Node::Group(_) => Err(node.not_an_array()),
+    }
+}

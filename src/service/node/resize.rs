@@ -1,0 +1,109 @@
+//! Resizing an array, as zarr-python and TensorStore do: `shape` is
+//! rewritten and the chunks wholly outside the new shape are deleted
+//! (chunks straddling the boundary keep their bytes).
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::delete::delete_keys;
+use super::documents::{checked_doc, put_checked, DocumentGate};
+use super::open::existing;
+use super::{open_in_with, ArrayNode, Node};
+use crate::service::{NodeRef, ServiceError, ServiceResult};
+use crate::zarr::array::ZarrFormat;
+use crate::zarr::metadata::MAX_EXTENT;
+
+/// `InvalidRequest` about `field` of the request.
+fn bad(field: impl Into<String>, reason: String) -> ServiceError {
+    ServiceError::InvalidRequest { field: field.into(), reason }
+}
+
+/// A resize request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resize {
+    /// The new shape (same rank).
+    pub shape: Vec<u64>,
+    /// Fail if any dimension would shrink.
+    pub expand_only: bool,
+    /// Fail if any dimension would grow.
+    pub shrink_only: bool,
+}
+
+/// Resizes an array; returns it as now stored and how many chunks were
+/// deleted.
+///
+/// # Errors
+/// `ReadOnly`, `NodeNotFound`, `NotAnArray`, `InvalidRequest` naming the
+/// dimension (rank, extent, guards), storage failures.
+pub async fn resize(node: &NodeRef<'_>, req: &Resize) -> ServiceResult<(Arc<ArrayNode>, u64)> {
+    let m = node.writable()?;
+    let path = node.path();
+    let _guard = node.mount().locks().exclusive(path.as_str()).await;
+    let array = match existing(node).await? {
+        Some(Node::Array(a)) => a,
+        Some(Node::Group(_)) => return Err(node.not_an_array()),
+        None => return Err(node.not_found()),
+    };
+    let old = &array.desc.shape;
+    if req.shape.len() != old.len() {
+        return Err(bad(
+            "shape",
+            format!("expected {} dimensions (the array's rank), got {}", old.len(), req.shape.len()),
+        ));
+    }
+    for (i, (&new, &cur)) in req.shape.iter().zip(old).enumerate() {
+        if new > MAX_EXTENT {
+            return Err(bad(
+                format!("shape[{i}]"),
+                format!(
+                    "{new} is larger than zarrd supports (2^62 = {MAX_EXTENT}, the index space TensorStore and \
+                     numpy address)"
+                ),
+            ));
+        }
+        if req.expand_only && new < cur {
+            return Err(bad(
+                format!("shape[{i}]"),
+                format!("expand_only is set but {new} is smaller than the current {cur}"),
+            ));
+        }
+        if req.shrink_only && new > cur {
+            return Err(bad(
+                format!("shape[{i}]"),
+                format!("shrink_only is set but {new} is larger than the current {cur}"),
+            ));
+        }
+    }
+    // The new document must pass before anything changes; then chunks
+    // wholly outside the new shape go first, then the document.
+    let mut doc = array.metadata.clone();
+    if let Some(o) = doc.as_object_mut() {
+        o.insert("shape".into(), json!(req.shape));
+    }
+    let name = if array.format() == ZarrFormat::V3 { "zarr.json" } else { ".zarray" };
+    let (key, bytes) = checked_doc(node, name, &doc).await?;
+    let mut deleted = 0;
+    if req.shape.iter().zip(old).any(|(n, c)| n < c) {
+        let prefix = path.prefix()?;
+        let chunk = &array.desc.chunk_shape;
+        let outside: Vec<String> = m
+            .storage()
+            .list_recursive(&prefix, usize::MAX)
+            .await?
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| {
+                array.desc.chunk_key_encoding.decode(name, old.len()).is_ok_and(|coords| {
+                    coords.iter().zip(chunk).zip(&req.shape).any(|((&c, &size), &n)| c.saturating_mul(size) >= n)
+                })
+            })
+            .collect();
+        deleted = delete_keys(m, &prefix, outside.iter()).await?;
+    }
+    put_checked(node, m, &key, bytes).await?;
+    match open_in_with(m.clone(), path, &DocumentGate::of(node.app())).await? {
+        Node::Array(a) => Ok((a, deleted)),
+        Node::Group(_) => Err(node.not_an_array()),
+    }
+}
