@@ -35,11 +35,11 @@ pub mod chunk_cache;
 pub mod chunk_store;
 pub mod cpu;
 pub mod error;
-pub mod format;
 pub mod keys;
 pub mod locks;
 pub mod node;
 pub mod read;
+pub mod wire;
 pub mod write;
 
 pub use app::{App, MountRef, NodeRef};

@@ -67,9 +67,9 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 
 use super::chunk_cache::{CacheKey, Cached, ChunkCache, Part, Version};
-use super::format::json::{empty_size, variable_text_len, JsonEncoder, VarCursor, VarItem};
-use super::format::{npy, numpy_descr, zarr_name, OutputFormat};
 use super::node::{self, ArrayNode, NodePath};
+use super::wire::json::{empty_size, variable_text_len, JsonEncoder, VarCursor, VarItem};
+use super::wire::{npy, numpy_descr, zarr_name, WireFormat as OutputFormat};
 use super::{cpu, App, ServiceError, ServiceResult};
 use crate::storage::mount::RecheckPolicy;
 use crate::storage::request::ByteRange;
@@ -1228,7 +1228,7 @@ pub fn plan_read(desc: &ArrayDescription, sel: Selection, budget: u64) -> Result
 /// The JSON text of one variable-length element.
 fn variable_text(dt: &DataType, b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    crate::service::format::json::write_variable(dt, b, &mut out);
+    crate::service::wire::json::write_variable(dt, b, &mut out);
     out
 }
 

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::chunk_store::MountChunkStore;
-use super::format::decode::{self, BodyFormat};
 use super::node::{self, ArrayNode, NodePath};
+use super::wire::{self as decode, WireFormat as BodyFormat};
 use super::{cpu, App, ServiceError, ServiceResult};
 use crate::storage::StorageError;
 use crate::zarr::chunk::ChunkData;

@@ -25,8 +25,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::{NodeTarget, TypedJsonBody};
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::openapi::Binary;
-use crate::service::format::{dtype_header, shape_header, OutputFormat};
 use crate::service::read::{self, ChunkParams, DataRead, ReadParams};
+use crate::service::wire::{dtype_header, shape_header, WireFormat};
 use crate::service::App;
 use crate::zarr::selection::{SelectionBody, SelectionError, SelectionMode, SelectionSpec};
 
@@ -127,9 +127,9 @@ fn parse_mode(mode: Option<&str>) -> ApiResult<SelectionMode> {
     }
 }
 
-fn negotiate(param: Option<&str>, headers: &HeaderMap) -> ApiResult<OutputFormat> {
+fn negotiate(param: Option<&str>, headers: &HeaderMap) -> ApiResult<WireFormat> {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    OutputFormat::negotiate(param, accept).map_err(|e| ApiError::bad_request("invalid_format", e.0))
+    WireFormat::negotiate(param, accept).map_err(|e| ApiError::bad_request("invalid_format", e.0))
 }
 
 fn header_value(s: &str) -> HeaderValue {

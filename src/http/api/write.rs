@@ -18,7 +18,7 @@ use super::NodeTarget;
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::openapi::Binary;
 use crate::http::store::read_body;
-use crate::service::format::decode::BodyFormat;
+use crate::service::wire::WireFormat;
 use crate::service::write::{self, WriteRequest};
 use crate::service::App;
 use crate::zarr::selection::{SelectionMode, SelectionSpec};
@@ -59,15 +59,15 @@ fn parse_mode(mode: Option<&str>) -> ApiResult<SelectionMode> {
     }
 }
 
-fn body_format(query: &WriteQuery, headers: &HeaderMap) -> ApiResult<BodyFormat> {
+fn body_format(query: &WriteQuery, headers: &HeaderMap) -> ApiResult<WireFormat> {
     if let Some(name) = &query.format {
-        return BodyFormat::from_name(name).ok_or_else(|| {
+        return WireFormat::from_name(name).ok_or_else(|| {
             ApiError::bad_request("invalid_format", format!("format `{name}`: expected raw, npy or json"))
         });
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     match content_type {
-        Some(ct) => BodyFormat::from_content_type(ct).ok_or_else(|| {
+        Some(ct) => WireFormat::from_content_type(ct).ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",

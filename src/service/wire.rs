@@ -1,5 +1,7 @@
-//! Output formats of decoded data (slice reads, decoded chunks): raw bytes,
-//! `.npy` and JSON, chosen by `format=` or the `Accept` header.
+//! The wire formats of decoded data, both ways: answers (slice reads,
+//! decoded chunks), chosen by `format=` or the `Accept` header
+//! ([`WireFormat::negotiate`]), and request bodies (slice writes), chosen
+//! by `format=` or the `Content-Type` ([`WireFormat::negotiate_body`]).
 //!
 //! | format | media type | body |
 //! |---|---|---|
@@ -15,12 +17,28 @@
 //!
 //! Variable-length strings and bytes have no packed layout: only JSON
 //! renders them; `raw` and `npy` are refused (400) before anything is read.
-//! Decoders for request bodies (slice writes) live beside these encoders.
+//!
+//! Request bodies decode into engine data ([`ChunkData`]: little-endian
+//! elements in C order, or one byte string per element for variable-length
+//! types) with [`decode`]. A body holds either the whole selection (its
+//! result shape, C order) or exactly one element, broadcast to every
+//! selected position, as numpy assignment does:
+//!
+//! - **raw**: the elements' bytes, little-endian, C order:
+//!   `elements × item size` bytes, or one item; fixed-size types only;
+//! - **npy**: an `.npy` file (format versions 1–3) whose `descr` is the
+//!   array's data type (either byte order) and whose `shape` is the
+//!   selection's (Fortran order is accepted), or `()` ([`npy::decode`]);
+//! - **json**: nested lists of the selection's shape, or one value
+//!   ([`json::decode`]).
+//!
+//! Every decode error says what was expected and what arrived. Encoders and
+//! decoders of a format sit side by side in its file.
 
-pub mod decode;
 pub mod json;
 pub mod npy;
 
+use crate::zarr::chunk::ChunkData;
 use crate::zarr::data_type::DataType;
 
 /// Why a format cannot be used.
@@ -28,9 +46,26 @@ use crate::zarr::data_type::DataType;
 #[error("{0}")]
 pub struct FormatError(pub String);
 
-/// An output format.
+/// Why the format of a request body is not known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyFormatError {
+    /// A `format=` value that names no format.
+    #[error("format `{0}`: expected raw, npy or json")]
+    UnknownName(String),
+    /// A `Content-Type` that names no format.
+    #[error(
+        "Content-Type `{0}`: expected application/octet-stream (raw), application/x-npy or application/json, or a \
+         format= parameter"
+    )]
+    UnsupportedMediaType(String),
+    /// Neither a `format=` nor a `Content-Type`.
+    #[error("say how the body is encoded: a format= parameter (raw, npy, json) or a Content-Type")]
+    Missing,
+}
+
+/// A wire format of decoded data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OutputFormat {
+pub enum WireFormat {
     /// Packed little-endian elements, C order.
     #[default]
     Raw,
@@ -40,36 +75,57 @@ pub enum OutputFormat {
     Json,
 }
 
-impl OutputFormat {
-    /// The value of `format=`: `raw`, `npy` or `json`.
+impl WireFormat {
+    /// The format a `format=` value names (`raw`, `npy`, `json`, and the
+    /// aliases `bin`, `binary`, `octet-stream`, `numpy`); `None` for any
+    /// other.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "raw" | "bin" | "binary" | "octet-stream" => Some(Self::Raw),
+            "npy" | "numpy" => Some(Self::Npy),
+            "json" => Some(Self::Json),
+            _ => None,
+        }
+    }
+
+    /// The value of `format=` for an answer.
     ///
     /// # Errors
     /// Any other name, listing the valid ones.
     pub fn parse(name: &str) -> Result<Self, FormatError> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "raw" | "bin" | "octet-stream" => Ok(Self::Raw),
-            "npy" | "numpy" => Ok(Self::Npy),
-            "json" => Ok(Self::Json),
-            other => Err(FormatError(format!("format `{other}` is unknown; use raw, npy or json"))),
+        Self::from_name(name).ok_or_else(|| {
+            FormatError(format!("format `{}` is unknown; use raw, npy or json", name.trim().to_ascii_lowercase()))
+        })
+    }
+
+    /// The format of one media type (`Content-Type`, or one item of
+    /// `Accept`; parameters ignored).
+    #[must_use]
+    pub fn from_media_type(value: &str) -> Option<Self> {
+        match value.split(';').next().unwrap_or("").trim().to_ascii_lowercase().as_str() {
+            "application/octet-stream" => Some(Self::Raw),
+            "application/x-npy" | "application/npy" => Some(Self::Npy),
+            "application/json" => Some(Self::Json),
+            _ => None,
         }
+    }
+
+    /// The format of a body's `Content-Type` (parameters ignored).
+    #[must_use]
+    pub fn from_content_type(value: &str) -> Option<Self> {
+        Self::from_media_type(value)
     }
 
     /// The first media type in an `Accept` header that names a format
     /// (quality values are not weighed: clients of this API send one type).
     #[must_use]
     pub fn from_accept(accept: &str) -> Option<Self> {
-        accept.split(',').find_map(|item| {
-            let media = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-            match media.as_str() {
-                "application/octet-stream" => Some(Self::Raw),
-                "application/x-npy" | "application/npy" => Some(Self::Npy),
-                "application/json" => Some(Self::Json),
-                _ => None,
-            }
-        })
+        accept.split(',').find_map(Self::from_media_type)
     }
 
-    /// `format=` when given, else the `Accept` header, else raw.
+    /// The format of an answer: `format=` when given, else the `Accept`
+    /// header, else raw.
     ///
     /// # Errors
     /// An unknown `format=` value.
@@ -80,7 +136,24 @@ impl OutputFormat {
         }
     }
 
-    /// The response's media type.
+    /// The format of a request body: `format=` when given, else the
+    /// `Content-Type`; there is no default.
+    ///
+    /// # Errors
+    /// An unknown `format=` value or `Content-Type`, or neither given.
+    pub fn negotiate_body(param: Option<&str>, content_type: Option<&str>) -> Result<Self, BodyFormatError> {
+        if let Some(name) = param {
+            return Self::from_name(name).ok_or_else(|| BodyFormatError::UnknownName(name.to_string()));
+        }
+        match content_type {
+            Some(ct) => {
+                Self::from_content_type(ct).ok_or_else(|| BodyFormatError::UnsupportedMediaType(ct.to_string()))
+            }
+            None => Err(BodyFormatError::Missing),
+        }
+    }
+
+    /// The media type of data in this format.
     #[must_use]
     pub fn content_type(self) -> &'static str {
         match self {
@@ -249,6 +322,79 @@ pub fn shape_header(shape: &[u64]) -> String {
     shape.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// A decoded body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// The elements.
+    pub data: ChunkData,
+    /// True when `data` is one element to broadcast.
+    pub scalar: bool,
+}
+
+/// Why a body does not fit the selection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecodeError(pub String);
+
+/// A decode result.
+pub type DecodeResult<T> = std::result::Result<T, DecodeError>;
+
+fn err<T>(msg: impl Into<String>) -> DecodeResult<T> {
+    Err(DecodeError(msg.into()))
+}
+
+/// A short name of a data type for decode messages (`float32`, `uint8`, ...).
+#[must_use]
+pub fn type_name(dt: &DataType) -> String {
+    match dt {
+        DataType::Structured { size, .. } => format!("structured ({size} bytes)"),
+        DataType::DateTime64(u) => format!("datetime64[{u}]"),
+        DataType::TimeDelta64(u) => format!("timedelta64[{u}]"),
+        other => format!("{other:?}").to_ascii_lowercase(),
+    }
+}
+
+/// How many elements `shape` holds, as a length in memory.
+fn count(shape: &[u64]) -> DecodeResult<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |a, &d| usize::try_from(d).ok().and_then(|d| a.checked_mul(d)))
+        .ok_or_else(|| DecodeError(format!("a selection of shape {shape:?} is too large")))
+}
+
+/// Decodes `body` for a selection of `shape` of an array of `dt`.
+///
+/// # Errors
+/// A body that is not in `format`, or does not hold `shape` (or one)
+/// elements of `dt`; the message says what was expected.
+pub fn decode(format: WireFormat, body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded> {
+    match format {
+        WireFormat::Raw => decode_raw(body, dt, shape),
+        WireFormat::Npy => npy::decode(body, dt, shape),
+        WireFormat::Json => json::decode(body, dt, shape),
+    }
+}
+
+fn decode_raw(body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded> {
+    let Some(size) = dt.size() else {
+        return err(format!("raw body: {} elements have no fixed size; send JSON", type_name(dt)));
+    };
+    let n = count(shape)?;
+    let expected = n.checked_mul(size).ok_or_else(|| DecodeError("the selection is too large".into()))?;
+    if body.len() == expected {
+        return Ok(Decoded { data: ChunkData::Fixed(body.to_vec()), scalar: false });
+    }
+    if body.len() == size {
+        return Ok(Decoded { data: ChunkData::Fixed(body.to_vec()), scalar: true });
+    }
+    err(format!(
+        "raw body: expected {expected} bytes ({n} elements of shape {shape:?} × {size}-byte {}, little-endian, C order) \
+         or {size} bytes (one element, broadcast); got {} bytes",
+        type_name(dt),
+        body.len()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,15 +402,12 @@ mod tests {
 
     #[test]
     fn negotiation() {
-        assert_eq!(OutputFormat::negotiate(None, None).unwrap(), OutputFormat::Raw);
-        assert_eq!(OutputFormat::negotiate(Some("npy"), Some("application/json")).unwrap(), OutputFormat::Npy);
-        assert_eq!(
-            OutputFormat::negotiate(None, Some("text/html, application/json;q=0.9")).unwrap(),
-            OutputFormat::Json
-        );
-        assert_eq!(OutputFormat::negotiate(None, Some("*/*")).unwrap(), OutputFormat::Raw);
-        assert_eq!(OutputFormat::negotiate(None, Some("application/x-npy")).unwrap(), OutputFormat::Npy);
-        let e = OutputFormat::negotiate(Some("png"), None).unwrap_err();
+        assert_eq!(WireFormat::negotiate(None, None).unwrap(), WireFormat::Raw);
+        assert_eq!(WireFormat::negotiate(Some("npy"), Some("application/json")).unwrap(), WireFormat::Npy);
+        assert_eq!(WireFormat::negotiate(None, Some("text/html, application/json;q=0.9")).unwrap(), WireFormat::Json);
+        assert_eq!(WireFormat::negotiate(None, Some("*/*")).unwrap(), WireFormat::Raw);
+        assert_eq!(WireFormat::negotiate(None, Some("application/x-npy")).unwrap(), WireFormat::Npy);
+        let e = WireFormat::negotiate(Some("png"), None).unwrap_err();
         assert!(e.0.contains("png") && e.0.contains("raw, npy or json"), "{e}");
     }
 
@@ -305,10 +448,42 @@ mod tests {
     }
 
     #[test]
+    fn body_negotiation() {
+        assert_eq!(WireFormat::negotiate_body(Some("npy"), Some("application/json")), Ok(WireFormat::Npy));
+        assert_eq!(WireFormat::negotiate_body(None, Some("application/json; charset=utf-8")), Ok(WireFormat::Json));
+        assert_eq!(WireFormat::negotiate_body(None, Some("application/octet-stream")), Ok(WireFormat::Raw));
+        let e = WireFormat::negotiate_body(Some("png"), None).unwrap_err();
+        assert_eq!(e.to_string(), "format `png`: expected raw, npy or json");
+        let e = WireFormat::negotiate_body(None, Some("text/csv")).unwrap_err();
+        assert!(matches!(&e, BodyFormatError::UnsupportedMediaType(ct) if ct == "text/csv"), "{e}");
+        assert!(e.to_string().starts_with("Content-Type `text/csv`: expected application/octet-stream"), "{e}");
+        assert_eq!(WireFormat::negotiate_body(None, None), Err(BodyFormatError::Missing));
+        // One name table both ways.
+        for name in ["raw", "bin", "binary", "octet-stream", "npy", "numpy", "json"] {
+            assert_eq!(WireFormat::negotiate_body(Some(name), None).ok(), WireFormat::parse(name).ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn raw_bodies_whole_or_one_element() {
+        let fixed = |d: &Decoded| match &d.data {
+            ChunkData::Fixed(b) => b.clone(),
+            ChunkData::Variable(_) => panic!("variable"),
+        };
+        let d = decode(WireFormat::Raw, &[1, 0, 2, 0], &DataType::UInt16, &[2]).unwrap();
+        assert_eq!((fixed(&d), d.scalar), (vec![1u8, 0, 2, 0], false));
+        let d = decode(WireFormat::Raw, &[7, 0], &DataType::UInt16, &[3, 3]).unwrap();
+        assert!(d.scalar);
+        let e = decode(WireFormat::Raw, &[1, 2, 3], &DataType::UInt16, &[2]).unwrap_err().0;
+        assert!(e.contains("expected 4 bytes") && e.contains("got 3 bytes") && e.contains("uint16"), "{e}");
+        assert!(decode(WireFormat::Raw, b"x", &DataType::String, &[1]).unwrap_err().0.contains("send JSON"));
+    }
+
+    #[test]
     fn variable_length_types_only_in_json() {
-        let e = OutputFormat::Raw.check(&DataType::String).unwrap_err();
+        let e = WireFormat::Raw.check(&DataType::String).unwrap_err();
         assert!(e.0.contains("variable-length string") && e.0.contains("format=json"), "{e}");
-        assert!(OutputFormat::Npy.check(&DataType::Bytes).is_err());
-        assert!(OutputFormat::Json.check(&DataType::Bytes).is_ok());
+        assert!(WireFormat::Npy.check(&DataType::Bytes).is_err());
+        assert!(WireFormat::Json.check(&DataType::Bytes).is_ok());
     }
 }

@@ -1,6 +1,10 @@
-//! JSON rendering of decoded elements: nested lists, outermost dimension
+//! JSON, both ways: answers rendered as nested lists, outermost dimension
 //! first (numpy's `tolist()` shape), written piece by piece so a large
-//! answer streams.
+//! answer streams ([`JsonEncoder`]); and request bodies of slice writes
+//! read back from the same shapes ([`decode`]: numbers also as `"NaN"`,
+//! `"Infinity"`, `"-Infinity"`, `"NaT"` for datetimes, base64 strings for
+//! variable-length bytes; raw bits, `float8_*` and structured types are not
+//! accepted).
 //!
 //! Elements, by data type:
 //!
@@ -24,7 +28,10 @@ use std::io::Write;
 
 use base64::Engine;
 use half::{bf16, f16};
+use serde_json::Value;
 
+use super::{count, err, type_name, DecodeError, DecodeResult, Decoded};
+use crate::zarr::chunk::ChunkData;
 use crate::zarr::data_type::DataType;
 
 /// Writes the nested-list structure of an array of `shape` around elements
@@ -468,9 +475,231 @@ pub fn variable_text_len(dt: &DataType, b: &[u8]) -> u64 {
     n
 }
 
+/// Elements being collected from JSON.
+enum Out {
+    Fixed(Vec<u8>),
+    Variable(Vec<Vec<u8>>),
+}
+
+fn json_supported(dt: &DataType) -> bool {
+    !matches!(dt, DataType::RawBits(_) | DataType::RawBytes(_) | DataType::Float8(_) | DataType::Structured { .. })
+}
+
+/// Decodes a JSON body for a selection of `shape` of an array of `dt`.
+///
+/// # Errors
+/// A body that is not JSON, or not nested lists of `shape` (or one value)
+/// of `dt`; the message names the position at fault.
+pub fn decode(body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded> {
+    if !json_supported(dt) {
+        return err(format!("JSON body: {} arrays cannot be written from JSON; send raw bytes", type_name(dt)));
+    }
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| DecodeError(format!("JSON body: not valid JSON: {e}")))?;
+    let n = count(shape)?;
+    let mut out = if dt.is_variable() {
+        Out::Variable(Vec::with_capacity(n.min(1 << 20)))
+    } else {
+        Out::Fixed(Vec::with_capacity(n.saturating_mul(dt.size().unwrap_or(1)).min(1 << 24)))
+    };
+    let expected = || format!("nested lists of shape {shape:?} of {} (or one value, broadcast)", type_name(dt));
+    // Nested lists when the value is a list and the selection has dimensions
+    // (a complex element is a list too: it is one value only when it does not
+    // fit the shape).
+    if !shape.is_empty() && value.is_array() {
+        let mut path = String::new();
+        match walk(&value, shape, dt, &mut out, &mut path) {
+            Ok(()) => return Ok(Decoded { data: out.finish(), scalar: false }),
+            Err(e) if !matches!(dt, DataType::Complex64 | DataType::Complex128) => {
+                return err(format!("JSON body: expected {}; {e}", expected()));
+            }
+            Err(e) => {
+                out.clear();
+                if element(&value, dt, &mut out).is_err() {
+                    return err(format!("JSON body: expected {}; {e}", expected()));
+                }
+                return Ok(Decoded { data: out.finish(), scalar: true });
+            }
+        }
+    }
+    element(&value, dt, &mut out).map_err(|e| DecodeError(format!("JSON body: expected {}; {e}", expected())))?;
+    Ok(Decoded { data: out.finish(), scalar: !shape.is_empty() })
+}
+
+impl Out {
+    fn finish(self) -> ChunkData {
+        match self {
+            Self::Fixed(b) => ChunkData::Fixed(b),
+            Self::Variable(v) => ChunkData::Variable(v),
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            Self::Fixed(b) => b.clear(),
+            Self::Variable(v) => v.clear(),
+        }
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        match self {
+            Self::Fixed(v) => v.extend_from_slice(b),
+            Self::Variable(v) => v.push(b.to_vec()),
+        }
+    }
+}
+
+fn walk(v: &Value, shape: &[u64], dt: &DataType, out: &mut Out, path: &mut String) -> std::result::Result<(), String> {
+    let Some((&len, rest)) = shape.split_first() else {
+        return element(v, dt, out).map_err(|e| format!("at {}: {e}", if path.is_empty() { "top" } else { path }));
+    };
+    let Value::Array(items) = v else {
+        return Err(format!(
+            "at {}: expected a list of {len} items, got {}",
+            if path.is_empty() { "top" } else { path },
+            brief(v)
+        ));
+    };
+    if items.len() as u64 != len {
+        return Err(format!(
+            "at {}: expected a list of {len} items, got {}",
+            if path.is_empty() { "top" } else { path },
+            items.len()
+        ));
+    }
+    for (i, item) in items.iter().enumerate() {
+        let at = path.len();
+        path.push_str(&format!("[{i}]"));
+        walk(item, rest, dt, out, path)?;
+        path.truncate(at);
+    }
+    Ok(())
+}
+
+fn brief(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 40 {
+        format!("{}…", s.chars().take(40).collect::<String>())
+    } else {
+        s
+    }
+}
+
+fn float_of(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.as_str() {
+            "NaN" | "nan" => Some(f64::NAN),
+            "Infinity" | "inf" => Some(f64::INFINITY),
+            "-Infinity" | "-inf" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// One element of `dt` from JSON.
+fn element(v: &Value, dt: &DataType, out: &mut Out) -> std::result::Result<(), String> {
+    let wrong = || format!("{} is not a {} value", brief(v), type_name(dt));
+    macro_rules! int {
+        ($t:ty) => {{
+            let x = match v {
+                Value::Number(n) => n
+                    .as_i64()
+                    .and_then(|x| <$t>::try_from(x).ok())
+                    .or_else(|| n.as_u64().and_then(|x| <$t>::try_from(x).ok())),
+                _ => None,
+            }
+            .ok_or_else(|| format!("{} is not an integer in the range of {}", brief(v), type_name(dt)))?;
+            out.bytes(&x.to_le_bytes());
+        }};
+    }
+    match dt {
+        DataType::Bool => out.bytes(&[u8::from(v.as_bool().ok_or_else(wrong)?)]),
+        DataType::Int8 => int!(i8),
+        DataType::Int16 => int!(i16),
+        DataType::Int32 => int!(i32),
+        DataType::Int64 => int!(i64),
+        DataType::UInt8 => int!(u8),
+        DataType::UInt16 => int!(u16),
+        DataType::UInt32 => int!(u32),
+        DataType::UInt64 => int!(u64),
+        DataType::Int4 => {
+            let x = v
+                .as_i64()
+                .filter(|x| (-8..=7).contains(x))
+                .ok_or_else(|| format!("{} is not an integer in -8..=7", brief(v)))?;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // checked range
+            out.bytes(&[(x as i8) as u8]);
+        }
+        DataType::Float16 => out.bytes(&f16::from_f64(float_of(v).ok_or_else(wrong)?).to_le_bytes()),
+        DataType::BFloat16 => out.bytes(&bf16::from_f64(float_of(v).ok_or_else(wrong)?).to_le_bytes()),
+        #[allow(clippy::cast_possible_truncation)] // float32 elements
+        DataType::Float32 => out.bytes(&(float_of(v).ok_or_else(wrong)? as f32).to_le_bytes()),
+        DataType::Float64 => out.bytes(&float_of(v).ok_or_else(wrong)?.to_le_bytes()),
+        DataType::Complex64 | DataType::Complex128 => {
+            let parts = v.as_array().filter(|a| a.len() == 2).ok_or_else(|| format!("{} is not [re, im]", brief(v)))?;
+            for p in parts {
+                let x = float_of(p).ok_or_else(|| format!("{} is not [re, im]", brief(v)))?;
+                if *dt == DataType::Complex64 {
+                    #[allow(clippy::cast_possible_truncation)] // complex64 parts are float32
+                    out.bytes(&(x as f32).to_le_bytes());
+                } else {
+                    out.bytes(&x.to_le_bytes());
+                }
+            }
+        }
+        DataType::DateTime64(_) | DataType::TimeDelta64(_) => {
+            let x = match v {
+                Value::String(s) if s == "NaT" => Some(i64::MIN),
+                _ => v.as_i64(),
+            }
+            .ok_or_else(|| format!("{} is not an integer count of units (or \"NaT\")", brief(v)))?;
+            out.bytes(&x.to_le_bytes());
+        }
+        DataType::String => out.bytes(v.as_str().ok_or_else(wrong)?.as_bytes()),
+        DataType::Bytes => {
+            let s = v.as_str().ok_or_else(|| format!("{} is not a base64 string", brief(v)))?;
+            let b = base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .map_err(|e| format!("{} is not base64: {e}", brief(v)))?;
+            out.bytes(&b);
+        }
+        DataType::FixedBytes(n) => {
+            let s = v.as_str().ok_or_else(wrong)?;
+            if s.len() > *n {
+                return Err(format!("{} is longer than {n} bytes", brief(v)));
+            }
+            let mut b = s.as_bytes().to_vec();
+            b.resize(*n, 0);
+            out.bytes(&b);
+        }
+        DataType::FixedUtf32(n) => {
+            let s = v.as_str().ok_or_else(wrong)?;
+            if s.chars().count() > *n {
+                return Err(format!("{} is longer than {n} characters", brief(v)));
+            }
+            let mut b: Vec<u8> = s.chars().flat_map(|c| u32::from(c).to_le_bytes()).collect();
+            b.resize(n * 4, 0);
+            out.bytes(&b);
+        }
+        DataType::RawBits(_) | DataType::RawBytes(_) | DataType::Float8(_) | DataType::Structured { .. } => {
+            return Err(wrong())
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fixed(d: &Decoded) -> &[u8] {
+        match &d.data {
+            ChunkData::Fixed(b) => b,
+            ChunkData::Variable(_) => panic!("variable"),
+        }
+    }
 
     fn render(dt: DataType, shape: Vec<u64>, bytes: &[u8], pieces: usize) -> String {
         let size = dt.size().unwrap();
@@ -570,5 +799,26 @@ mod tests {
         let mut out = Vec::new();
         write_variable(&DataType::Bytes, &[0, 255], &mut out);
         assert_eq!(out, b"\"AP8=\"");
+    }
+
+    #[test]
+    fn json_nested_lists_scalars_and_errors() {
+        let d = decode(b"[[1, 2], [3, 4]]", &DataType::Int16, &[2, 2]).unwrap();
+        assert_eq!(fixed(&d), &[1, 0, 2, 0, 3, 0, 4, 0]);
+        let d = decode(b"\"NaN\"", &DataType::Float64, &[5]).unwrap();
+        assert!(d.scalar && f64::from_le_bytes(fixed(&d).try_into().unwrap()).is_nan());
+        // Float64 values parse to the exact double (numpy's repr round-trips).
+        let d = decode(b"[-250.45421916374374, 0.1]", &DataType::Float64, &[2]).unwrap();
+        let want: Vec<u8> = [-250.454_219_163_743_74_f64, 0.1].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(fixed(&d), &want[..]);
+        let d = decode(b"[1.5, -2]", &DataType::Complex64, &[3]).unwrap();
+        assert!(d.scalar, "a complex value that does not fit the shape is one value");
+        let d = decode(br#"["a", "bc"]"#, &DataType::String, &[2]).unwrap();
+        assert_eq!(d.data, ChunkData::Variable(vec![b"a".to_vec(), b"bc".to_vec()]));
+        let e = decode(b"[[1, 2], [3]]", &DataType::Int16, &[2, 2]).unwrap_err().0;
+        assert!(e.contains("shape [2, 2]") && e.contains("at [1]: expected a list of 2 items, got 1"), "{e}");
+        let e = decode(b"[300]", &DataType::UInt8, &[1]).unwrap_err().0;
+        assert!(e.contains("300") && e.contains("uint8"), "{e}");
+        assert!(decode(b"[1,", &DataType::UInt8, &[1]).unwrap_err().0.contains("not valid JSON"));
     }
 }
