@@ -7,8 +7,8 @@ use axum::extract::State;
 use axum::Json;
 use serde_json::{Map, Value};
 
-use super::{JsonBody, NodeTarget};
-use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::http::error::{ApiResult, ErrorBody, ErrorCode};
+use crate::http::extract::{JsonBody, NodeTarget};
 use crate::service::node::{self, Node};
 use crate::service::nodes::{self as ops, AttributeUpdate};
 use crate::service::App;
@@ -16,7 +16,7 @@ use crate::service::App;
 fn object(body: Value) -> ApiResult<Map<String, Value>> {
     match body {
         Value::Object(m) => Ok(m),
-        _ => Err(ApiError::bad_request("invalid_body", "request body: expected a JSON object of attributes")),
+        _ => Err(ErrorCode::InvalidBody.error("request body: expected a JSON object of attributes")),
     }
 }
 
@@ -25,10 +25,7 @@ fn object(body: Value) -> ApiResult<Map<String, Value>> {
     get,
     path = "/api/v1/attributes/{mount}/{*path}",
     tag = "nodes",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Node path inside the mount", example = "climate/temperature"),
-    ),
+    params(NodeTarget),
     responses(
         (status = 200, description = "The attributes", body = Object, example = json!({"units": "K", "long_name": "temperature"})),
         (status = 400, description = "Invalid path", body = ErrorBody),
@@ -50,10 +47,7 @@ pub async fn get_attributes(State(app): State<Arc<App>>, target: NodeTarget) -> 
     put,
     path = "/api/v1/attributes/{mount}/{*path}",
     tag = "nodes",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Node path inside the mount", example = "climate/temperature"),
-    ),
+    params(NodeTarget),
     request_body(content = Object, content_type = "application/json", description = "The new attributes", example = json!({"units": "K"})),
     responses(
         (status = 200, description = "The attributes now stored", body = Object),
@@ -80,10 +74,7 @@ pub async fn put_attributes(
     patch,
     path = "/api/v1/attributes/{mount}/{*path}",
     tag = "nodes",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Node path inside the mount", example = "climate/temperature"),
-    ),
+    params(NodeTarget),
     request_body(content = Object, content_type = "application/json", description = "Members to set (`null` to remove)", example = json!({"units": "degC", "obsolete": null})),
     responses(
         (status = 200, description = "The attributes now stored", body = Object),
