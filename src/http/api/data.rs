@@ -10,6 +10,7 @@
 //! failure after the first slab ends the body early (shorter than its
 //! `Content-Length`, or invalid JSON) and closes the connection.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -19,7 +20,10 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use serde::Deserialize;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::response::{Response as ResponseDoc, ResponseBuilder};
+use utoipa::openapi::{content::ContentBuilder, RefOr};
+use utoipa::{IntoParams, IntoResponses, PartialSchema, ToSchema};
 
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::extract::{ApiQuery, NodeTarget, TypedJsonBody};
@@ -115,6 +119,41 @@ pub struct ChunkQuery {
     pub fill_missing: Option<bool>,
 }
 
+/// The 200 answer of every data route, described once: the elements in
+/// one of three formats, their shape and type in headers.
+fn elements_answer(description: &str) -> BTreeMap<String, RefOr<ResponseDoc>> {
+    let header = |text: &str| HeaderBuilder::new().description(Some(text)).build();
+    let content = |schema| ContentBuilder::new().schema(Some(schema)).build();
+    let answer = ResponseBuilder::new()
+        .description(description)
+        .header("X-Zarr-Shape", header("The result's shape, comma-separated (empty for a scalar)"))
+        .header("X-Zarr-Dtype", header("numpy's dtype (`<f4`), or the Zarr name where numpy has none"))
+        .header("X-Zarr-Order", header("Always `C`"))
+        .content("application/octet-stream", content(Binary::schema()))
+        .content("application/x-npy", content(Binary::schema()))
+        .content("application/json", content(serde_json::Value::schema()))
+        .build();
+    BTreeMap::from([("200".to_string(), RefOr::T(answer))])
+}
+
+/// The 200 answer of a slice read.
+pub struct SelectedElements;
+
+impl IntoResponses for SelectedElements {
+    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
+        elements_answer("The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)")
+    }
+}
+
+/// The 200 answer of a decoded chunk read.
+pub struct DecodedChunk;
+
+impl IntoResponses for DecodedChunk {
+    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
+        elements_answer("The decoded chunk, full chunk shape as stored (edge chunks included)")
+    }
+}
+
 fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
@@ -183,17 +222,7 @@ fn params_from_query(q: DataQuery, headers: &HeaderMap) -> ApiResult<ReadParams>
     tag = "data",
     params(NodeTarget, DataQuery),
     responses(
-        (status = 200, description = "The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)",
-            content(
-                (inline(Binary) = "application/octet-stream"),
-                (inline(Binary) = "application/x-npy"),
-                (Value = "application/json"),
-            ),
-            headers(
-                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
-                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
-                ("X-Zarr-Order" = String, description = "Always `C`"),
-            )),
+        SelectedElements,
         (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON), or lists more than 4,194,304 indices", body = ErrorBody),
@@ -234,17 +263,7 @@ async fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<Read
     params(NodeTarget),
     request_body(content = DataBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)",
-            content(
-                (inline(Binary) = "application/octet-stream"),
-                (inline(Binary) = "application/x-npy"),
-                (Value = "application/json"),
-            ),
-            headers(
-                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
-                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
-                ("X-Zarr-Order" = String, description = "Always `C`"),
-            )),
+        SelectedElements,
         (status = 400, description = "Malformed body or selection (naming the dimension); unknown field or format", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The body or the selection exceeds the limits (at most 4,194,304 indices listed)", body = ErrorBody),
@@ -272,17 +291,7 @@ pub async fn post_data(
     tag = "data",
     params(NodeTarget, ChunkQuery),
     responses(
-        (status = 200, description = "The decoded chunk, full chunk shape as stored (edge chunks included)",
-            content(
-                (inline(Binary) = "application/octet-stream"),
-                (inline(Binary) = "application/x-npy"),
-                (Value = "application/json"),
-            ),
-            headers(
-                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
-                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
-                ("X-Zarr-Order" = String, description = "Always `C`"),
-            )),
+        DecodedChunk,
         (status = 400, description = "Coordinates of the wrong rank or outside the grid (naming the dimension); inner on an unsharded array; unknown field or format", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The chunk exceeds limits.max_selection_bytes", body = ErrorBody),
