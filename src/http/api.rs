@@ -63,17 +63,8 @@ pub fn node_routes(
     for (template, item) in &paths.paths {
         let root_template = template.strip_suffix(PATH_SEGMENT).expect("a node route ends with /{*path}");
         let mut item = item.clone();
-        let ops = [
-            ("GET", &mut item.get),
-            ("PUT", &mut item.put),
-            ("POST", &mut item.post),
-            ("DELETE", &mut item.delete),
-            ("PATCH", &mut item.patch),
-        ];
-        for (method, op) in ops {
-            if let Some(op) = op {
-                at_root(op, method, template);
-            }
+        for (method, op) in super::openapi::operations_mut(&mut item) {
+            at_root(op, method, template);
         }
         root.paths.insert(root_template.to_string(), item);
     }

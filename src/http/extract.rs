@@ -80,9 +80,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for JsonBody<T>
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
-        require_json(&req)?;
-        let body = read_document(req, app).await?;
-        parse_body(body, app).await?.map(Self).map_err(|e| ErrorCode::InvalidBody.error(format!("request body: {e}")))
+        json_document(req, app).await?.map(Self).map_err(|e| ErrorCode::InvalidBody.error(format!("request body: {e}")))
     }
 }
 
@@ -96,9 +94,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for TypedJsonBo
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
-        require_json(&req)?;
-        let body = read_document(req, app).await?;
-        parse_body(body, app).await?.map(Self).map_err(|e| {
+        json_document(req, app).await?.map(Self).map_err(|e| {
             let code = match e.classify() {
                 serde_json::error::Category::Data => ErrorCode::InvalidBodyShape,
                 _ => ErrorCode::InvalidBody,
@@ -106,6 +102,19 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for TypedJsonBo
             code.error(format!("invalid request body: {e}"))
         })
     }
+}
+
+/// A JSON document body parsed into `T`: 415 unless it says it is JSON,
+/// 413 over `limits.max_body_bytes`, a stalled body 408; the parse error
+/// is the caller's to answer.
+async fn json_document<T: DeserializeOwned + Send + 'static>(
+    req: Request,
+    app: &App,
+) -> ApiResult<Result<T, serde_json::Error>> {
+    require_json(&req)?;
+    let (parts, body) = req.into_parts();
+    let body = read_body(&parts.headers, body, app.config().limits.max_body_bytes, "limits.max_body_bytes").await?;
+    parse_body(body, app).await
 }
 
 /// Bodies up to this many bytes are parsed on the async worker (less work
@@ -123,13 +132,6 @@ async fn parse_body<T: DeserializeOwned + Send + 'static>(
     crate::service::cpu::run_or_inline(body.len() <= INLINE_PARSE_MAX, move || serde_json::from_slice::<T>(&body))
         .await
         .map_err(|e| ApiError::from(ServiceError::Internal(e.to_string())))
-}
-
-/// A document body: at most `limits.max_body_bytes`.
-async fn read_document(req: Request, app: &App) -> Result<Bytes, ApiError> {
-    let (parts, body) = req.into_parts();
-    let limit = app.config().limits.max_body_bytes;
-    read_body(&parts.headers, body, limit, "limits.max_body_bytes").await
 }
 
 /// 415 unless the request says its body is JSON.
