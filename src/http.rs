@@ -1,6 +1,8 @@
 //! The HTTP face: the routes, the [`front`] every request enters (CORS,
 //! the [`guard`]: access rules, authentication, limits; metrics and the
-//! request log), error mapping and the OpenAPI document.
+//! request log), error mapping ([`error`]: one table from code to status),
+//! the extractors handlers take ([`extract`]), the request parameters more
+//! than one handler parses ([`params`]) and the OpenAPI document.
 //!
 //! [`router`] builds the whole application without a socket, so tests drive
 //! it with `tower::ServiceExt::oneshot`; `main.rs` serves it.

@@ -49,7 +49,8 @@ const PATH_SEGMENT: &str = "/{*path}";
 /// and their twins at the mount's root, `/api/v1/<resource>/{mount}`: the
 /// same handlers, and in the document the same operations (responses,
 /// query parameters, body) without the `path` parameter, each with its
-/// root operation id ([`root_operation_id`]).
+/// root operation id (`get_data` → `get_root_data`, `consolidate` →
+/// `consolidate_root`).
 ///
 /// # Panics
 /// When a route does not end with `/{*path}` (a programming error every

@@ -39,8 +39,9 @@ pub enum Need {
     /// Nothing: health, metrics, the API description.
     Public,
     /// Any caller, anonymous included (a wrong token is still 401); the
-    /// handler shows only what [`Caller::may`] allows. The [`Caller`] is in
-    /// the request's extensions.
+    /// handler shows only what [`Access::may`](super::guard::Access::may)
+    /// allows. The caller's [`Access`](super::guard::Access) is in the
+    /// request's extensions.
     Caller,
     /// This scope on the mount named by the `{mount}` segment.
     Mount(Scope),

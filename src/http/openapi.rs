@@ -2,8 +2,9 @@
 //! server serves.
 //!
 //! Every documented route is registered through utoipa-axum's
-//! [`OpenApiRouter`] in [`super::routes`], so the document and the router are
-//! built from one list and cannot diverge. `zarrd openapi` prints the
+//! [`OpenApiRouter`](utoipa_axum::router::OpenApiRouter) in
+//! [`routes`](super::routes()), so the document and the router are built
+//! from one list and cannot diverge. `zarrd openapi` prints the
 //! document; `openapi/openapi.json` is that output, committed, and
 //! `tests/openapi.rs` fails when the two drift.
 //!
