@@ -1,6 +1,8 @@
 //! The HTTP face: the routes, the [`front`] every request enters (CORS,
 //! the [`guard`]: access rules, authentication, limits; metrics and the
-//! request log), error mapping and the OpenAPI document.
+//! request log), error mapping ([`error`]: one table from code to status),
+//! the extractors handlers take ([`extract`]), the request parameters more
+//! than one handler parses ([`params`]) and the OpenAPI document.
 //!
 //! [`router`] builds the whole application without a socket, so tests drive
 //! it with `tower::ServiceExt::oneshot`; `main.rs` serves it.
@@ -11,11 +13,13 @@ pub mod cors;
 pub mod dav;
 pub mod docs;
 pub mod error;
+pub mod extract;
 pub mod front;
 pub mod guard;
 pub mod health;
 pub mod metrics;
 pub mod openapi;
+pub mod params;
 pub mod store;
 
 use std::sync::Arc;
@@ -52,22 +56,18 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
     for path in MOUNT_ROOT_ROUTES {
         router = router.route(path, store.clone());
     }
+    let router = router.routes(routes!(api::nodes::list_mounts));
+    let router = api::node_routes(router, routes!(api::nodes::get_node, api::nodes::put_node, api::nodes::delete_node));
+    let router = api::node_routes(router, routes!(api::consolidate::consolidate));
+    let router = api::node_routes(router, routes!(api::data::get_data, api::data::post_data, api::write::put_data));
+    let router = api::node_routes(router, routes!(api::data::get_chunk));
     router
-        .routes(routes!(api::nodes::list_mounts))
-        .routes(routes!(api::nodes::get_root_node, api::nodes::put_root_node, api::nodes::delete_root_node))
-        .routes(routes!(api::nodes::get_node, api::nodes::put_node, api::nodes::delete_node))
         .routes(routes!(
             api::attributes::get_attributes,
             api::attributes::put_attributes,
             api::attributes::patch_attributes
         ))
         .routes(routes!(api::resize::resize))
-        .routes(routes!(api::consolidate::consolidate_root))
-        .routes(routes!(api::consolidate::consolidate))
-        .routes(routes!(api::data::get_data, api::data::post_data, api::write::put_data))
-        .routes(routes!(api::data::get_root_data, api::data::post_root_data, api::write::put_root_data))
-        .routes(routes!(api::data::get_chunk))
-        .routes(routes!(api::data::get_root_chunk))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi::serve))

@@ -433,6 +433,61 @@ async fn lists_mounts(s: TestServer) {
     assert_eq!(j["mounts"][1]["read_only"], true);
 }
 
+/// A v3 `uint8` array's `zarr.json` with this shape, chunk shape and codecs.
+fn v3_with_codecs(shape: &[u64], chunks: &[u64], codecs: &Value) -> String {
+    json!({"zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": codecs})
+    .to_string()
+}
+
+/// The layout a description reports (element order, shard and inner chunk
+/// shapes) comes from the array's description and codec list: a transpose
+/// gives `C`, `F` or no order; a `sharding_indexed` codec anywhere in the
+/// chain gives the shard shape, and its inner chunks their shape.
+async fn describes_order_and_sharding(s: TestServer) {
+    let bytes = json!({"name": "bytes", "configuration": {"endian": "little"}});
+    let transpose = |order: Value| json!({"name": "transpose", "configuration": {"order": order}});
+    let sharding = |inner: Value| {
+        json!({"name": "sharding_indexed", "configuration": {"chunk_shape": inner, "codecs": [bytes],
+            "index_codecs": [bytes, {"name": "crc32c"}], "index_location": "end"}})
+    };
+    let cases = [
+        ("c", vec![4, 6], vec![2, 3], json!([transpose(json!([0, 1])), bytes]), Some("C"), None, None),
+        ("f", vec![4, 6], vec![2, 3], json!([transpose(json!([1, 0])), bytes]), Some("F"), None, None),
+        ("p", vec![4, 6, 8], vec![2, 3, 4], json!([transpose(json!([1, 0, 2])), bytes]), None, None, None),
+        ("plain", vec![4, 6], vec![2, 3], json!([bytes]), Some("C"), None, None),
+        (
+            "sharded",
+            vec![8, 12],
+            vec![4, 6],
+            json!([sharding(json!([2, 3]))]),
+            Some("C"),
+            Some(json!([4, 6])),
+            Some(json!([2, 3])),
+        ),
+    ];
+    for (name, shape, chunks, codecs, order, shard, inner) in cases {
+        s.put(&format!("/zarr/data/layout/{name}/zarr.json"), v3_with_codecs(&shape, &chunks, &codecs))
+            .await
+            .expect_status(201);
+        let j = s.get(&format!("/api/v1/nodes/data/layout/{name}")).await.json();
+        assert_eq!(j["order"].as_str(), order, "{name}: {j}");
+        assert_eq!(j.get("shard_shape").cloned(), shard, "{name}");
+        assert_eq!(j.get("inner_chunk_shape").cloned(), inner, "{name}");
+        assert_eq!((&j["shape"], &j["chunk_shape"]), (&json!(shape), &json!(chunks)), "{name}");
+        assert_eq!(j["codecs"], codecs, "{name}: the codecs as stored");
+    }
+    // Sharding after a transpose: still sharded (the engine reads such
+    // shards whole, but the description names their layout).
+    let codecs = json!([transpose(json!([1, 0])), sharding(json!([3, 2]))]);
+    s.put("/zarr/data/layout/ts/zarr.json", v3_with_codecs(&[8, 12], &[4, 6], &codecs)).await.expect_status(201);
+    let j = s.get("/api/v1/nodes/data/layout/ts").await.json();
+    assert_eq!((&j["shard_shape"], j["order"].as_str()), (&json!([4, 6]), Some("F")), "{j}");
+    assert_eq!(j["inner_chunk_shape"], j["tensorstore_schema"]["chunk_layout"]["read_chunk"]["shape"], "{j}");
+    assert_eq!(j["inner_chunk_shape"], json!([3, 2]), "{j}");
+}
+
 macro_rules! on_backends {
     ($($name:ident),*) => {
         mod memory { $( #[tokio::test] async fn $name() { super::common::run(super::Backend::Memory, stringify!($name), super::$name).await; } )* }
@@ -452,7 +507,8 @@ on_backends!(
     resize_grows_and_shrinks,
     deletes_nodes,
     consolidates_v3_and_v2,
-    metadata_cache_follows_raw_writes
+    metadata_cache_follows_raw_writes,
+    describes_order_and_sharding
 );
 
 /// `recheck_cached_metadata = false`: a change behind zarrd's back is not

@@ -209,7 +209,9 @@ async fn errors(s: WriteServer) {
     let r = s.put("/api/v1/data/data/a?sel=0:6,99", "application/json", "1").await;
     assert!(r.expect_error(400, "invalid_selection").error_message().contains("out of bounds"), "{r}");
     s.put("/api/v1/data/data/a?sel=1:2:3:4", "application/json", "1").await.expect_error(400, "invalid_selection");
-    s.put("/api/v1/data/data/a?sel=0&mode=diagonal", "application/json", "1").await.expect_error(400, "invalid_mode");
+    s.put("/api/v1/data/data/a?sel=0&mode=diagonal", "application/json", "1")
+        .await
+        .expect_error(400, "invalid_selection");
     s.put("/api/v1/data/data/a?sel=0&format=xml", "application/json", "1").await.expect_error(400, "invalid_format");
     s.put("/api/v1/data/data/a?sel=0&write_empty_chunks=maybe", "application/json", "1")
         .await
@@ -274,6 +276,38 @@ async fn reads_after_writes(s: WriteServer) {
     }
 }
 
+/// `mode=` has one rule on reads and writes: the same names (zarr-python's
+/// `oindex` and `vindex` too, any case) and the same refusal, 400
+/// `invalid_selection` naming the mode.
+async fn selection_modes(s: WriteServer) {
+    s.create("a", &v3_meta("uint16", &[6, 6], &[3, 3], None)).await;
+    let read = |q: &str| {
+        let url = format!("/api/v1/data/data/a?format=json&{q}");
+        let s = &s;
+        async move {
+            let r = s.get(&url).await;
+            r.expect_status(200);
+            r.json()
+        }
+    };
+    for mode in ["orthogonal", "oindex", "OIndex"] {
+        let url = format!("/api/v1/data/data/a?sel=[1,3],[0,2]&mode={mode}");
+        s.put(&url, "application/json", "[[1, 2], [3, 4]]").await.expect_status(204);
+        assert_eq!(read(&format!("sel=[1,3],[0,2]&mode={mode}")).await, json!([[1, 2], [3, 4]]), "{mode}");
+    }
+    for mode in ["coordinate", "vindex"] {
+        let url = format!("/api/v1/data/data/a?sel=[0,5],[5,0]&mode={mode}");
+        s.put(&url, "application/json", "[7, 8]").await.expect_status(204);
+        assert_eq!(read(&format!("sel=[0,5],[5,0]&mode={mode}")).await, json!([7, 8]), "{mode}");
+    }
+    let put = s.put("/api/v1/data/data/a?sel=0&mode=diagonal", "application/json", "1").await;
+    let get = s.get("/api/v1/data/data/a?sel=0&mode=diagonal").await;
+    for r in [put, get] {
+        r.expect_error(400, "invalid_selection");
+        assert!(r.error_message().contains("`diagonal`"), "{}", r.error_message());
+    }
+}
+
 macro_rules! backends {
     ($($name:ident),*) => {
         mod memory {
@@ -296,4 +330,4 @@ where
         .unwrap_or_else(|_| panic!("{test} on {backend:?} did not finish in 120 s"));
 }
 
-backends!(formats_and_selections, empty_chunks, errors, reads_after_writes);
+backends!(formats_and_selections, empty_chunks, errors, reads_after_writes, selection_modes);

@@ -18,7 +18,13 @@
 //! In the OpenAPI document `{*path}` is the parameter `{path}`: a generated
 //! client percent-encodes the `/` inside it, which axum decodes.
 //!
-//! Handlers parse the request, call one service function and map its
+//! A node route and its root twin are one handler with one `#[utoipa::path]`
+//! (the `{*path}` route), registered at both by [`node_routes`], which
+//! derives the root operation from it: the same responses, without the
+//! `path` parameter.
+//!
+//! Handlers parse the request (extractors in [`super::extract`], shared
+//! parameters in [`super::params`]), call one service function and map its
 //! result; errors use the JSON envelope of [`super::error`].
 
 pub mod attributes;
@@ -28,159 +34,105 @@ pub mod nodes;
 pub mod resize;
 pub mod write;
 
-use std::collections::HashMap;
-
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
-use axum::http::request::Parts;
-use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
-use super::error::ApiError;
-use crate::service::node::NodePath;
+use utoipa::openapi::path::{Operation, Paths};
+use utoipa::openapi::RefOr;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
+
 use crate::service::App;
 
-/// The mount and node path of a `/api/v1/<resource>/{mount}[/{*path}]`
-/// route (the path is the root when the route has none).
-#[derive(Debug, Clone)]
-pub struct NodeTarget {
-    /// The mount name.
-    pub mount: String,
-    /// The node's path in the mount.
-    pub path: NodePath,
-}
+/// The catch-all segment every node route ends with.
+const PATH_SEGMENT: &str = "/{*path}";
 
-impl<S: Send + Sync> FromRequestParts<S> for NodeTarget {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let Path(mut params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::bad_request("invalid_path", format!("invalid path: {e}")))?;
-        let mount = params.remove("mount").unwrap_or_default();
-        let path = NodePath::new(params.get("path").map_or("", String::as_str))?;
-        Ok(Self { mount, path })
+/// Registers the operations of one node route, `/api/v1/<resource>/{mount}/{*path}`,
+/// and their twins at the mount's root, `/api/v1/<resource>/{mount}`: the
+/// same handlers, and in the document the same operations (responses,
+/// query parameters, body) without the `path` parameter, each with its
+/// root operation id (`get_data` → `get_root_data`, `consolidate` →
+/// `consolidate_root`).
+///
+/// # Panics
+/// When a route does not end with `/{*path}` (a programming error every
+/// test would show).
+#[must_use]
+pub fn node_routes(
+    router: OpenApiRouter<Arc<App>>,
+    (schemas, paths, method_router): UtoipaMethodRouter<Arc<App>>,
+) -> OpenApiRouter<Arc<App>> {
+    let mut root = Paths::new();
+    for (template, item) in &paths.paths {
+        let root_template = template.strip_suffix(PATH_SEGMENT).expect("a node route ends with /{*path}");
+        let mut item = item.clone();
+        for (method, op) in super::openapi::operations_mut(&mut item) {
+            at_root(op, method, template);
+        }
+        root.paths.insert(root_template.to_string(), item);
     }
+    router.routes((schemas, paths, method_router.clone())).routes((Vec::new(), root, method_router))
 }
 
-/// A query string parsed into `T`; a bad one is a 400 in the JSON envelope
-/// naming the parameter.
-#[derive(Debug, Clone, Default)]
-pub struct ApiQuery<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Query(q)| Self(q))
-            .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {}", e.body_text())))
+/// `op` of `METHOD template` made its root twin's.
+fn at_root(op: &mut Operation, method: &str, template: &str) {
+    op.operation_id = op.operation_id.as_deref().map(root_operation_id);
+    if let Some(params) = &mut op.parameters {
+        params.retain(|p| !matches!(p, RefOr::T(p) if p.name == "path"));
     }
+    let twin = template.replace(PATH_SEGMENT, "/{path}");
+    op.description = Some(format!("As `{method} {twin}`, for the node at the mount's root."));
 }
 
-/// A JSON request body, at most `limits.max_body_bytes` (a document, not
-/// array data); a `Content-Type` other than `application/json` (or
-/// `application/*+json`), or none, is 415 (a page of another site can send
-/// `text/plain` or a form without asking first, never JSON); not JSON is a
-/// 400 naming the line and column, too large a 413 naming the limit, a
-/// stalled body a 408.
-#[derive(Debug, Clone)]
-pub struct JsonBody<T>(pub T);
-
-impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for JsonBody<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
-        require_json(&req)?;
-        let body = read_document(req, app).await?;
-        parse_body(body, app)
-            .await?
-            .map(Self)
-            .map_err(|e| ApiError::bad_request("invalid_body", format!("request body: {e}")))
+/// The root twin's operation id: `get_data` → `get_root_data`,
+/// `consolidate` → `consolidate_root`.
+fn root_operation_id(id: &str) -> String {
+    match id.split_once('_') {
+        Some((verb, rest)) => format!("{verb}_root_{rest}"),
+        None => format!("{id}_root"),
     }
-}
-
-/// Bodies up to this many bytes are parsed on the async worker (less work
-/// than the hand-off to the CPU pool); larger ones on the pool.
-const INLINE_PARSE_MAX: usize = 64 * 1024;
-
-/// Parses a JSON body within the document parse budget (already held when
-/// the front reserved it for the whole request), on the CPU pool when it is
-/// large enough to stall an async worker.
-async fn parse_body<T: DeserializeOwned + Send + 'static>(
-    body: bytes::Bytes,
-    app: &App,
-) -> Result<Result<T, serde_json::Error>, ApiError> {
-    let _parse = crate::service::node::DocumentGate::of(app).reserve(body.len()).await;
-    crate::service::cpu::run_or_inline(body.len() <= INLINE_PARSE_MAX, move || serde_json::from_slice::<T>(&body))
-        .await
-        .map_err(|e| ApiError::from(crate::service::ServiceError::Internal(e.to_string())))
-}
-
-/// A document body: at most `limits.max_body_bytes`.
-async fn read_document(req: Request, app: &App) -> Result<bytes::Bytes, ApiError> {
-    let (parts, body) = req.into_parts();
-    let limit = app.config().limits.max_body_bytes;
-    crate::http::store::read_body(&parts.headers, body, limit, "limits.max_body_bytes").await
-}
-
-/// A JSON request body that must say so: as [`JsonBody`], and besides a
-/// `Content-Type` other than `application/json` (or `application/*+json`)
-/// is 415, and JSON of the wrong shape (an unknown member, a wrong type) is
-/// 422 rather than 400.
-#[derive(Debug, Clone)]
-pub struct TypedJsonBody<T>(pub T);
-
-impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for TypedJsonBody<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
-        require_json(&req)?;
-        let body = read_document(req, app).await?;
-        parse_body(body, app).await?.map(Self).map_err(|e| {
-            let status = match e.classify() {
-                serde_json::error::Category::Data => axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-                _ => axum::http::StatusCode::BAD_REQUEST,
-            };
-            ApiError::new(status, "invalid_body", format!("invalid request body: {e}"))
-        })
-    }
-}
-
-/// 415 unless the request says its body is JSON.
-fn require_json(req: &Request) -> Result<(), ApiError> {
-    let content_type =
-        req.headers().get(axum::http::header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()));
-    if content_type.as_deref().is_some_and(is_json_media_type) {
-        return Ok(());
-    }
-    let got = content_type.map_or_else(|| "no Content-Type".to_string(), |c| format!("Content-Type `{c}`"));
-    Err(ApiError::new(
-        axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_media_type",
-        format!(
-            "invalid request body: {got}; this endpoint takes a JSON body, sent with `Content-Type: application/json`"
-        ),
-    ))
-}
-
-/// `application/json`, or a `+json` type, with any parameters.
-fn is_json_media_type(value: &str) -> bool {
-    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    essence.strip_prefix("application/").is_some_and(|subtype| subtype == "json" || subtype.ends_with("+json"))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_json_media_type;
+    use super::*;
 
     #[test]
-    fn json_media_types() {
-        for yes in ["application/json", "Application/JSON; charset=utf-8", "application/vnd.api+json"] {
-            assert!(is_json_media_type(yes), "{yes}");
+    fn root_operation_ids() {
+        assert_eq!(root_operation_id("get_data"), "get_root_data");
+        assert_eq!(root_operation_id("delete_node"), "delete_root_node");
+        assert_eq!(root_operation_id("consolidate"), "consolidate_root");
+    }
+
+    #[test]
+    fn every_node_route_has_its_root_twin_with_the_same_responses() {
+        let (_, doc) = crate::http::routes().split_for_parts();
+        let names = |o: &Operation| -> Vec<String> {
+            let params = o.parameters.iter().flatten();
+            params.filter_map(|p| if let RefOr::T(p) = p { Some(p.name.clone()) } else { None }).collect()
+        };
+        let mut twins = 0;
+        for (template, item) in &doc.paths.paths {
+            let Some(root_item) = template.strip_suffix(PATH_SEGMENT).and_then(|root| doc.paths.paths.get(root)) else {
+                continue;
+            };
+            for (op, root_op) in [
+                (&item.get, &root_item.get),
+                (&item.put, &root_item.put),
+                (&item.post, &root_item.post),
+                (&item.delete, &root_item.delete),
+                (&item.patch, &root_item.patch),
+            ] {
+                assert_eq!(op.is_some(), root_op.is_some(), "{template}");
+                let (Some(op), Some(root_op)) = (op, root_op) else { continue };
+                twins += 1;
+                let json = |o: &Operation| serde_json::to_value(&o.responses).unwrap();
+                assert_eq!(json(op), json(root_op), "{template}");
+                let mut expected = names(op);
+                assert!(expected.iter().any(|n| n == "path"), "{template}");
+                expected.retain(|n| n != "path");
+                assert_eq!(names(root_op), expected, "{template}");
+            }
         }
-        for no in ["text/json", "application/jsonx", "application/octet-stream", ""] {
-            assert!(!is_json_media_type(no), "{no}");
-        }
+        // nodes (GET, PUT, DELETE), data (GET, POST, PUT), chunks, consolidate.
+        assert_eq!(twins, 8);
     }
 }

@@ -26,10 +26,10 @@
 use std::net::SocketAddr;
 
 use axum::extract::ConnectInfo;
-use axum::http::{header, HeaderValue, Method, Request, StatusCode};
+use axum::http::{header, Method, Request};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use crate::config::{Config, Scope, TokenHash};
 use crate::service::App;
 
@@ -39,8 +39,9 @@ pub enum Need {
     /// Nothing: health, metrics, the API description.
     Public,
     /// Any caller, anonymous included (a wrong token is still 401); the
-    /// handler shows only what [`Caller::may`] allows. The [`Caller`] is in
-    /// the request's extensions.
+    /// handler shows only what [`Access::may`](super::guard::Access::may)
+    /// allows. The caller's [`Access`](super::guard::Access) is in the
+    /// request's extensions.
     Caller,
     /// This scope on the mount named by the `{mount}` segment.
     Mount(Scope),
@@ -352,11 +353,7 @@ impl Authenticator {
             Caller::Anonymous { .. } => {
                 Err(unauthorized(&format!("this request needs a bearer token with {what}"), None))
             }
-            Caller::Token(_) => Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!("the bearer token does not grant {what}"),
-            )),
+            Caller::Token(_) => Err(ErrorCode::Forbidden.error(format!("the bearer token does not grant {what}"))),
         }
     }
 }
@@ -366,11 +363,7 @@ fn unauthorized(message: &str, error: Option<&str>) -> ApiError {
         Some(e) => format!("Bearer realm=\"zarrd\", error=\"{e}\""),
         None => "Bearer realm=\"zarrd\"".to_string(),
     };
-    let mut e = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message);
-    if let Ok(v) = HeaderValue::from_str(&challenge) {
-        e.headers.push((header::WWW_AUTHENTICATE, v));
-    }
-    e
+    ErrorCode::Unauthorized.error(message).with_header(header::WWW_AUTHENTICATE, &challenge)
 }
 
 #[cfg(test)]
@@ -378,6 +371,7 @@ mod tests {
     use super::*;
     use crate::config::TokenSpec;
     use crate::storage::{Mount, MountSpec};
+    use axum::http::{HeaderValue, StatusCode};
 
     /// A token: name, secret, scopes.
     type Spec<'a> = (&'a str, &'a str, &'a [(&'a str, Scope)]);
@@ -424,7 +418,7 @@ mod tests {
         assert_eq!(auth.name(caller).map(|n| &*n.0), Some("b"));
         for bad in ["Bearer wrong", "Bearer", "Basic c2VjcmV0", "secret-a-0123456789", "Bearer "] {
             let e = auth.identify(&request(Some(bad), None)).unwrap_err();
-            assert_eq!(e.status, StatusCode::UNAUTHORIZED, "{bad}");
+            assert_eq!(e.status(), StatusCode::UNAUTHORIZED, "{bad}");
             assert!(!e.message.contains("secret"), "{bad}: {}", e.message);
             assert!(e.headers.iter().any(
                 |(k, v)| k == header::WWW_AUTHENTICATE && v.to_str().unwrap().starts_with("Bearer realm=\"zarrd\"")
@@ -442,13 +436,13 @@ mod tests {
         assert!(auth.authorise(&app, w, "open", Scope::Read).is_ok());
         assert!(auth.authorise(&app, w, "open", Scope::Write).is_ok());
         let e = auth.authorise(&app, w, "open", Scope::Admin).unwrap_err();
-        assert_eq!(e.status, StatusCode::FORBIDDEN);
+        assert_eq!(e.status(), StatusCode::FORBIDDEN);
         assert!(e.message.contains("`admin`") && e.message.contains("`open`"), "{}", e.message);
-        assert_eq!(auth.authorise(&app, w, "closed", Scope::Read).unwrap_err().status, StatusCode::FORBIDDEN);
+        assert_eq!(auth.authorise(&app, w, "closed", Scope::Read).unwrap_err().status(), StatusCode::FORBIDDEN);
         let r = Caller::Token(1);
         assert!(auth.authorise(&app, r, "closed", Scope::Read).is_ok());
         assert!(auth.authorise(&app, r, "no-such-mount", Scope::Read).is_ok(), "the handler answers 404");
-        assert_eq!(auth.authorise(&app, r, "closed", Scope::Write).unwrap_err().status, StatusCode::FORBIDDEN);
+        assert_eq!(auth.authorise(&app, r, "closed", Scope::Write).unwrap_err().status(), StatusCode::FORBIDDEN);
     }
 
     #[test]
@@ -459,8 +453,8 @@ mod tests {
         assert_eq!(local, Caller::Anonymous { loopback: true });
         assert!(auth.authorise(&a, local, "open", Scope::Read).is_ok());
         let e = auth.authorise(&a, local, "open", Scope::Write).unwrap_err();
-        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
-        assert_eq!(auth.authorise(&a, local, "closed", Scope::Read).unwrap_err().status, StatusCode::UNAUTHORIZED);
+        assert_eq!(e.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(auth.authorise(&a, local, "closed", Scope::Read).unwrap_err().status(), StatusCode::UNAUTHORIZED);
         assert!(!auth.open_reads());
         // No tokens, loopback bind: everything from loopback peers only.
         let (a, auth) = app("127.0.0.1:1", &[]);
@@ -477,7 +471,7 @@ mod tests {
         assert!(auth.open_reads());
         let local = auth.identify(&request(None, Some("127.0.0.1:5"))).unwrap();
         assert!(auth.authorise(&a, local, "closed", Scope::Read).is_ok());
-        assert_eq!(auth.authorise(&a, local, "closed", Scope::Write).unwrap_err().status, StatusCode::UNAUTHORIZED);
+        assert_eq!(auth.authorise(&a, local, "closed", Scope::Write).unwrap_err().status(), StatusCode::UNAUTHORIZED);
     }
 
     #[test]

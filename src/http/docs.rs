@@ -7,11 +7,11 @@
 use std::sync::{Arc, OnceLock};
 
 use axum::extract::Path;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Redirect, Response};
 use utoipa_swagger_ui::Config;
 
-use super::error::{ApiError, ErrorBody};
+use super::error::{ErrorBody, ErrorCode};
 use super::openapi::Binary;
 
 fn config() -> Arc<Config<'static>> {
@@ -30,13 +30,10 @@ fn file(path: &str) -> Response {
             )
                 .into_response()
         }
-        Ok(None) => {
-            ApiError::new(StatusCode::NOT_FOUND, "no_route", format!("no documentation file {path}")).into_response()
-        }
+        Ok(None) => ErrorCode::NoRoute.error(format!("no documentation file {path}")).into_response(),
         Err(e) => {
             tracing::error!(error = %e, path, "cannot render a Swagger UI file");
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "cannot render the documentation page")
-                .into_response()
+            ErrorCode::Internal.error("cannot render the documentation page").into_response()
         }
     }
 }

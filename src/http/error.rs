@@ -2,10 +2,18 @@
 //!
 //! Policy: every error answers the JSON envelope
 //! `{"error": {"code": "...", "message": "..."}}`. Client errors say what is
-//! wrong (the key, the field, the mount). Server faults (storage unreachable,
+//! wrong (the key, the field, the mount). Server faults (storage unavailable,
 //! task failures) are logged in full and answered with a short message that
-//! names the mount or key but no backend internals. The status is chosen by
-//! an exhaustive match, so a new error variant cannot go unmapped.
+//! names the mount or key but no backend internals.
+//!
+//! Every answer's code is an [`ErrorCode`], and [`ErrorCode::parts`] is the
+//! one exhaustive table from code to status and code string (as s3s keeps
+//! S3's): handlers pick a code, never a status or a string. Service and
+//! storage errors map onto codes by exhaustive matches, so a new error
+//! variant cannot go unmapped. Two codes may share a string where one word
+//! names two outcomes a client tells apart by status (`already_exists`: 412
+//! for a conditional store write, 409 for a node; `invalid_body`: 400 for a
+//! body that is not JSON, 422 for JSON of the wrong shape).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -32,11 +40,190 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
-/// An error answer: status, code, message and any extra headers.
+/// Every error an answer can carry; [`Self::parts`] gives its status and
+/// the code string clients see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    // Requests the router or the guard refuses.
+    /// No route for the path.
+    NoRoute,
+    /// The route does not take the method.
+    MethodNotAllowed,
+    /// No valid token where one is needed.
+    Unauthorized,
+    /// The token lacks the scope.
+    Forbidden,
+    /// A write a page of another site may have sent.
+    CrossSiteRefused,
+    /// A query parameter the route does not take.
+    UnknownParameter,
+    /// Load shedding.
+    Overloaded,
+    /// The request ran past `limits.request_timeout_seconds`.
+    Timeout,
+    // Request parameters and bodies.
+    /// A path parameter that does not parse.
+    InvalidPath,
+    /// A query string that does not parse.
+    InvalidQuery,
+    /// A body that is not JSON (or not the JSON expected).
+    InvalidBody,
+    /// A JSON body of the wrong shape (an unknown member, a wrong type).
+    InvalidBodyShape,
+    /// A `Content-Type` the route does not take.
+    UnsupportedMediaType,
+    /// A wire format (`format=`) that does not exist.
+    InvalidFormat,
+    /// A data body whose encoding is not said.
+    MissingFormat,
+    /// A WebDAV `Depth` header that is not 0, 1 or infinity.
+    InvalidDepth,
+    /// A body larger than the limit that applies to it.
+    PayloadTooLarge,
+    /// The body stopped arriving.
+    BodyTimeout,
+    /// Reading the body failed.
+    BodyReadFailed,
+    /// A request the service refuses as malformed.
+    BadRequest,
+    // Keys and storage.
+    /// A key that is not valid.
+    InvalidKey,
+    /// No object under the key.
+    NotFound,
+    /// The key names a prefix, not an object.
+    IsPrefix,
+    /// A conditional store write found the key present.
+    KeyExists,
+    /// A precondition (`If-Match`, ...) failed.
+    PreconditionFailed,
+    /// A conditional read whose object has not changed.
+    NotModified,
+    /// A range outside the object.
+    RangeNotSatisfiable,
+    /// A write that collides with stored data.
+    Conflict,
+    /// The storage backend refused access.
+    StoragePermissionDenied,
+    /// The storage backend cannot do this.
+    NotSupported,
+    /// The storage backend is unavailable.
+    StorageUnavailable,
+    /// The storage backend did not answer in time.
+    StorageTimeout,
+    // Mounts, nodes and arrays.
+    /// No such mount.
+    UnknownMount,
+    /// A write to a read-only mount.
+    ReadOnly,
+    /// Stored or given metadata that is not valid.
+    InvalidMetadata,
+    /// No node at the path.
+    NodeNotFound,
+    /// The node is a group where an array is needed.
+    NotAnArray,
+    /// An array over the limits, or with features zarrd lacks.
+    UnsupportedArray,
+    /// A node exists where one is to be created.
+    NodeExists,
+    /// A group with children, deleted without `recursive`.
+    NotEmpty,
+    /// Other writers kept changing a chunk.
+    WriteConflict,
+    // Selections and data.
+    /// A selection (or its mode) that does not parse or does not fit the array.
+    InvalidSelection,
+    /// A wire format the array's data type cannot be answered in.
+    UnsupportedFormat,
+    /// A missing chunk with `fill_missing=false`.
+    MissingChunk,
+    /// Stored bytes that do not decode.
+    CorruptChunk,
+    /// A selection over the answer limits.
+    SelectionTooLarge,
+    /// A fault of zarrd.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The status and the code string: the one table.
+    #[must_use]
+    pub const fn parts(self) -> (StatusCode, &'static str) {
+        use StatusCode as S;
+        match self {
+            Self::NoRoute => (S::NOT_FOUND, "no_route"),
+            Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::Unauthorized => (S::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden => (S::FORBIDDEN, "forbidden"),
+            Self::CrossSiteRefused => (S::FORBIDDEN, "cross_site_refused"),
+            Self::UnknownParameter => (S::BAD_REQUEST, "unknown_parameter"),
+            Self::Overloaded => (S::SERVICE_UNAVAILABLE, "overloaded"),
+            Self::Timeout => (S::GATEWAY_TIMEOUT, "timeout"),
+            Self::InvalidPath => (S::BAD_REQUEST, "invalid_path"),
+            Self::InvalidQuery => (S::BAD_REQUEST, "invalid_query"),
+            Self::InvalidBody => (S::BAD_REQUEST, "invalid_body"),
+            Self::InvalidBodyShape => (S::UNPROCESSABLE_ENTITY, "invalid_body"),
+            Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            Self::InvalidFormat => (S::BAD_REQUEST, "invalid_format"),
+            Self::MissingFormat => (S::BAD_REQUEST, "missing_format"),
+            Self::InvalidDepth => (S::BAD_REQUEST, "invalid_depth"),
+            Self::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::BodyTimeout => (S::REQUEST_TIMEOUT, "body_timeout"),
+            Self::BodyReadFailed => (S::BAD_REQUEST, "body_read_failed"),
+            Self::BadRequest => (S::BAD_REQUEST, "bad_request"),
+            Self::InvalidKey => (S::BAD_REQUEST, "invalid_key"),
+            Self::NotFound => (S::NOT_FOUND, "not_found"),
+            Self::IsPrefix => (S::NOT_FOUND, "is_prefix"),
+            Self::KeyExists => (S::PRECONDITION_FAILED, "already_exists"),
+            Self::PreconditionFailed => (S::PRECONDITION_FAILED, "precondition_failed"),
+            Self::NotModified => (S::NOT_MODIFIED, "not_modified"),
+            Self::RangeNotSatisfiable => (S::RANGE_NOT_SATISFIABLE, "range_not_satisfiable"),
+            Self::Conflict => (S::CONFLICT, "conflict"),
+            Self::StoragePermissionDenied => (S::BAD_GATEWAY, "storage_permission_denied"),
+            Self::NotSupported => (S::NOT_IMPLEMENTED, "not_supported"),
+            Self::StorageUnavailable => (S::SERVICE_UNAVAILABLE, "storage_unavailable"),
+            Self::StorageTimeout => (S::GATEWAY_TIMEOUT, "storage_timeout"),
+            Self::UnknownMount => (S::NOT_FOUND, "unknown_mount"),
+            Self::ReadOnly => (S::METHOD_NOT_ALLOWED, "read_only"),
+            Self::InvalidMetadata => (S::UNPROCESSABLE_ENTITY, "invalid_metadata"),
+            Self::NodeNotFound => (S::NOT_FOUND, "node_not_found"),
+            Self::NotAnArray => (S::BAD_REQUEST, "not_an_array"),
+            Self::UnsupportedArray => (S::UNPROCESSABLE_ENTITY, "unsupported_array"),
+            Self::NodeExists => (S::CONFLICT, "already_exists"),
+            Self::NotEmpty => (S::CONFLICT, "not_empty"),
+            Self::WriteConflict => (S::SERVICE_UNAVAILABLE, "write_conflict"),
+            Self::InvalidSelection => (S::BAD_REQUEST, "invalid_selection"),
+            Self::UnsupportedFormat => (S::BAD_REQUEST, "unsupported_format"),
+            Self::MissingChunk => (S::NOT_FOUND, "missing_chunk"),
+            Self::CorruptChunk => (S::BAD_GATEWAY, "corrupt_chunk"),
+            Self::SelectionTooLarge => (S::PAYLOAD_TOO_LARGE, "selection_too_large"),
+            Self::Internal => (S::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+
+    /// The status.
+    #[must_use]
+    pub const fn status(self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// The code string clients see.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        self.parts().1
+    }
+
+    /// An error with this code and `message`.
+    #[must_use]
+    pub fn error(self, message: impl Into<String>) -> ApiError {
+        ApiError { code: self, message: message.into(), headers: Vec::new() }
+    }
+}
+
+/// An error answer: code (hence status), message and any extra headers.
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     pub headers: Vec<(header::HeaderName, HeaderValue)>,
 }
@@ -48,20 +235,16 @@ pub type ApiResult<T> = Result<T, ApiError>;
 pub const READ_ONLY_ALLOW: &str = "GET, HEAD, OPTIONS, PROPFIND";
 
 impl ApiError {
-    /// A plain error.
+    /// The answer's status.
     #[must_use]
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), headers: Vec::new() }
+    pub const fn status(&self) -> StatusCode {
+        self.code.status()
     }
 
-    /// 400 with `code`.
+    /// Adds a header to the answer (dropped when `value` is not a valid
+    /// header value).
     #[must_use]
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
-    }
-
-    #[must_use]
-    fn with_header(mut self, name: header::HeaderName, value: &str) -> Self {
+    pub fn with_header(mut self, name: header::HeaderName, value: &str) -> Self {
         if let Ok(v) = HeaderValue::from_str(value) {
             self.headers.push((name, v));
         }
@@ -69,54 +252,36 @@ impl ApiError {
     }
 }
 
-impl ApiError {
-    /// A failed request-body read: 408 `body_timeout` when the body stopped
-    /// arriving ([`super::guard::BodyTimeout`]), else 400 `body_read_failed`.
-    #[must_use]
-    pub fn body_error(e: &(dyn std::error::Error + 'static)) -> Self {
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-        while let Some(c) = cause {
-            if let Some(t) = c.downcast_ref::<super::guard::BodyTimeout>() {
-                return Self::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", t.to_string());
-            }
-            cause = c.source();
-        }
-        Self::bad_request("body_read_failed", format!("reading the body failed: {e}"))
-    }
-}
-
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
+        use ErrorCode as C;
         let message = e.to_string();
         match e {
-            StorageError::NotFound { .. } => Self::new(StatusCode::NOT_FOUND, "not_found", message),
-            StorageError::IsPrefix { .. } => Self::new(StatusCode::NOT_FOUND, "is_prefix", message),
-            StorageError::AlreadyExists { .. } => Self::new(StatusCode::PRECONDITION_FAILED, "already_exists", message),
-            StorageError::PreconditionFailed { .. } => {
-                Self::new(StatusCode::PRECONDITION_FAILED, "precondition_failed", message)
-            }
+            StorageError::NotFound { .. } => C::NotFound.error(message),
+            StorageError::IsPrefix { .. } => C::IsPrefix.error(message),
+            StorageError::AlreadyExists { .. } => C::KeyExists.error(message),
+            StorageError::PreconditionFailed { .. } => C::PreconditionFailed.error(message),
             StorageError::NotModified { meta, .. } => {
-                Self::new(StatusCode::NOT_MODIFIED, "not_modified", message).with_header(header::ETAG, &meta.etag)
+                C::NotModified.error(message).with_header(header::ETAG, &meta.etag)
             }
             StorageError::RangeNotSatisfiable { size, .. } => {
-                Self::new(StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable", message)
-                    .with_header(header::CONTENT_RANGE, &format!("bytes */{size}"))
+                C::RangeNotSatisfiable.error(message).with_header(header::CONTENT_RANGE, &format!("bytes */{size}"))
             }
-            StorageError::Conflict { .. } => Self::new(StatusCode::CONFLICT, "conflict", message),
-            StorageError::InvalidKey { .. } => Self::bad_request("invalid_key", message),
+            StorageError::Conflict { .. } => C::Conflict.error(message),
+            StorageError::InvalidKey { .. } => C::InvalidKey.error(message),
             StorageError::PermissionDenied { .. } => {
                 tracing::error!(error = %message, "storage refused access");
-                Self::new(StatusCode::BAD_GATEWAY, "storage_permission_denied", "the storage backend refused access")
+                C::StoragePermissionDenied.error("the storage backend refused access")
             }
-            StorageError::NotSupported { .. } => Self::new(StatusCode::NOT_IMPLEMENTED, "not_supported", message),
+            StorageError::NotSupported { .. } => C::NotSupported.error(message),
             StorageError::Unavailable { .. } => {
                 tracing::error!(error = %message, "storage unavailable");
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable", "the storage backend is unavailable")
-                    .with_header(header::RETRY_AFTER, "1")
+                C::StorageUnavailable.error("the storage backend is unavailable").with_header(header::RETRY_AFTER, "1")
             }
             StorageError::Timeout { .. } => {
                 tracing::error!(error = %message, "storage timed out");
-                Self::new(StatusCode::GATEWAY_TIMEOUT, "storage_timeout", "the storage backend did not answer in time")
+                C::StorageTimeout
+                    .error("the storage backend did not answer in time")
                     .with_header(header::RETRY_AFTER, "1")
             }
         }
@@ -125,6 +290,7 @@ impl From<StorageError> for ApiError {
 
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
+        use ErrorCode as C;
         let e = match e {
             ServiceError::Storage(s) => return s.into(),
             other => other,
@@ -132,49 +298,39 @@ impl From<ServiceError> for ApiError {
         let message = e.to_string();
         match e {
             ServiceError::Storage(s) => s.into(),
-            ServiceError::UnknownMount(_) => Self::new(StatusCode::NOT_FOUND, "unknown_mount", message),
-            ServiceError::ReadOnly(_) => Self::new(StatusCode::METHOD_NOT_ALLOWED, "read_only", message)
-                .with_header(header::ALLOW, READ_ONLY_ALLOW),
-            ServiceError::InvalidMetadata { .. } => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_metadata", message)
-            }
+            ServiceError::UnknownMount(_) => C::UnknownMount.error(message),
+            ServiceError::ReadOnly(_) => C::ReadOnly.error(message).with_header(header::ALLOW, READ_ONLY_ALLOW),
+            ServiceError::InvalidMetadata { .. } => C::InvalidMetadata.error(message),
             ServiceError::BadRequest(_)
             | ServiceError::InvalidNodePath { .. }
             | ServiceError::InvalidKey { .. }
             | ServiceError::InvalidRequest { .. }
             | ServiceError::InvalidSpec(_)
             | ServiceError::InvalidOpenMode
-            | ServiceError::NotAGroup { .. } => Self::bad_request("bad_request", message),
-            ServiceError::PayloadTooLarge { .. } => {
-                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
-            }
-            ServiceError::IsPrefix(_) => Self::new(StatusCode::NOT_FOUND, "is_prefix", message),
-            ServiceError::PrefixNotFound(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
-            ServiceError::NodeNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "node_not_found", message),
-            ServiceError::NotAnArray { .. } => Self::bad_request("not_an_array", message),
-            ServiceError::UnsupportedArray { .. } => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported_array", message)
-            }
-            ServiceError::AlreadyExists { .. } => Self::new(StatusCode::CONFLICT, "already_exists", message),
-            ServiceError::NotEmpty { .. } => Self::new(StatusCode::CONFLICT, "not_empty", message),
-            ServiceError::Conflict(_) => Self::new(StatusCode::CONFLICT, "conflict", message),
-            ServiceError::WriteConflict { .. } => Self::new(StatusCode::SERVICE_UNAVAILABLE, "write_conflict", message)
-                .with_header(header::RETRY_AFTER, "1"),
-            ServiceError::InvalidSelection(_) => Self::bad_request("invalid_selection", message),
-            ServiceError::UnsupportedFormat(_) => Self::bad_request("unsupported_format", message),
-            ServiceError::MissingChunk(_) => Self::new(StatusCode::NOT_FOUND, "missing_chunk", message),
+            | ServiceError::NotAGroup { .. } => C::BadRequest.error(message),
+            ServiceError::PayloadTooLarge { .. } => C::PayloadTooLarge.error(message),
+            ServiceError::IsPrefix(_) => C::IsPrefix.error(message),
+            ServiceError::PrefixNotFound(_) => C::NotFound.error(message),
+            ServiceError::NodeNotFound { .. } => C::NodeNotFound.error(message),
+            ServiceError::NotAnArray { .. } => C::NotAnArray.error(message),
+            ServiceError::UnsupportedArray { .. } => C::UnsupportedArray.error(message),
+            ServiceError::AlreadyExists { .. } => C::NodeExists.error(message),
+            ServiceError::NotEmpty { .. } => C::NotEmpty.error(message),
+            ServiceError::Conflict(_) => C::Conflict.error(message),
+            ServiceError::WriteConflict { .. } => C::WriteConflict.error(message).with_header(header::RETRY_AFTER, "1"),
+            ServiceError::InvalidSelection(_) => C::InvalidSelection.error(message),
+            ServiceError::UnsupportedFormat(_) => C::UnsupportedFormat.error(message),
+            ServiceError::MissingChunk(_) => C::MissingChunk.error(message),
             ServiceError::CorruptChunk { .. } => {
                 // Not a fault of zarrd: the store answered bytes that do not
                 // decode, as a gateway's upstream gives a bad answer.
                 tracing::error!(error = %message, "corrupt stored data");
-                Self::new(StatusCode::BAD_GATEWAY, "corrupt_chunk", message)
+                C::CorruptChunk.error(message)
             }
-            ServiceError::SelectionTooLarge(_) => {
-                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "selection_too_large", message)
-            }
+            ServiceError::SelectionTooLarge(_) => C::SelectionTooLarge.error(message),
             ServiceError::Internal(_) | ServiceError::Cpu(_) => {
                 tracing::error!(error = %message, "internal error");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+                C::Internal.error("internal error")
             }
         }
     }
@@ -182,16 +338,17 @@ impl From<ServiceError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = if self.status == StatusCode::NOT_MODIFIED {
-            self.status.into_response()
+        let (status, code) = self.code.parts();
+        let mut resp = if status == StatusCode::NOT_MODIFIED {
+            status.into_response()
         } else {
-            let mut resp = Response::new(axum::body::Body::from(envelope(self.code, &self.message)));
-            *resp.status_mut() = self.status;
+            let mut resp = Response::new(axum::body::Body::from(envelope(code, &self.message)));
+            *resp.status_mut() = status;
             resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             resp
         };
         resp.headers_mut().extend(self.headers.into_iter().map(|(k, v)| (Some(k), v)));
-        if matches!(self.code, "payload_too_large" | "body_timeout") {
+        if matches!(self.code, ErrorCode::PayloadTooLarge | ErrorCode::BodyTimeout) {
             // The request's body was not read to its end, so the connection
             // cannot carry another request: say so, or a client that reuses
             // it races the close (HTTP/2 drops this header; it has no need).
@@ -249,21 +406,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn selection_and_body_errors() {
+    fn service_errors_keep_their_codes() {
         let e = ApiError::from(ServiceError::SelectionTooLarge("2 bytes".into()));
-        assert_eq!((e.status, e.code), (StatusCode::PAYLOAD_TOO_LARGE, "selection_too_large"));
-        let timeout = axum::Error::new(super::super::guard::BodyTimeout(3));
-        let e = ApiError::body_error(&timeout);
-        assert_eq!((e.status, e.code), (StatusCode::REQUEST_TIMEOUT, "body_timeout"));
-        assert!(e.message.contains("limits.body_read_timeout_seconds"), "{}", e.message);
-        let other = axum::Error::new(std::io::Error::other("reset"));
-        assert_eq!(ApiError::body_error(&other).code, "body_read_failed");
+        assert_eq!((e.status(), e.code.as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "selection_too_large"));
+        let e = ApiError::from(ServiceError::InvalidSelection("dimension 1: out of bounds".into()));
+        assert_eq!((e.status(), e.code.as_str()), (StatusCode::BAD_REQUEST, "invalid_selection"));
+        assert!(e.message.contains("dimension 1"), "{}", e.message);
+        let e = ApiError::from(ServiceError::Internal("a secret path".into()));
+        assert_eq!(
+            (e.status(), e.code.as_str(), e.message.as_str()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+        );
+    }
+
+    #[test]
+    fn one_string_two_statuses_where_the_outcomes_differ() {
+        // A conditional store write that finds the key is a failed
+        // precondition; a node that exists is a conflict.
+        assert_eq!(ErrorCode::KeyExists.parts(), (StatusCode::PRECONDITION_FAILED, "already_exists"));
+        assert_eq!(ErrorCode::NodeExists.parts(), (StatusCode::CONFLICT, "already_exists"));
+        assert_eq!(ErrorCode::InvalidBody.parts(), (StatusCode::BAD_REQUEST, "invalid_body"));
+        assert_eq!(ErrorCode::InvalidBodyShape.parts(), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"));
+    }
+
+    #[test]
+    fn answers_that_leave_a_body_unread_close_the_connection() {
+        for code in [ErrorCode::PayloadTooLarge, ErrorCode::BodyTimeout] {
+            let resp = code.error("x").into_response();
+            assert_eq!(resp.status(), code.status());
+            assert_eq!(resp.headers()[header::CONNECTION], "close", "{code:?}");
+        }
+        let resp = ErrorCode::InvalidQuery.error("x").into_response();
+        assert!(resp.headers().get(header::CONNECTION).is_none());
     }
 
     #[test]
     fn corrupt_stored_data_is_a_bad_gateway() {
         let e = ApiError::from(ServiceError::CorruptChunk { key: "a/c/0".into(), reason: "zstd: bad frame".into() });
-        assert_eq!((e.status, e.code), (StatusCode::BAD_GATEWAY, "corrupt_chunk"));
+        assert_eq!((e.status(), e.code.as_str()), (StatusCode::BAD_GATEWAY, "corrupt_chunk"));
         assert!(e.message.contains("a/c/0"), "{}", e.message);
     }
 
@@ -283,7 +463,8 @@ mod tests {
             .unwrap();
             assert_eq!(String::from_utf8(ours).unwrap(), String::from_utf8(theirs).unwrap());
         }
-        let resp = ApiError::new(StatusCode::NOT_FOUND, "not_found", "gone").into_response();
+        let resp = ErrorCode::NotFound.error("gone").into_response();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
         assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
     }
 }

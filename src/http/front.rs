@@ -22,7 +22,7 @@
 //! Store reads (`GET`/`HEAD` on the `/zarr/...` templates: chunks, shard
 //! ranges, metadata documents, listings) go from here straight to
 //! [`store::get_key`], which needs nothing the router adds (path
-//! parameters, the matched path); [`as_routed`] does to their answers what
+//! parameters, the matched path); `as_routed` does to their answers what
 //! the router does to every answer. Everything else goes through the
 //! router.
 

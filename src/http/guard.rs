@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use axum::body::{Body, HttpBody};
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
@@ -56,7 +56,8 @@ use tokio::time::{Instant, Sleep};
 
 use super::auth::{self, Authenticator, Caller, Need, TokenName};
 use super::cors::Cors;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
+use super::extract::BodyTimeout;
 use crate::config::Scope;
 use crate::service::App;
 
@@ -154,15 +155,9 @@ impl Guard {
             return Ok(Admitted { request: req, permit: None });
         };
         let Some(need) = rule.need(req.method()) else {
-            let mut e = ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                format!("{} is not supported on {}", req.method(), rule.template),
-            );
-            if let Ok(v) = HeaderValue::from_str(&rule.allow()) {
-                e.headers.push((header::ALLOW, v));
-            }
-            return Err(e);
+            return Err(ErrorCode::MethodNotAllowed
+                .error(format!("{} is not supported on {}", req.method(), rule.template))
+                .with_header(header::ALLOW, &rule.allow()));
         };
         // A request whose body is still to come holds an upload slot until
         // the body is whole (see the module documentation).
@@ -199,14 +194,10 @@ impl Guard {
                 let length =
                     req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
                 if let Some(length) = length.filter(|l| *l > self.max_body) {
-                    return Err(ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "payload_too_large",
-                        format!(
-                            "the request body ({length} bytes) is larger than limits.max_body_bytes ({})",
-                            self.max_body
-                        ),
-                    ));
+                    return Err(ErrorCode::PayloadTooLarge.error(format!(
+                        "the request body ({length} bytes) is larger than limits.max_body_bytes ({})",
+                        self.max_body
+                    )));
                 }
             }
             let timeout = self.body_timeout;
@@ -230,17 +221,13 @@ impl Guard {
     fn check_cross_site(&self, req: &Request) -> Result<(), ApiError> {
         let headers = req.headers();
         let refuse = |what: String| {
-            ApiError::new(
-                StatusCode::FORBIDDEN,
-                "cross_site_refused",
-                format!(
-                    "{} {}: refused, the request comes from {what}, which is neither this server's own origin nor \
+            ErrorCode::CrossSiteRefused.error(format!(
+                "{} {}: refused, the request comes from {what}, which is neither this server's own origin nor \
                      listed by name in cors.allowed_origins (a web page may change data only from a listed \
                      origin, or with a token)",
-                    req.method(),
-                    req.uri().path()
-                ),
-            )
+                req.method(),
+                req.uri().path()
+            ))
         };
         if let Some(origin) = headers.get(header::ORIGIN) {
             if self.cors.may_write(origin, headers) {
@@ -282,23 +269,18 @@ impl Guard {
     /// The answer to a request that ran past `limits.request_timeout_seconds`.
     #[must_use]
     pub fn timed_out(&self) -> Response {
-        ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            "timeout",
-            format!(
+        ErrorCode::Timeout
+            .error(format!(
                 "the request did not complete within {} s (limits.request_timeout_seconds)",
                 self.request_timeout.as_secs()
-            ),
-        )
-        .into_response()
+            ))
+            .into_response()
     }
 }
 
 /// 503 `overloaded`, `Retry-After: 1`.
 fn overloaded(message: String) -> ApiError {
-    let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message);
-    e.headers.push((header::RETRY_AFTER, HeaderValue::from_static("1")));
-    e
+    ErrorCode::Overloaded.error(message).with_header(header::RETRY_AFTER, "1")
 }
 
 /// 400 `unknown_parameter` for the first query parameter `rule` does not
@@ -314,10 +296,11 @@ fn check_params(rule: &auth::Rule, req: &Request) -> Result<(), ApiError> {
             } else {
                 known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
             };
-            return Err(ApiError::bad_request(
-                "unknown_parameter",
-                format!("unknown query parameter `{name}`: {} {} takes {accepted}", req.method(), rule.template),
-            ));
+            return Err(ErrorCode::UnknownParameter.error(format!(
+                "unknown query parameter `{name}`: {} {} takes {accepted}",
+                req.method(),
+                rule.template
+            )));
         }
     }
     Ok(())
@@ -334,16 +317,12 @@ fn refuse_form_body(req: &Request) -> Result<(), ApiError> {
     let essence = String::from_utf8_lossy(value.as_bytes());
     let essence = essence.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
     if matches!(essence.as_str(), "application/x-www-form-urlencoded" | "multipart/form-data" | "text/plain") {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            format!(
-                "Content-Type `{essence}`: {} {} takes no form or text bodies; send the bytes as \
+        return Err(ErrorCode::UnsupportedMediaType.error(format!(
+            "Content-Type `{essence}`: {} {} takes no form or text bodies; send the bytes as \
                  application/octet-stream (JSON documents as application/json)",
-                req.method(),
-                req.uri().path()
-            ),
-        ));
+            req.method(),
+            req.uri().path()
+        )));
     }
     Ok(())
 }
@@ -461,11 +440,6 @@ impl auth::Rule {
     }
 }
 
-/// A request body sent nothing for `limits.body_read_timeout_seconds`.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body sent nothing for {0} s (limits.body_read_timeout_seconds)")]
-pub struct BodyTimeout(pub u64);
-
 pin_project! {
     /// A request body that fails with [`BodyTimeout`] when no data arrives
     /// for `timeout`.
@@ -524,6 +498,7 @@ impl HttpBody for TimeoutBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
     use http_body_util::BodyExt;
 
     /// A body fed by hand, and the sender that feeds it.
@@ -586,7 +561,7 @@ mod tests {
         let one = admit(&g, "GET", "/zarr/data/a", Body::empty()).unwrap();
         let two = admit(&g, "GET", "/zarr/data/a", Body::empty()).unwrap();
         let e = admit(&g, "GET", "/zarr/data/a", Body::empty()).unwrap_err();
-        assert_eq!((e.status, e.code), (StatusCode::SERVICE_UNAVAILABLE, "overloaded"));
+        assert_eq!((e.status(), e.code.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "overloaded"));
         assert!(e.message.contains("limits.max_concurrent_requests"), "{}", e.message);
         assert!(e.headers.iter().any(|(h, v)| h == header::RETRY_AFTER && v == "1"));
         assert!(admit(&g, "GET", "/healthz", Body::empty()).is_ok());

@@ -8,7 +8,7 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use crate::service::App;
 
 /// A health answer.
@@ -52,5 +52,5 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Health>) {
 
 /// Any other path: the JSON 404.
 pub async fn not_found(uri: Uri) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "no_route", format!("no route for {}", uri.path()))
+    ErrorCode::NoRoute.error(format!("no route for {}", uri.path()))
 }

@@ -2,8 +2,9 @@
 //! server serves.
 //!
 //! Every documented route is registered through utoipa-axum's
-//! [`OpenApiRouter`] in [`super::routes`], so the document and the router are
-//! built from one list and cannot diverge. `zarrd openapi` prints the
+//! [`OpenApiRouter`](utoipa_axum::router::OpenApiRouter) in
+//! [`routes`](super::routes()), so the document and the router are built
+//! from one list and cannot diverge. `zarrd openapi` prints the
 //! document; `openapi/openapi.json` is that output, committed, and
 //! `tests/openapi.rs` fails when the two drift.
 //!
@@ -16,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use utoipa::openapi::content::ContentBuilder;
-use utoipa::openapi::path::Operation;
+use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{OpenApi as OpenApiDoc, Ref, RefOr};
@@ -141,6 +142,20 @@ fn secure(path: &str, method: &str, op: &mut Operation) {
     responses.insert("504".into(), error("The request took longer than `limits.request_timeout_seconds`"));
 }
 
+/// The operations of a path item, with their methods.
+pub fn operations_mut(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut Operation)> {
+    let ops = [
+        ("GET", &mut item.get),
+        ("PUT", &mut item.put),
+        ("POST", &mut item.post),
+        ("DELETE", &mut item.delete),
+        ("PATCH", &mut item.patch),
+        ("HEAD", &mut item.head),
+        ("OPTIONS", &mut item.options),
+    ];
+    ops.into_iter().filter_map(|(method, op)| op.as_mut().map(|op| (method, op)))
+}
+
 /// The whole document: [`ApiDoc`] plus every registered route, with
 /// security from the access rules, catch-all segments renamed and the crate
 /// version filled in.
@@ -149,19 +164,8 @@ pub fn document() -> OpenApiDoc {
     let (_, mut doc) = super::routes().split_for_parts();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     for (path, item) in &mut doc.paths.paths {
-        let ops = [
-            ("GET", &mut item.get),
-            ("PUT", &mut item.put),
-            ("POST", &mut item.post),
-            ("DELETE", &mut item.delete),
-            ("PATCH", &mut item.patch),
-            ("HEAD", &mut item.head),
-            ("OPTIONS", &mut item.options),
-        ];
-        for (method, op) in ops {
-            if let Some(op) = op.as_mut() {
-                secure(path, method, op);
-            }
+        for (method, op) in operations_mut(item) {
+            secure(path, method, op);
         }
     }
     let paths = std::mem::take(&mut doc.paths.paths);

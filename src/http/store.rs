@@ -23,14 +23,13 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use bytes::{Bytes, BytesMut};
-use futures::StreamExt;
 use percent_encoding::percent_decode_str;
 
 use super::dav;
-use super::error::{ApiError, ApiResult, ErrorBody};
+use super::error::{ApiResult, ErrorBody, ErrorCode};
+use super::extract::read_body;
 use super::openapi::Binary;
-use crate::service::keys::{self as store, Depth};
+use crate::service::keys as store;
 use crate::service::{App, ServiceError};
 use crate::storage::request::{IfRange, RangeHeader};
 use crate::storage::{ByteRange, KeyPrefix, Preconditions, PutCondition, ReadOutcome, ReadRequest, StoreKey};
@@ -54,7 +53,7 @@ pub(crate) fn parse_target(uri: &Uri) -> ApiResult<(Cow<'_, str>, Target)> {
         }
         percent_decode_str(s)
             .decode_utf8()
-            .map_err(|_| ApiError::bad_request("invalid_key", format!("`{s}` is not valid percent-encoded UTF-8")))
+            .map_err(|_| ErrorCode::InvalidKey.error(format!("`{s}` is not valid percent-encoded UTF-8")))
     }
     let mount = decode(mount)?;
     let raw = decode(raw)?;
@@ -231,27 +230,6 @@ fn redirect_to_listing(uri: &Uri) -> Response {
     resp
 }
 
-/// Reads a request body, refusing more than `limit` bytes (the value of
-/// the configuration option `option`, named in the 413).
-pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'static str) -> ApiResult<Bytes> {
-    let too_large = || ApiError::from(ServiceError::PayloadTooLarge { limit, option });
-    if let Some(len) = header_str(headers, &header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok()) {
-        if len > limit {
-            return Err(too_large());
-        }
-    }
-    let mut buf = BytesMut::new();
-    let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::body_error(&e))?;
-        if (buf.len() + chunk.len()) as u64 > limit {
-            return Err(too_large());
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
-}
-
 /// Store a key.
 #[utoipa::path(
     put,
@@ -280,7 +258,7 @@ pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: u64, optio
 pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let (mount, target) = parse_target(&uri)?;
     let Target::Key(key) = target else {
-        return Err(ApiError::bad_request("invalid_key", "cannot PUT a prefix: the key must not end with `/`"));
+        return Err(ErrorCode::InvalidKey.error("cannot PUT a prefix: the key must not end with `/`"));
     };
     app.mount_ref(&mount)?.writable()?;
     let condition = if header_str(&headers, &header::IF_NONE_MATCH).is_some_and(|v| v.trim() == "*") {
@@ -321,7 +299,7 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
 pub async fn delete_key(State(app): State<Arc<App>>, uri: Uri) -> ApiResult<StatusCode> {
     let (mount, target) = parse_target(&uri)?;
     let Target::Key(key) = target else {
-        return Err(ApiError::bad_request("invalid_key", "cannot DELETE a prefix: the key must not end with `/`"));
+        return Err(ErrorCode::InvalidKey.error("cannot DELETE a prefix: the key must not end with `/`"));
     };
     store::delete(&app.mount_ref(&mount)?, &key).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -337,18 +315,7 @@ pub async fn other_method(
     let (mount, target) = parse_target(&uri)?;
     match method.as_str() {
         "PROPFIND" => {
-            let depth = match header_str(&headers, &"depth".parse().expect("static header name")).map(str::trim) {
-                Some("0") => Depth::Zero,
-                Some("1") => Depth::One,
-                Some(d) if d.eq_ignore_ascii_case("infinity") => Depth::Infinity,
-                None => Depth::Infinity,
-                Some(other) => {
-                    return Err(ApiError::bad_request(
-                        "invalid_depth",
-                        format!("Depth `{other}`: expected 0, 1 or infinity"),
-                    ))
-                }
-            };
+            let depth = super::params::dav_depth(&headers)?;
             let path = match &target {
                 Target::Key(k) => k.as_prefix(),
                 Target::Prefix(p) => p.clone(),
@@ -361,16 +328,9 @@ pub async fn other_method(
             app.mount_ref(&mount)?.writable()?;
             Ok(StatusCode::CREATED.into_response())
         }
-        _ => {
-            let mut e = ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                format!("{method} is not supported on store keys"),
-            );
-            e.headers
-                .push((header::ALLOW, HeaderValue::from_static("GET, HEAD, PUT, DELETE, OPTIONS, PROPFIND, MKCOL")));
-            Err(e)
-        }
+        _ => Err(ErrorCode::MethodNotAllowed
+            .error(format!("{method} is not supported on store keys"))
+            .with_header(header::ALLOW, "GET, HEAD, PUT, DELETE, OPTIONS, PROPFIND, MKCOL")),
     }
 }
 

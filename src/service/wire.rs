@@ -142,8 +142,8 @@ impl WireFormat {
     /// # Errors
     /// An unknown `format=` value or `Content-Type`, or neither given.
     pub fn negotiate_body(param: Option<&str>, content_type: Option<&str>) -> Result<Self, BodyFormatError> {
-        if let Some(name) = param {
-            return Self::from_name(name).ok_or_else(|| BodyFormatError::UnknownName(name.to_string()));
+        if let Some(name) = param.filter(|p| !p.trim().is_empty()) {
+            return Self::from_name(name).ok_or_else(|| BodyFormatError::UnknownName(name.trim().to_string()));
         }
         match content_type {
             Some(ct) => {

@@ -7,8 +7,8 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::NodeTarget;
 use crate::http::error::{ApiResult, ErrorBody};
+use crate::http::extract::NodeTarget;
 use crate::service::node as ops;
 use crate::service::node::{self, Node};
 use crate::service::App;
@@ -25,16 +25,6 @@ pub struct ConsolidateResult {
     pub nodes: usize,
 }
 
-async fn run(app: &App, target: &NodeTarget) -> ApiResult<Json<ConsolidateResult>> {
-    let nodes = ops::consolidate(&app.node(&target.mount, &target.path)?).await?;
-    let format = match node::open(&app.node(&target.mount, &target.path)?).await? {
-        Node::Group(g) => g.format,
-        Node::Array(a) => a.format(),
-    };
-    let name = if format == ZarrFormat::V3 { "zarr.json" } else { ".zmetadata" };
-    Ok(Json(ConsolidateResult { key: target.path.key(name)?.to_string(), nodes }))
-}
-
 /// Consolidate a group's metadata, as zarr-python's `consolidate_metadata`
 /// does: v3 inline `consolidated_metadata` in the group's `zarr.json`, or a
 /// v2 `.zmetadata`, so clients open the whole hierarchy in one request.
@@ -42,10 +32,7 @@ async fn run(app: &App, target: &NodeTarget) -> ApiResult<Json<ConsolidateResult
     post,
     path = "/api/v1/consolidate/{mount}/{*path}",
     tag = "nodes",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Group path inside the mount", example = "climate"),
-    ),
+    params(NodeTarget),
     responses(
         (status = 200, description = "Consolidated", body = ConsolidateResult),
         (status = 400, description = "Invalid path, or the node is an array", body = ErrorBody),
@@ -56,24 +43,12 @@ async fn run(app: &App, target: &NodeTarget) -> ApiResult<Json<ConsolidateResult
     )
 )]
 pub async fn consolidate(State(app): State<Arc<App>>, target: NodeTarget) -> ApiResult<Json<ConsolidateResult>> {
-    run(&app, &target).await
-}
-
-/// Consolidate the metadata of the mount's root group.
-#[utoipa::path(
-    post,
-    path = "/api/v1/consolidate/{mount}",
-    tag = "nodes",
-    params(("mount" = String, Path, description = "Mount name", example = "data")),
-    responses(
-        (status = 200, description = "Consolidated", body = ConsolidateResult),
-        (status = 400, description = "The root is an array", body = ErrorBody),
-        (status = 404, description = "No such mount or node", body = ErrorBody),
-        (status = 405, description = "Read-only mount", body = ErrorBody),
-        (status = 422, description = "Stored metadata is invalid", body = ErrorBody),
-        (status = 503, description = "Storage unavailable", body = ErrorBody),
-    )
-)]
-pub async fn consolidate_root(State(app): State<Arc<App>>, target: NodeTarget) -> ApiResult<Json<ConsolidateResult>> {
-    run(&app, &target).await
+    let at = app.node(&target.mount, &target.path)?;
+    let nodes = ops::consolidate(&at).await?;
+    let format = match node::open(&at).await? {
+        Node::Group(g) => g.format,
+        Node::Array(a) => a.format(),
+    };
+    let name = if format == ZarrFormat::V3 { "zarr.json" } else { ".zmetadata" };
+    Ok(Json(ConsolidateResult { key: target.path.key(name)?.to_string(), nodes }))
 }

@@ -10,25 +10,29 @@
 //! failure after the first slab ends the body early (shorter than its
 //! `Content-Length`, or invalid JSON) and closes the connection.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use serde::Deserialize;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::response::{Response as ResponseDoc, ResponseBuilder};
+use utoipa::openapi::{content::ContentBuilder, RefOr};
+use utoipa::{IntoParams, IntoResponses, PartialSchema, ToSchema};
 
-use super::{NodeTarget, TypedJsonBody};
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::http::extract::{ApiQuery, NodeTarget, TypedJsonBody};
 use crate::http::openapi::Binary;
+use crate::http::params;
 use crate::service::read::{self, ChunkParams, DataRead, ReadParams};
-use crate::service::wire::{dtype_header, shape_header, WireFormat};
+use crate::service::wire::{dtype_header, shape_header};
 use crate::service::App;
-use crate::zarr::selection::{SelectionBody, SelectionError, SelectionMode, SelectionSpec};
+use crate::zarr::selection::SelectionBody;
 
 /// `X-Zarr-Shape`: the answer's shape, comma-separated.
 pub const X_ZARR_SHAPE: HeaderName = HeaderName::from_static("x-zarr-shape");
@@ -115,21 +119,39 @@ pub struct ChunkQuery {
     pub fill_missing: Option<bool>,
 }
 
-fn parse_mode(mode: Option<&str>) -> ApiResult<SelectionMode> {
-    match mode.map(|m| m.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("" | "basic") => Ok(SelectionMode::Basic),
-        Some("orthogonal" | "oindex" | "outer") => Ok(SelectionMode::Orthogonal),
-        Some("coordinate" | "vindex" | "points") => Ok(SelectionMode::Coordinate),
-        Some(other) => Err(ApiError::bad_request(
-            "invalid_selection",
-            format!("mode `{other}` is unknown; use basic, orthogonal or coordinate"),
-        )),
+/// The 200 answer of every data route, described once: the elements in
+/// one of three formats, their shape and type in headers.
+fn elements_answer(description: &str) -> BTreeMap<String, RefOr<ResponseDoc>> {
+    let header = |text: &str| HeaderBuilder::new().description(Some(text)).build();
+    let content = |schema| ContentBuilder::new().schema(Some(schema)).build();
+    let answer = ResponseBuilder::new()
+        .description(description)
+        .header("X-Zarr-Shape", header("The result's shape, comma-separated (empty for a scalar)"))
+        .header("X-Zarr-Dtype", header("numpy's dtype (`<f4`), or the Zarr name where numpy has none"))
+        .header("X-Zarr-Order", header("Always `C`"))
+        .content("application/octet-stream", content(Binary::schema()))
+        .content("application/x-npy", content(Binary::schema()))
+        .content("application/json", content(serde_json::Value::schema()))
+        .build();
+    BTreeMap::from([("200".to_string(), RefOr::T(answer))])
+}
+
+/// The 200 answer of a slice read.
+pub struct SelectedElements;
+
+impl IntoResponses for SelectedElements {
+    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
+        elements_answer("The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)")
     }
 }
 
-fn negotiate(param: Option<&str>, headers: &HeaderMap) -> ApiResult<WireFormat> {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    WireFormat::negotiate(param, accept).map_err(|e| ApiError::bad_request("invalid_format", e.0))
+/// The 200 answer of a decoded chunk read.
+pub struct DecodedChunk;
+
+impl IntoResponses for DecodedChunk {
+    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
+        elements_answer("The decoded chunk, full chunk shape as stored (edge chunks included)")
+    }
 }
 
 fn header_value(s: &str) -> HeaderValue {
@@ -184,25 +206,13 @@ async fn read_with(app: Arc<App>, target: NodeTarget, params: ReadParams) -> Api
     Ok(respond(read))
 }
 
-/// 413 `selection_too_large` for too many listed indices, else 400
-/// `invalid_selection`.
-fn selection_error(e: SelectionError) -> ApiError {
-    ApiError::from(crate::service::ServiceError::from(e))
-}
-
 fn params_from_query(q: DataQuery, headers: &HeaderMap) -> ApiResult<ReadParams> {
-    let mode = parse_mode(q.mode.as_deref())?;
-    let selection = SelectionSpec::parse(q.sel.as_deref().unwrap_or(""), mode).map_err(selection_error)?;
     Ok(ReadParams {
-        selection,
+        selection: params::selection(q.sel.as_deref(), q.mode.as_deref())?,
         field: q.field,
-        format: negotiate(q.format.as_deref(), headers)?,
+        format: params::answer_format(q.format.as_deref(), headers)?,
         fill_missing: q.fill_missing,
     })
-}
-
-fn query_error(e: &QueryRejection) -> ApiError {
-    ApiError::bad_request("invalid_query", format!("invalid query parameters: {}", e.body_text()))
 }
 
 /// Read a selection of an array.
@@ -210,23 +220,9 @@ fn query_error(e: &QueryRejection) -> ApiError {
     get,
     path = "/api/v1/data/{mount}/{*path}",
     tag = "data",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Array path inside the mount", example = "climate/temperature"),
-        DataQuery,
-    ),
+    params(NodeTarget, DataQuery),
     responses(
-        (status = 200, description = "The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)",
-            content(
-                (inline(Binary) = "application/octet-stream"),
-                (inline(Binary) = "application/x-npy"),
-                (Value = "application/json"),
-            ),
-            headers(
-                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
-                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
-                ("X-Zarr-Order" = String, description = "Always `C`"),
-            )),
+        SelectedElements,
         (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON), or lists more than 4,194,304 indices", body = ErrorBody),
@@ -238,59 +234,23 @@ fn query_error(e: &QueryRejection) -> ApiError {
 pub async fn get_data(
     State(app): State<Arc<App>>,
     target: NodeTarget,
-    query: Result<Query<DataQuery>, QueryRejection>,
+    ApiQuery(q): ApiQuery<DataQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let Query(q) = query.map_err(|e| query_error(&e))?;
     let params = params_from_query(q, &headers)?;
     read_with(app, target, params).await
 }
 
-/// Read a selection of the array at the mount's root.
-#[utoipa::path(
-    get,
-    path = "/api/v1/data/{mount}",
-    tag = "data",
-    params(("mount" = String, Path, description = "Mount name", example = "data"), DataQuery),
-    responses(
-        (status = 200, description = "The selected elements",
-            content(
-                (inline(Binary) = "application/octet-stream"),
-                (inline(Binary) = "application/x-npy"),
-                (Value = "application/json"),
-            ),
-            headers(
-                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
-                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
-                ("X-Zarr-Order" = String, description = "Always `C`"),
-            )),
-        (status = 400, description = "Invalid selection, field or format", body = ErrorBody),
-        (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
-        (status = 413, description = "The selection exceeds the limits", body = ErrorBody),
-        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
-        (status = 502, description = "A stored chunk is corrupt (the store answered bytes that do not decode)", body = ErrorBody),
-        (status = 503, description = "Storage unavailable", body = ErrorBody),
-    )
-)]
-pub async fn get_root_data(
-    state: State<Arc<App>>,
-    target: NodeTarget,
-    query: Result<Query<DataQuery>, QueryRejection>,
-    headers: HeaderMap,
-) -> ApiResult<Response> {
-    get_data(state, target, query, headers).await
-}
-
 async fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams> {
-    let mode = parse_mode(body.mode.as_deref())?;
-    let format = negotiate(body.format.as_deref(), headers)?;
+    let mode = params::selection_mode(body.mode.as_deref())?;
+    let format = params::answer_format(body.format.as_deref(), headers)?;
     // The JSON lists move (the body was parsed into them on the CPU pool);
     // text lists inside the body are parsed here, on the pool when long.
     let spec = body.selection;
     let selection = crate::service::cpu::run_or_inline(spec.is_small(), move || spec.into_spec(mode))
         .await
         .map_err(|e| ApiError::from(crate::service::ServiceError::Internal(e.to_string())))?
-        .map_err(selection_error)?;
+        .map_err(params::selection_error)?;
     Ok(ReadParams { selection, field: body.field, format, fill_missing: body.fill_missing })
 }
 
@@ -300,23 +260,10 @@ async fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<Read
     post,
     path = "/api/v1/data/{mount}/{*path}",
     tag = "data",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Array path inside the mount", example = "climate/temperature"),
-    ),
+    params(NodeTarget),
     request_body(content = DataBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)",
-            content(
-                (inline(Binary) = "application/octet-stream"),
-                (inline(Binary) = "application/x-npy"),
-                (Value = "application/json"),
-            ),
-            headers(
-                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
-                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
-                ("X-Zarr-Order" = String, description = "Always `C`"),
-            )),
+        SelectedElements,
         (status = 400, description = "Malformed body or selection (naming the dimension); unknown field or format", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The body or the selection exceeds the limits (at most 4,194,304 indices listed)", body = ErrorBody),
@@ -336,66 +283,15 @@ pub async fn post_data(
     read_with(app, target, params).await
 }
 
-/// Read a selection (JSON body) of the array at the mount's root.
-#[utoipa::path(
-    post,
-    path = "/api/v1/data/{mount}",
-    tag = "data",
-    params(("mount" = String, Path, description = "Mount name", example = "data")),
-    request_body(content = DataBody, content_type = "application/json"),
-    responses(
-        (status = 200, description = "The selected elements",
-            content(
-                (inline(Binary) = "application/octet-stream"),
-                (inline(Binary) = "application/x-npy"),
-                (Value = "application/json"),
-            ),
-            headers(
-                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
-                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
-                ("X-Zarr-Order" = String, description = "Always `C`"),
-            )),
-        (status = 400, description = "Malformed body or selection", body = ErrorBody),
-        (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
-        (status = 413, description = "The body or the selection exceeds the limits", body = ErrorBody),
-        (status = 415, description = "The body is not JSON", body = ErrorBody),
-        (status = 422, description = "A body of the wrong shape (an unknown member, a wrong type); stored metadata that is invalid or unsupported", body = ErrorBody),
-        (status = 502, description = "A stored chunk is corrupt (the store answered bytes that do not decode)", body = ErrorBody),
-        (status = 503, description = "Storage unavailable", body = ErrorBody),
-    )
-)]
-pub async fn post_root_data(
-    state: State<Arc<App>>,
-    target: NodeTarget,
-    headers: HeaderMap,
-    body: TypedJsonBody<DataBody>,
-) -> ApiResult<Response> {
-    post_data(state, target, headers, body).await
-}
-
 /// Read one chunk (or inner chunk of a shard), decoded: for clients that
 /// cannot decode its codecs.
 #[utoipa::path(
     get,
     path = "/api/v1/chunks/{mount}/{*path}",
     tag = "data",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Array path inside the mount", example = "climate/temperature"),
-        ChunkQuery,
-    ),
+    params(NodeTarget, ChunkQuery),
     responses(
-        (status = 200, description = "The decoded chunk, full chunk shape as stored (edge chunks included)",
-            content(
-                (inline(Binary) = "application/octet-stream"),
-                (inline(Binary) = "application/x-npy"),
-                (Value = "application/json"),
-            ),
-            headers(
-                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
-                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
-                ("X-Zarr-Order" = String, description = "Always `C`"),
-            )),
+        DecodedChunk,
         (status = 400, description = "Coordinates of the wrong rank or outside the grid (naming the dimension); inner on an unsharded array; unknown field or format", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The chunk exceeds limits.max_selection_bytes", body = ErrorBody),
@@ -407,52 +303,16 @@ pub async fn post_root_data(
 pub async fn get_chunk(
     State(app): State<Arc<App>>,
     target: NodeTarget,
-    query: Result<Query<ChunkQuery>, QueryRejection>,
+    ApiQuery(q): ApiQuery<ChunkQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let Query(q) = query.map_err(|e| query_error(&e))?;
     let params = ChunkParams {
         coords: read::parse_coords(q.coords.as_deref().unwrap_or(""), "coords")?,
         inner: q.inner.as_deref().map(|i| read::parse_coords(i, "inner")).transpose()?,
         field: q.field,
-        format: negotiate(q.format.as_deref(), &headers)?,
+        format: params::answer_format(q.format.as_deref(), &headers)?,
         fill_missing: q.fill_missing,
     };
     let read = read::read_chunk(&app, &target.mount, &target.path, params).await?;
     Ok(respond(read))
-}
-
-/// Read one decoded chunk of the array at the mount's root.
-#[utoipa::path(
-    get,
-    path = "/api/v1/chunks/{mount}",
-    tag = "data",
-    params(("mount" = String, Path, description = "Mount name", example = "data"), ChunkQuery),
-    responses(
-        (status = 200, description = "The decoded chunk",
-            content(
-                (inline(Binary) = "application/octet-stream"),
-                (inline(Binary) = "application/x-npy"),
-                (Value = "application/json"),
-            ),
-            headers(
-                ("X-Zarr-Shape" = String, description = "The result's shape, comma-separated (empty for a scalar)"),
-                ("X-Zarr-Dtype" = String, description = "numpy's dtype (`<f4`), or the Zarr name where numpy has none"),
-                ("X-Zarr-Order" = String, description = "Always `C`"),
-            )),
-        (status = 400, description = "Invalid coordinates, field or format", body = ErrorBody),
-        (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
-        (status = 413, description = "The chunk exceeds the limits", body = ErrorBody),
-        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
-        (status = 502, description = "The stored chunk is corrupt (the store answered bytes that do not decode)", body = ErrorBody),
-        (status = 503, description = "Storage unavailable", body = ErrorBody),
-    )
-)]
-pub async fn get_root_chunk(
-    state: State<Arc<App>>,
-    target: NodeTarget,
-    query: Result<Query<ChunkQuery>, QueryRejection>,
-    headers: HeaderMap,
-) -> ApiResult<Response> {
-    get_chunk(state, target, query, headers).await
 }

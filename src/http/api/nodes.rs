@@ -11,10 +11,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{ApiQuery, JsonBody, NodeTarget};
 use crate::config::Scope;
 use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::http::extract::{ApiQuery, JsonBody, NodeTarget};
 use crate::http::guard::Access;
+use crate::http::params;
 use crate::service::cpu;
 use crate::service::node::{self, ArrayNode, Node};
 use crate::service::node::{self as ops, OpenMode};
@@ -187,61 +188,29 @@ fn format_number(f: ZarrFormat) -> u8 {
     }
 }
 
+/// The array's facts ([`node::describe`]) and, as stored, its data type,
+/// codecs and fill value.
 fn array_fields(a: &ArrayNode, info: &mut NodeInfo) {
+    let facts = node::describe(a);
+    info.shape = Some(facts.shape);
+    info.chunk_shape = Some(facts.chunk_shape);
+    info.shard_shape = facts.shard_shape;
+    info.inner_chunk_shape = facts.inner_chunk_shape;
+    info.order = facts.order;
+    info.dimension_names = facts.dimension_names;
+    info.tensorstore_schema = Some(facts.tensorstore_schema.unwrap_or(Value::Null));
     let m = &a.metadata;
-    info.shape = Some(a.desc.shape.clone());
-    info.chunk_shape = Some(a.desc.chunk_shape.clone());
     info.fill_value = m.get("fill_value").cloned();
-    info.dimension_names.clone_from(&a.desc.dimension_names);
-    info.tensorstore_schema = Some(ops::tensorstore_schema(a).unwrap_or(Value::Null));
-    let rank = a.desc.shape.len();
     match a.format() {
         ZarrFormat::V3 => {
             info.data_type = m.get("data_type").cloned();
             info.codecs = m.get("codecs").cloned();
-            let inner = info
-                .tensorstore_schema
-                .as_ref()
-                .and_then(|s| s.pointer("/chunk_layout/read_chunk/shape"))
-                .and_then(|v| serde_json::from_value::<Vec<u64>>(v.clone()).ok())
-                .or_else(|| {
-                    a.desc.sharding.is_some().then(|| {
-                        m.pointer("/codecs/0/configuration/chunk_shape")
-                            .and_then(|v| serde_json::from_value(v.clone()).ok())
-                            .unwrap_or_default()
-                    })
-                });
-            let sharded = m
-                .get("codecs")
-                .and_then(Value::as_array)
-                .is_some_and(|c| c.iter().any(|c| c.get("name").and_then(Value::as_str) == Some("sharding_indexed")));
-            if sharded {
-                info.shard_shape = Some(a.desc.chunk_shape.clone());
-                info.inner_chunk_shape = inner;
-            }
-            let order: Option<Vec<usize>> = info
-                .tensorstore_schema
-                .as_ref()
-                .and_then(|s| s.pointer("/chunk_layout/inner_order"))
-                .and_then(|v| serde_json::from_value(v.clone()).ok());
-            info.order = match order {
-                None => None,
-                Some(o) if o.iter().enumerate().all(|(i, &d)| i == d) => Some("C"),
-                Some(o) if o.iter().enumerate().all(|(i, &d)| d + i + 1 == rank) => Some("F"),
-                Some(_) => None,
-            };
         }
         ZarrFormat::V2 => {
             info.data_type = m.get("dtype").cloned();
             let mut codecs: Vec<Value> = m.get("filters").and_then(Value::as_array).cloned().unwrap_or_default();
-            if let Some(c) = m.get("compressor").filter(|c| !c.is_null()) {
-                codecs.push(c.clone());
-            }
+            codecs.extend(m.get("compressor").filter(|c| !c.is_null()).cloned());
             info.codecs = Some(Value::Array(codecs));
-            info.order = match m.get("order").and_then(Value::as_str) {
-                Some("F") => Some("F"),
-                _ => Some("C"),
-            };
         }
     }
 }
@@ -295,9 +264,6 @@ pub struct DescribeQuery {
     pub depth: Option<usize>,
 }
 
-/// The deepest `depth` a description lists.
-pub const MAX_DEPTH: usize = 64;
-
 async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResult<NodeInfo> {
     let node = node::open(&app.node(&target.mount, &target.path)?).await?;
     // Copies and validates the node's documents (up to twice
@@ -317,10 +283,7 @@ async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResul
         });
     }
     if let Node::Group(g) = &node {
-        let depth = q.depth.unwrap_or(1);
-        if depth > MAX_DEPTH {
-            return Err(ApiError::bad_request("invalid_query", format!("depth: at most {MAX_DEPTH}, got {depth}")));
-        }
+        let depth = params::describe_depth(q.depth)?;
         let found = ops::children(g, depth, app.config().limits.max_list_entries).await?;
         let base = g.path.as_str();
         info.children = Some(
@@ -353,11 +316,7 @@ async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResul
     get,
     path = "/api/v1/nodes/{mount}/{*path}",
     tag = "nodes",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Node path inside the mount", example = "climate/temperature"),
-        DescribeQuery,
-    ),
+    params(NodeTarget, DescribeQuery),
     responses(
         (status = 200, description = "The node", body = NodeInfo),
         (status = 400, description = "Invalid path or query", body = ErrorBody),
@@ -379,28 +338,6 @@ pub async fn get_node(
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::from(crate::service::ServiceError::Internal(e.to_string()))
-}
-
-/// Describe the mount's root node.
-#[utoipa::path(
-    get,
-    path = "/api/v1/nodes/{mount}",
-    tag = "nodes",
-    params(("mount" = String, Path, description = "Mount name", example = "data"), DescribeQuery),
-    responses(
-        (status = 200, description = "The root node", body = NodeInfo),
-        (status = 400, description = "Invalid query", body = ErrorBody),
-        (status = 404, description = "No such mount, or no node at its root", body = ErrorBody),
-        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
-        (status = 503, description = "Storage unavailable", body = ErrorBody),
-    )
-)]
-pub async fn get_root_node(
-    State(app): State<Arc<App>>,
-    target: NodeTarget,
-    q: ApiQuery<DescribeQuery>,
-) -> ApiResult<Response> {
-    get_node(State(app), target, q).await
 }
 
 /// How a create treats an existing node; each may also be given in a
@@ -467,11 +404,7 @@ async fn create(app: &App, target: &NodeTarget, q: &CreateQuery, body: &Value) -
     put,
     path = "/api/v1/nodes/{mount}/{*path}",
     tag = "nodes",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Node path inside the mount", example = "climate/temperature"),
-        CreateQuery,
-    ),
+    params(NodeTarget, CreateQuery),
     request_body(content = CreateBody, content_type = "application/json"),
     responses(
         (status = 201, description = "Created", body = NodeInfo),
@@ -486,34 +419,6 @@ async fn create(app: &App, target: &NodeTarget, q: &CreateQuery, body: &Value) -
     )
 )]
 pub async fn put_node(
-    State(app): State<Arc<App>>,
-    target: NodeTarget,
-    ApiQuery(q): ApiQuery<CreateQuery>,
-    JsonBody(body): JsonBody<Value>,
-) -> ApiResult<Response> {
-    create(&app, &target, &q, &body).await
-}
-
-/// Create the mount's root node (an array or a group).
-#[utoipa::path(
-    put,
-    path = "/api/v1/nodes/{mount}",
-    tag = "nodes",
-    params(("mount" = String, Path, description = "Mount name", example = "data"), CreateQuery),
-    request_body(content = CreateBody, content_type = "application/json"),
-    responses(
-        (status = 201, description = "Created", body = NodeInfo),
-        (status = 200, description = "Existing node opened (`open=true`)", body = NodeInfo),
-        (status = 400, description = "Body not JSON, or a spec that cannot be satisfied", body = ErrorBody),
-        (status = 404, description = "No such mount; or missing node with `create=false`", body = ErrorBody),
-        (status = 405, description = "Read-only mount", body = ErrorBody),
-        (status = 409, description = "The node exists (and `open` is false)", body = ErrorBody),
-        (status = 413, description = "Body larger than `limits.max_body_bytes`", body = ErrorBody),
-        (status = 422, description = "Invalid metadata document", body = ErrorBody),
-        (status = 503, description = "Storage unavailable", body = ErrorBody),
-    )
-)]
-pub async fn put_root_node(
     State(app): State<Arc<App>>,
     target: NodeTarget,
     ApiQuery(q): ApiQuery<CreateQuery>,
@@ -538,11 +443,7 @@ pub struct DeleteQuery {
     delete,
     path = "/api/v1/nodes/{mount}/{*path}",
     tag = "nodes",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Node path inside the mount", example = "climate/temperature"),
-        DeleteQuery,
-    ),
+    params(NodeTarget, DeleteQuery),
     responses(
         (status = 204, description = "Deleted"),
         (status = 400, description = "Invalid path or query", body = ErrorBody),
@@ -560,28 +461,4 @@ pub async fn delete_node(
 ) -> ApiResult<StatusCode> {
     ops::delete(&app.node(&target.mount, &target.path)?, q.recursive).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Delete the mount's root node (with `recursive=true`: everything in the mount).
-#[utoipa::path(
-    delete,
-    path = "/api/v1/nodes/{mount}",
-    tag = "nodes",
-    params(("mount" = String, Path, description = "Mount name", example = "data"), DeleteQuery),
-    responses(
-        (status = 204, description = "Deleted"),
-        (status = 400, description = "Invalid query", body = ErrorBody),
-        (status = 404, description = "No such mount or node", body = ErrorBody),
-        (status = 405, description = "Read-only mount", body = ErrorBody),
-        (status = 409, description = "A group with children, without `recursive=true`", body = ErrorBody),
-        (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
-        (status = 503, description = "Storage unavailable", body = ErrorBody),
-    )
-)]
-pub async fn delete_root_node(
-    State(app): State<Arc<App>>,
-    target: NodeTarget,
-    q: ApiQuery<DeleteQuery>,
-) -> ApiResult<StatusCode> {
-    delete_node(State(app), target, q).await
 }

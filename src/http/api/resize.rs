@@ -7,8 +7,8 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{JsonBody, NodeTarget};
 use crate::http::error::{ApiResult, ErrorBody};
+use crate::http::extract::{JsonBody, NodeTarget};
 use crate::service::node::{self as ops, Resize};
 use crate::service::App;
 
@@ -45,10 +45,7 @@ pub struct ResizeResult {
     post,
     path = "/api/v1/resize/{mount}/{*path}",
     tag = "nodes",
-    params(
-        ("mount" = String, Path, description = "Mount name", example = "data"),
-        ("path" = String, Path, description = "Array path inside the mount", example = "climate/temperature"),
-    ),
+    params(NodeTarget),
     request_body(content = ResizeRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Resized", body = ResizeResult),

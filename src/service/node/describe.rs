@@ -195,3 +195,79 @@ async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult
         }
     }
 }
+
+/// What a description of an array reports beyond its stored documents.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArrayFacts {
+    /// The shape.
+    pub shape: Vec<u64>,
+    /// The (outer) chunk shape: what one key holds.
+    pub chunk_shape: Vec<u64>,
+    /// Sharded arrays: the shard shape (the chunk shape).
+    pub shard_shape: Option<Vec<u64>>,
+    /// Sharded arrays: the inner chunk shape.
+    pub inner_chunk_shape: Option<Vec<u64>>,
+    /// `C` or `F` element order within a chunk; `None` for other
+    /// permutations (and v3 types TensorStore lacks).
+    pub order: Option<&'static str>,
+    /// Dimension names.
+    pub dimension_names: Option<Vec<Option<String>>>,
+    /// The schema TensorStore reports (`None` for types it lacks).
+    pub tensorstore_schema: Option<Value>,
+}
+
+/// The facts of `array` a node description reports: shape, chunk grid and
+/// names from its normalised description; whether it is sharded from its
+/// parsed codec list (a `sharding_indexed` codec, alone or not); the inner
+/// chunk shape from the description's sharding codec, else from the
+/// TensorStore schema (whose chunk layout also gives the element order).
+///
+/// CPU work (the document is parsed again): run it on the CPU pool.
+#[must_use]
+pub fn describe(array: &ArrayNode) -> ArrayFacts {
+    use crate::zarr::metadata::v2::Order;
+    use crate::zarr::metadata::CodecSpec;
+    
+
+    let desc = &array.desc;
+    let (sharded, schema, v2_order) = match desc.zarr_format {
+        ZarrFormat::V3 => match NodeMetadataV3::from_json(&array.metadata, "") {
+            Ok(NodeMetadataV3::Array(meta)) => {
+                let sharded = meta.codecs.iter().any(|c| matches!(c, CodecSpec::ShardingIndexed(_)));
+                (sharded, tensorstore::schema_v3(&meta), None)
+            }
+            _ => (desc.sharding.is_some(), None, None),
+        },
+        ZarrFormat::V2 => match ArrayMetadataV2::from_json(&array.metadata, "") {
+            Ok(meta) => (false, tensorstore::schema_v2(&meta), Some(meta.order)),
+            Err(_) => (false, None, Some(Order::C)),
+        },
+    };
+    let layout = |pointer: &str| schema.as_ref().and_then(|s| s.pointer(pointer)).cloned();
+    let inner = desc
+        .sharding
+        .as_ref()
+        .map(|s| s.inner_chunk_shape().to_vec())
+        .or_else(|| layout("/chunk_layout/read_chunk/shape").and_then(|v| serde_json::from_value(v).ok()));
+    let order = match v2_order {
+        Some(Order::F) => Some("F"),
+        Some(Order::C) => Some("C"),
+        None => {
+            let rank = desc.shape.len();
+            match layout("/chunk_layout/inner_order").and_then(|v| serde_json::from_value::<Vec<usize>>(v).ok()) {
+                Some(o) if o.iter().enumerate().all(|(i, &d)| i == d) => Some("C"),
+                Some(o) if o.iter().enumerate().all(|(i, &d)| d + i + 1 == rank) => Some("F"),
+                _ => None,
+            }
+        }
+    };
+    ArrayFacts {
+        shape: desc.shape.clone(),
+        chunk_shape: desc.chunk_shape.clone(),
+        shard_shape: sharded.then(|| desc.chunk_shape.clone()),
+        inner_chunk_shape: if sharded { inner } else { None },
+        order,
+        dimension_names: desc.dimension_names.clone(),
+        tensorstore_schema: schema,
+    }
+}

@@ -1,0 +1,237 @@
+//! Extractors: what a handler takes from a request, each refusal in the
+//! JSON envelope of [`super::error`].
+//!
+//! - [`NodeTarget`]: the `{mount}` and `{*path}` of a node route, declared
+//!   once as OpenAPI path parameters ([`utoipa::IntoParams`]).
+//! - [`ApiQuery`]: a query string, 400 `invalid_query` naming the parameter.
+//! - [`JsonBody`] and [`TypedJsonBody`]: JSON documents, at most
+//!   `limits.max_body_bytes`, parsed within the document budget.
+//! - [`read_body`]: a data body up to a limit, 413 beyond it, 408 when it
+//!   stops arriving ([`BodyTimeout`], raised by the guard's body wrapper).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use utoipa::IntoParams;
+
+use super::error::{ApiError, ApiResult, ErrorCode};
+use crate::service::node::NodePath;
+use crate::service::{App, ServiceError};
+
+/// The mount and node path of a `/api/v1/<resource>/{mount}[/{*path}]`
+/// route (the path is the root when the route has none).
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct NodeTarget {
+    /// Mount name
+    #[param(example = "data")]
+    pub mount: String,
+    /// Node path inside the mount
+    #[param(value_type = String, example = "climate/temperature")]
+    pub path: NodePath,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for NodeTarget {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(mut params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ErrorCode::InvalidPath.error(format!("invalid path: {e}")))?;
+        let mount = params.remove("mount").unwrap_or_default();
+        let path = NodePath::new(params.get("path").map_or("", String::as_str))?;
+        Ok(Self { mount, path })
+    }
+}
+
+/// A query string parsed into `T`; a bad one is a 400 in the JSON envelope
+/// naming the parameter.
+#[derive(Debug, Clone, Default)]
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| Self(q))
+            .map_err(|e| ErrorCode::InvalidQuery.error(format!("invalid query string: {}", e.body_text())))
+    }
+}
+
+/// A JSON request body, at most `limits.max_body_bytes` (a document, not
+/// array data); a `Content-Type` other than `application/json` (or
+/// `application/*+json`), or none, is 415 (a page of another site can send
+/// `text/plain` or a form without asking first, never JSON); not JSON is a
+/// 400 naming the line and column, too large a 413 naming the limit, a
+/// stalled body a 408.
+#[derive(Debug, Clone)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
+        json_document(req, app).await?.map(Self).map_err(|e| ErrorCode::InvalidBody.error(format!("request body: {e}")))
+    }
+}
+
+/// A JSON request body that must say so: as [`JsonBody`], and besides JSON
+/// of the wrong shape (an unknown member, a wrong type) is 422 rather than
+/// 400.
+#[derive(Debug, Clone)]
+pub struct TypedJsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for TypedJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
+        json_document(req, app).await?.map(Self).map_err(|e| {
+            let code = match e.classify() {
+                serde_json::error::Category::Data => ErrorCode::InvalidBodyShape,
+                _ => ErrorCode::InvalidBody,
+            };
+            code.error(format!("invalid request body: {e}"))
+        })
+    }
+}
+
+/// A JSON document body parsed into `T`: 415 unless it says it is JSON,
+/// 413 over `limits.max_body_bytes`, a stalled body 408; the parse error
+/// is the caller's to answer.
+async fn json_document<T: DeserializeOwned + Send + 'static>(
+    req: Request,
+    app: &App,
+) -> ApiResult<Result<T, serde_json::Error>> {
+    require_json(&req)?;
+    let (parts, body) = req.into_parts();
+    let body = read_body(&parts.headers, body, app.config().limits.max_body_bytes, "limits.max_body_bytes").await?;
+    parse_body(body, app).await
+}
+
+/// Bodies up to this many bytes are parsed on the async worker (less work
+/// than the hand-off to the CPU pool); larger ones on the pool.
+const INLINE_PARSE_MAX: usize = 64 * 1024;
+
+/// Parses a JSON body within the document parse budget (already held when
+/// the front reserved it for the whole request), on the CPU pool when it is
+/// large enough to stall an async worker.
+async fn parse_body<T: DeserializeOwned + Send + 'static>(
+    body: Bytes,
+    app: &App,
+) -> Result<Result<T, serde_json::Error>, ApiError> {
+    let _parse = crate::service::node::DocumentGate::of(app).reserve(body.len()).await;
+    crate::service::cpu::run_or_inline(body.len() <= INLINE_PARSE_MAX, move || serde_json::from_slice::<T>(&body))
+        .await
+        .map_err(|e| ApiError::from(ServiceError::Internal(e.to_string())))
+}
+
+/// 415 unless the request says its body is JSON.
+fn require_json(req: &Request) -> Result<(), ApiError> {
+    let content_type = req.headers().get(header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()));
+    if content_type.as_deref().is_some_and(is_json_media_type) {
+        return Ok(());
+    }
+    let got = content_type.map_or_else(|| "no Content-Type".to_string(), |c| format!("Content-Type `{c}`"));
+    Err(ErrorCode::UnsupportedMediaType.error(format!(
+        "invalid request body: {got}; this endpoint takes a JSON body, sent with `Content-Type: application/json`"
+    )))
+}
+
+/// `application/json`, or a `+json` type, with any parameters.
+fn is_json_media_type(value: &str) -> bool {
+    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence.strip_prefix("application/").is_some_and(|subtype| subtype == "json" || subtype.ends_with("+json"))
+}
+
+/// Reads a request body, refusing more than `limit` bytes (the value of
+/// the configuration option `option`, named in the 413).
+///
+/// # Errors
+/// 413 `payload_too_large` past the limit; 408 `body_timeout` or 400
+/// `body_read_failed` when reading fails ([`body_error`]).
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'static str) -> ApiResult<Bytes> {
+    let too_large = || ApiError::from(ServiceError::PayloadTooLarge { limit, option });
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(too_large());
+    }
+    let mut buf = BytesMut::new();
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| body_error(&e))?;
+        if (buf.len() + chunk.len()) as u64 > limit {
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// A request body sent nothing for `limits.body_read_timeout_seconds`.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body sent nothing for {0} s (limits.body_read_timeout_seconds)")]
+pub struct BodyTimeout(pub u64);
+
+/// A failed request-body read: 408 `body_timeout` when the body stopped
+/// arriving ([`BodyTimeout`] anywhere in the chain), else 400
+/// `body_read_failed`.
+#[must_use]
+pub fn body_error(e: &(dyn std::error::Error + 'static)) -> ApiError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(t) = c.downcast_ref::<BodyTimeout>() {
+            return ErrorCode::BodyTimeout.error(t.to_string());
+        }
+        cause = c.source();
+    }
+    ErrorCode::BodyReadFailed.error(format!("reading the body failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+
+    #[test]
+    fn json_media_types() {
+        for yes in ["application/json", "Application/JSON; charset=utf-8", "application/vnd.api+json"] {
+            assert!(is_json_media_type(yes), "{yes}");
+        }
+        for no in ["text/json", "application/jsonx", "application/octet-stream", ""] {
+            assert!(!is_json_media_type(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn body_errors() {
+        let timeout = axum::Error::new(BodyTimeout(3));
+        let e = body_error(&timeout);
+        assert_eq!((e.status(), e.code.as_str()), (StatusCode::REQUEST_TIMEOUT, "body_timeout"));
+        assert!(e.message.contains("limits.body_read_timeout_seconds"), "{}", e.message);
+        let other = axum::Error::new(std::io::Error::other("reset"));
+        assert_eq!(body_error(&other).code, ErrorCode::BodyReadFailed);
+    }
+
+    #[tokio::test]
+    async fn bodies_over_the_limit_are_refused_before_and_while_reading() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, "11".parse().unwrap());
+        let e = read_body(&headers, Body::from("12345678901"), 10, "limits.max_put_bytes").await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+        assert!(e.message.contains("limits.max_put_bytes"), "{}", e.message);
+        // No Content-Length: counted as it arrives.
+        let e = read_body(&HeaderMap::new(), Body::from("12345678901"), 10, "limits.max_body_bytes").await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+        let ok = read_body(&HeaderMap::new(), Body::from("1234567890"), 10, "limits.max_body_bytes").await.unwrap();
+        assert_eq!(&ok[..], b"1234567890");
+    }
+}
