@@ -40,3 +40,55 @@ pub use open::{
 };
 pub use path::NodePath;
 pub use resize::{resize, Resize};
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Map};
+
+    use super::*;
+    use crate::config::Config;
+    use crate::service::{App, ServiceError};
+    use crate::storage::mount::MountSpec;
+    use crate::storage::Mount;
+
+    fn app() -> App {
+        let spec = |read_only: bool| {
+            serde_json::from_value::<MountSpec>(json!({"url": "memory://", "read_only": read_only})).unwrap()
+        };
+        App::with_mounts(
+            Config::default(),
+            vec![Mount::build("rw", &spec(false)).unwrap(), Mount::build("ro", &spec(true)).unwrap()],
+        )
+    }
+
+    #[tokio::test]
+    async fn operations_run_on_a_resolved_node_and_every_mutation_asks_writable() {
+        let app = app();
+        let path = NodePath::new("g/a").unwrap();
+        let node = app.node("rw", &path).unwrap();
+        let (new, _) = parse_create_body(&json!({"driver": "zarr3", "dtype": "uint8", "shape": [4]})).unwrap();
+        let created = create(&node, &new, OpenMode::default()).await.unwrap();
+        assert!(created.created);
+        assert!(matches!(open(&app.node("rw", &NodePath::new("g").unwrap()).unwrap()).await, Ok(Node::Group(_))));
+        assert_eq!(open_array(&node).await.unwrap().desc.shape, vec![4]);
+        let (array, _) =
+            resize(&node, &Resize { shape: vec![8], expand_only: true, shrink_only: false }).await.unwrap();
+        assert_eq!(array.desc.shape, vec![8]);
+        let e = consolidate(&node).await.unwrap_err();
+        assert!(matches!(&e, ServiceError::NotAGroup { path, .. } if path == "g/a"), "{e}");
+        delete(&node, false).await.unwrap();
+        assert!(matches!(open(&node).await, Err(ServiceError::NodeNotFound { .. })));
+
+        // A read-only mount refuses every mutation, through the one check.
+        let ro = app.node("ro", &path).unwrap();
+        let read_only = |r: Result<(), ServiceError>| matches!(r, Err(ServiceError::ReadOnly(m)) if m == "ro");
+        assert!(read_only(create(&ro, &new, OpenMode::default()).await.map(drop)));
+        assert!(read_only(delete(&ro, true).await));
+        assert!(read_only(update_attributes(&ro, Map::new(), AttributeUpdate::Merge).await.map(drop)));
+        assert!(read_only(
+            resize(&ro, &Resize { shape: vec![1], expand_only: false, shrink_only: false }).await.map(drop)
+        ));
+        assert!(read_only(consolidate(&ro).await.map(drop)));
+        assert!(matches!(open(&ro).await, Err(ServiceError::NodeNotFound { .. })), "reads need no write access");
+    }
+}
