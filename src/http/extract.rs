@@ -131,7 +131,7 @@ async fn parse_body<T: DeserializeOwned + Send + 'static>(
     let _parse = crate::service::node::DocumentGate::of(app).reserve(body.len()).await;
     crate::service::cpu::run_or_inline(body.len() <= INLINE_PARSE_MAX, move || serde_json::from_slice::<T>(&body))
         .await
-        .map_err(|e| ApiError::from(ServiceError::Internal(e.to_string())))
+        .map_err(|e| ApiError::from(ServiceError::from(e)))
 }
 
 /// 415 unless the request says its body is JSON.

@@ -249,7 +249,7 @@ async fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<Read
     let spec = body.selection;
     let selection = crate::service::cpu::run_or_inline(spec.is_small(), move || spec.into_spec(mode))
         .await
-        .map_err(|e| ApiError::from(crate::service::ServiceError::Internal(e.to_string())))?
+        .map_err(|e| ApiError::from(crate::service::ServiceError::from(e)))?
         .map_err(params::selection_error)?;
     Ok(ReadParams { selection, field: body.field, format, fill_missing: body.fill_missing })
 }

@@ -269,7 +269,7 @@ async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResul
     // Copies and validates the node's documents (up to twice
     // limits.max_body_bytes each): on the CPU pool.
     let of = node.clone();
-    let mut info = cpu::run(move || NodeInfo::of(&of)).await.map_err(internal)?;
+    let mut info = cpu::run(move || NodeInfo::of(&of)).await.map_err(cpu_failed)?;
     if let Node::Array(a) = &node {
         // Arithmetic on the declared shapes, nothing built from them.
         info.limits_exceeded = a.desc.check_limits(&node::array_limits(app)).err().map(|e| e.to_string());
@@ -332,8 +332,12 @@ pub async fn get_node(
 ) -> ApiResult<Response> {
     let info = describe(&app, &target, &q).await?;
     // The answer holds the stored documents: serialised on the CPU pool.
-    let body = cpu::run(move || serde_json::to_vec(&info)).await.map_err(internal)?.map_err(internal)?;
+    let body = cpu::run(move || serde_json::to_vec(&info)).await.map_err(cpu_failed)?.map_err(internal)?;
     Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response())
+}
+
+fn cpu_failed(e: cpu::CpuError) -> ApiError {
+    ApiError::from(crate::service::ServiceError::from(e))
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
