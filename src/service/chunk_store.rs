@@ -81,7 +81,7 @@ pub fn classify(e: StorageError) -> SourceError {
         | StorageError::NotModified { .. } => SourceError::Precondition(e.to_string()),
         StorageError::RangeNotSatisfiable { .. } => SourceError::RangeNotSatisfiable(e.to_string()),
         StorageError::Conflict { .. } => SourceError::Refused(e.to_string()),
-        StorageError::InvalidKey { reason } => SourceError::InvalidKey(reason),
+        StorageError::InvalidKey { .. } => SourceError::InvalidKey(e.to_string()),
         StorageError::NotSupported { reason } => SourceError::NotSupported(reason),
         StorageError::Unavailable { reason } => SourceError::Unavailable(reason),
         StorageError::Timeout { reason } => SourceError::Timeout(reason),
@@ -120,6 +120,9 @@ pub fn region_error(path: &NodePath, e: RegionError) -> ServiceError {
         RegionError::Source { key, source: SourceError::Precondition(reason) } => {
             ServiceError::WriteConflict { key: full(key), reason }
         }
+        // The message names the key already (`invalid key `a/c/0`: ...`),
+        // as a read that checks its key before the store does answers.
+        RegionError::Source { source: SourceError::InvalidKey(reason), .. } => ServiceError::BadRequest(reason),
         RegionError::Source { key, source } => ServiceError::Storage(storage_error(full(key), source)),
         RegionError::Codec { key, source } => ServiceError::CorruptChunk { key: full(key), reason: source.to_string() },
         RegionError::Corrupt { key, reason } => ServiceError::CorruptChunk { key: full(key), reason },

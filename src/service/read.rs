@@ -1,27 +1,21 @@
-//! Slice reads and decoded chunk reads, streamed slab by slab.
+//! Slice reads and decoded chunk reads, streamed slab by slab: the
+//! service's part of a read. The reading itself is the region engine's
+//! ([`crate::zarr::region`]): this module opens the array, checks the
+//! request and the limits, runs the engine with the service's cache
+//! ([`ArrayCache`], revalidating against storage ETags), its CPU pool
+//! ([`cpu::Pool`]) and its storage ([`MountChunkStore`]), and turns the
+//! engine's slabs into a response body (raw, npy or JSON).
 //!
 //! A read is checked whole before anything is sent (array metadata, the
 //! selection against the shape, the field, the format, the size limits),
-//! then produced as a sequence of *slabs*: contiguous runs of the output in
-//! C order, each at most `limits.read_slab_bytes` of decoded elements.
+//! then planned by the engine ([`plan_read`]: slabs of at most
+//! `limits.read_slab_bytes` of decoded elements, only the units — chunks,
+//! or inner chunks of shards — the selection touches, counted up front
+//! against `limits.max_chunks_per_request`) and produced slab by slab
+//! ([`read_slab`]: cached units, whole chunks, shard indexes and coalesced
+//! inner chunk ranges conditioned on the index's ETag, decoded and copied
+//! on the CPU pool).
 //!
-//! - Basic and orthogonal selections are split along the outermost output
-//!   dimension whose rows fit the budget; the positions along it are grouped
-//!   by the chunk they fall in, so a slab starts and ends on chunk
-//!   boundaries wherever the budget allows. Coordinate selections are split
-//!   into runs of points.
-//! - For a slab, every dimension's selected indices are projected onto the
-//!   chunk grid (per chunk: runs of `(output position, index in chunk,
-//!   length, step)`), and only the chunks the selection touches are read —
-//!   a strided or listed selection never reads the chunks between.
-//! - The unit of decoding (and caching) is the chunk, or for sharded arrays
-//!   the inner chunk: a shard's index is read by range (cached), then only
-//!   the inner chunks needed, their byte ranges coalesced as the engine's
-//!   partial shard reads do, conditioned on the index's ETag so a shard
-//!   rewritten in between is detected and read again.
-//! - Chunks are fetched concurrently (bounded); decoding and copying run on
-//!   the CPU pool ([`super::cpu`]), one task per chunk, which drops the
-//!   decoded chunk as soon as its part is copied (unless cached).
 //! - A producer task sends each slab's bytes through a channel of one, in
 //!   messages of about a slab, so a read holds about four slabs (one
 //!   message being written to the socket, one queued, one being encoded and
@@ -353,7 +347,7 @@ async fn next_slab(slabs: Slabs, cheap: bool) -> ServiceResult<(Slabs, Option<Ar
         (slabs, next)
     })
     .await
-    .map_err(|e| ServiceError::Internal(e.to_string()))
+    .map_err(|e| cpu_error(&e))
 }
 
 /// Bytes of JSON text per byte of a fixed-size element, at most (a 1-byte
@@ -370,7 +364,7 @@ const INLINE_ENCODE_BYTES: usize = 64 << 10;
 async fn project(field: Option<&FieldView>, bytes: Vec<u8>) -> ServiceResult<Vec<u8>> {
     let Some(f) = field.cloned() else { return Ok(bytes) };
     cpu::run_or_inline(bytes.len() <= INLINE_ENCODE_BYTES, move || {
-        f.extract(&bytes).map_err(|e| ServiceError::Internal(e.to_string()))
+        f.extract(&bytes).map_err(|e| ServiceError::Internal(format!("projecting the field of a slab: {e}")))
     })
     .await
     .map_err(|e| cpu_error(&e))?
@@ -585,7 +579,7 @@ pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadPara
         spec.resolve_owned(&array.desc.shape, array.desc.dimension_names.as_deref())
     })
     .await
-    .map_err(|e| ServiceError::Internal(e.to_string()))??;
+    .map_err(|e| cpu_error(&e))??;
     let desc = &src.array.desc;
     let (field, out_type, out_shape) = output_of(&desc.data_type, sel.result_shape(), params.field.as_deref())?;
     let content_length = check_limits(app, params.format, &out_type, &out_shape)?;
