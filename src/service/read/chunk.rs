@@ -12,10 +12,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::{
-    check_limits, cpu_error, first_message, json_fixed, json_variable, npy_header, open, output_of, project,
-    variable_text, AnswerLimits, ChunkParams, DataRead, Out, Pieces, VarItems, SMALL_ANSWER,
-};
+use super::stream::{first_message, json_fixed, json_variable, project, AnswerLimits, Out, VarItems, SMALL_ANSWER};
+use super::{check_limits, cpu_error, npy_header, open, output_of, variable_text, ChunkParams, DataRead, Pieces};
 use crate::service::chunk_store::region_error;
 use crate::service::format::json::JsonEncoder;
 use crate::service::format::OutputFormat;
