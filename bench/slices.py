@@ -146,6 +146,17 @@ class Server:
 
 
 def read_raw(conn: http.client.HTTPConnection, sel: str, out: memoryview) -> int:
+    try:
+        return read_raw_once(conn, sel, out)
+    except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+        # zarrd closes a keep-alive connection left idle past its header
+        # timeout (a slow TensorStore step on a loaded machine): once more,
+        # on a fresh connection (the first read of a selection is untimed).
+        conn.close()
+        return read_raw_once(conn, sel, out)
+
+
+def read_raw_once(conn: http.client.HTTPConnection, sel: str, out: memoryview) -> int:
     conn.request("GET", "/api/v1/data/bench/a?" + urllib.parse.urlencode({"sel": sel, "format": "raw"}))
     resp = conn.getresponse()
     if resp.status != 200:

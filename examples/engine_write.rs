@@ -40,14 +40,18 @@ struct DirStore(PathBuf);
 impl DirStore {
     fn path(&self, key: &str) -> Result<PathBuf, SourceError> {
         if key.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
-            return Err(SourceError::Store(format!("{key}: not a relative key")));
+            return Err(SourceError::InvalidKey(format!("{key}: not a relative key")));
         }
         Ok(self.0.join(key))
     }
 }
 
 fn io(key: &str, e: &std::io::Error) -> SourceError {
-    SourceError::Store(format!("{key}: {e}"))
+    let reason = format!("{key}: {e}");
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => SourceError::PermissionDenied(reason),
+        _ => SourceError::Unavailable(reason),
+    }
 }
 
 #[async_trait]

@@ -510,6 +510,36 @@ async fn recheck_policies_on_a_file_mount() {
     assert_eq!(get("later").await, [5, 6], "after the duration, the change is seen");
 }
 
+/// An array whose chunk keys are longer than storage keys may be (its own
+/// `zarr.json` key fits): reading or writing its chunks is the request's
+/// fault, a 400 naming the key — a slice write answered 503 (storage
+/// unavailable) before the engine's errors kept their meaning.
+async fn chunk_keys_the_store_cannot_hold(s: TestServer) {
+    // 1013 bytes: `<path>/zarr.json` is 1023 bytes, `<path>/c/0/0/0/0/0/0` 1027.
+    let path = format!("{}/{}", vec!["p".repeat(200); 5].join("/"), "abcdefgh");
+    assert_eq!(path.len(), 1013);
+    let doc = json!({"zarr_format": 3, "node_type": "array", "shape": [1, 1, 1, 1, 1, 1], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 1, 1, 1, 1, 1]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}],
+        "attributes": {}});
+    s.put(&format!("/zarr/data/{path}/zarr.json"), doc.to_string()).await.expect_status(201);
+    let r = s.get(&format!("/api/v1/data/data/{path}?sel=0,0,0,0,0,0&format=raw")).await;
+    assert_eq!(r.status, 400, "{r}");
+    let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("c/0/0/0/0/0/0") && message.contains("longer than 1024"), "{message}");
+    let r = s
+        .put_with(
+            &format!("/api/v1/data/data/{path}?sel=0,0,0,0,0,0&format=json"),
+            "7",
+            &[("content-type", "application/json")],
+        )
+        .await;
+    assert_eq!(r.status, 400, "{r}");
+    assert_eq!(r.json()["error"]["code"], "bad_request", "{r}");
+    let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("c/0/0/0/0/0/0") && message.contains("longer than 1024"), "{message}");
+}
+
 macro_rules! on_backends {
     ($($name:ident),*) => {
         mod memory { $( #[tokio::test] async fn $name() { super::common::run(super::Backend::Memory, stringify!($name), super::$name).await; } )* }
@@ -526,5 +556,6 @@ on_backends!(
     strings_only_as_json,
     structured_fields,
     writes_invalidate_the_cache,
-    large_reads_stream
+    large_reads_stream,
+    chunk_keys_the_store_cannot_hold
 );

@@ -1,8 +1,9 @@
 //! End to end for sharding: `sharding_indexed` arrays written by zarr-python
 //! and TensorStore (uncompressed inner chunks, index at the start or end,
 //! nested sharding, partial edge shards, omitted inner chunks, a missing
-//! shard) are read through `read_region` — whole, and one element at a time
-//! through the partial-read path — and compared with what zarr-python reads.
+//! shard) are read through `read_region` (the engine read the server runs:
+//! index by range, then coalesced inner chunk ranges) — whole, and one
+//! element at a time — and compared with what zarr-python reads.
 //! zarr-python's shards must re-encode byte for byte, and writing the whole
 //! array through `write_region` must store exactly zarr-python's keys and
 //! bytes.
@@ -120,11 +121,17 @@ fn check_in(base: &Path, name: &str) {
     let expected = std::fs::read(base.join(format!("{name}.expected.bin"))).unwrap();
     let size = a.data_type.size().unwrap();
 
-    // The whole array: one whole-key read per stored shard.
+    // The whole array: per shard its index, then its inner chunks in one
+    // coalesced read (the server's read: inner chunks decode one by one).
     let whole = ArraySubset::from_shape(&a.shape);
     let got = block_on(read_region(&a, &store, &whole)).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert!(got == ChunkData::Fixed(expected.clone()), "{name}: whole-array read differs");
-    assert!(store.take_reads().iter().all(Option::is_none), "{name}: whole shards are read whole");
+    let reads = store.take_reads();
+    let shards = usize::try_from(a.grid().grid_shape().iter().product::<u64>()).unwrap();
+    let index_reads = reads.iter().filter(|r| **r == Some(sharding.index_byte_range())).count();
+    assert_eq!(index_reads, shards, "{name}: one index read per shard: {reads:?}");
+    assert!(reads.len() <= 2 * shards, "{name}: at most one data read per shard: {reads:?}");
+    assert!(reads.iter().all(Option::is_some), "{name}: no whole-key reads: {reads:?}");
 
     // Every element alone: the partial path (index range + at most one inner range).
     for (i, idx) in whole.indices().enumerate() {

@@ -1,5 +1,5 @@
 //! Selection text and an array document → the service's read planner
-//! (`service::read::plan_read`), slabs produced lazily.
+//! (`zarr::region::plan_read`, the planner the server runs), slabs produced lazily.
 //!
 //! Input: byte 0 picks the document form (v3 regular, v3 sharded, v2) and
 //! the mode; byte 1 the rank (1..=32); per dimension one byte for its length
@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Map, Value};
-use zarrd::service::read::plan::verify;
-use zarrd::service::read::plan_read;
+use zarrd::zarr::region::plan::verify;
+use zarrd::zarr::region::plan_read;
 use zarrd::zarr::array::ArrayDescription;
 use zarrd::zarr::metadata::{parse_document, Document, DocumentKind, NodeMetadataV3};
 use zarrd::zarr::selection::{SelectionMode, SelectionSpec};

@@ -25,14 +25,26 @@
 //!
 //! Concurrency: every method takes `&self` and may be called from any
 //! thread; moka is lock-free for reads.
+//!
+//! The region engine reads through it as its [`UnitCache`]: [`ArrayCache`]
+//! is one read's view (an array in a mount), which turns the engine's keys
+//! (relative to the array) into store keys, revalidates entries against
+//! the store's ETags as the mount's policy says, and lets a read's results
+//! in only when the read is small enough not to evict hot chunks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use async_trait::async_trait;
+
+use super::chunk_store::classify;
+use super::node::NodePath;
 use crate::storage::mount::RecheckPolicy;
+use crate::storage::{Mount, StorageError, StoreKey};
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::codec::array_to_bytes::sharding::ShardIndex;
+use crate::zarr::region::{IndexEntry, SourceError, UnitCache};
 
 /// What part of a stored value an entry holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -229,6 +241,149 @@ impl ChunkCache {
             bytes,
             capacity: self.capacity,
         }
+    }
+}
+
+/// One read's view of the cache: the array at `path` in a mount (see the
+/// module documentation).
+#[derive(Debug)]
+pub struct ArrayCache {
+    cache: Arc<ChunkCache>,
+    mount: Arc<Mount>,
+    mount_name: Arc<str>,
+    path: NodePath,
+    recheck: RecheckPolicy,
+    /// Whether decoded data read now may enter the cache (shard indexes
+    /// always do: they are small and every later read needs them).
+    fill: bool,
+}
+
+impl ArrayCache {
+    /// The view of `cache` for the array at `path` in `mount` (named
+    /// `mount_name`), revalidating by `recheck`; `fill`: whether decoded
+    /// data may enter it.
+    #[must_use]
+    pub fn new(cache: Arc<ChunkCache>, mount: Arc<Mount>, mount_name: Arc<str>, path: NodePath, fill: bool) -> Self {
+        let recheck = mount.recheck_policy();
+        Self { cache, mount, mount_name, path, recheck, fill }
+    }
+
+    /// The shared cache.
+    #[must_use]
+    pub fn cache(&self) -> &Arc<ChunkCache> {
+        &self.cache
+    }
+
+    fn store_key(&self, rel: &str) -> Option<StoreKey> {
+        self.path.key(rel).ok()
+    }
+
+    fn cache_key(&self, key: &StoreKey, part: Part) -> CacheKey {
+        CacheKey { mount: self.mount_name.clone(), key: key.as_str().into(), part }
+    }
+
+    /// The current ETag of `key` (`None`: missing).
+    async fn etag(&self, key: &StoreKey) -> Result<Option<String>, SourceError> {
+        match self.mount.storage().head(key).await {
+            Ok(meta) => Ok(Some(meta.etag)),
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    /// Whether the cached `version` of `key` may be used now (revalidating
+    /// by ETag when the policy asks).
+    async fn usable(&self, key: &StoreKey, version: &Version) -> Result<bool, SourceError> {
+        if !version.needs_recheck(self.recheck) {
+            return Ok(true);
+        }
+        Ok(self.etag(key).await? == version.etag)
+    }
+}
+
+#[async_trait]
+impl UnitCache for ArrayCache {
+    async fn chunk(&self, key: &str) -> Result<Option<Option<Arc<ChunkData>>>, SourceError> {
+        let Some(sk) = self.store_key(key) else { return Ok(None) };
+        let ck = self.cache_key(&sk, Part::Chunk);
+        if let Some(entry) = self.cache.get(&ck) {
+            if let Cached::Chunk { version, data } = &*entry {
+                let g = self.cache.generation();
+                if self.usable(&sk, version).await? {
+                    self.cache.record(true);
+                    if version.needs_recheck(self.recheck) {
+                        // Confirmed: stored again with the new check time.
+                        let version = Version { etag: version.etag.clone(), checked: Instant::now() };
+                        self.cache.insert(ck, Cached::Chunk { version, data: data.clone() }, g);
+                    }
+                    return Ok(Some(data.clone()));
+                }
+            }
+        }
+        self.cache.record(false);
+        Ok(None)
+    }
+
+    fn ticket(&self) -> u64 {
+        self.cache.generation()
+    }
+
+    fn insert_chunk(&self, key: &str, version: Option<String>, data: Option<Arc<ChunkData>>, ticket: u64) {
+        if !self.fill {
+            return;
+        }
+        let Some(sk) = self.store_key(key) else { return };
+        let version = Version { etag: version, checked: Instant::now() };
+        self.cache.insert(self.cache_key(&sk, Part::Chunk), Cached::Chunk { version, data }, ticket);
+    }
+
+    async fn index(&self, key: &str) -> Result<Option<IndexEntry>, SourceError> {
+        let Some(sk) = self.store_key(key) else { return Ok(None) };
+        let ck = self.cache_key(&sk, Part::Index);
+        if let Some(entry) = self.cache.get(&ck) {
+            if let Cached::Index { version, stamp, index } = &*entry {
+                let g = self.cache.generation();
+                if self.usable(&sk, version).await? {
+                    if version.needs_recheck(self.recheck) {
+                        let v = Version { etag: version.etag.clone(), checked: Instant::now() };
+                        self.cache.insert(ck, Cached::Index { version: v, stamp: *stamp, index: index.clone() }, g);
+                    }
+                    return Ok(Some(IndexEntry { version: version.etag.clone(), stamp: *stamp, index: index.clone() }));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn insert_index(&self, key: &str, version: Option<String>, index: Option<Arc<ShardIndex>>, ticket: u64) -> u64 {
+        let stamp = self.cache.new_stamp();
+        if let Some(sk) = self.store_key(key) {
+            let version = Version { etag: version, checked: Instant::now() };
+            self.cache.insert(self.cache_key(&sk, Part::Index), Cached::Index { version, stamp, index }, ticket);
+        }
+        stamp
+    }
+
+    fn inner(&self, key: &str, inner: &[u64], stamp: u64) -> Option<Arc<ChunkData>> {
+        let sk = self.store_key(key)?;
+        if let Some(entry) = self.cache.get(&self.cache_key(&sk, Part::Inner(inner.to_vec()))) {
+            if let Cached::Inner { stamp: s, data: Some(data) } = &*entry {
+                if *s == stamp {
+                    self.cache.record(true);
+                    return Some(data.clone());
+                }
+            }
+        }
+        self.cache.record(false);
+        None
+    }
+
+    fn insert_inner(&self, key: &str, inner: Vec<u64>, stamp: u64, data: Arc<ChunkData>, ticket: u64) {
+        if !self.fill {
+            return;
+        }
+        let Some(sk) = self.store_key(key) else { return };
+        self.cache.insert(self.cache_key(&sk, Part::Inner(inner)), Cached::Inner { stamp, data: Some(data) }, ticket);
     }
 }
 

@@ -8,10 +8,17 @@
 //! fill value. Writes go through [`Mount::put`] / [`Mount::delete`], which
 //! serialise writes to one key inside this process.
 //!
-//! Versioned reads answer the object's ETag, and conditional writes map
-//! onto [`PutCondition::IfMatch`] / [`PutCondition::IfAbsent`], so the
-//! engine's read-modify-write is as safe across processes as the backend's
-//! conditional puts are (README, "Writing slices").
+//! Versioned reads answer the object's ETag, conditional range reads map
+//! onto `If-Match` (a shard's inner chunks read at its index's version),
+//! and conditional writes map onto [`PutCondition::IfMatch`] /
+//! [`PutCondition::IfAbsent`], so the engine's read-modify-write is as safe
+//! across processes as the backend's conditional puts are (README,
+//! "Writing slices").
+//!
+//! Errors keep their meaning both ways: [`classify`] turns a storage error
+//! into the engine's [`SourceError`], and [`region_error`] turns the
+//! engine's [`RegionError`] back into a service error naming the key in the
+//! mount (an invalid key is a 400, a timeout a 504, a corrupt chunk a 502).
 
 use std::sync::Arc;
 
@@ -19,10 +26,11 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::node::NodePath;
+use super::ServiceError;
 use crate::storage::request::ByteRange;
-use crate::storage::{Mount, PutCondition, ReadRequest, StorageError, StoreKey};
+use crate::storage::{Mount, Preconditions, PutCondition, ReadRequest, StorageError, StoreKey};
 use crate::zarr::byte_range::ByteRangeRequest;
-use crate::zarr::region::{ChunkSink, ChunkSource, Expected, SourceError, Versioned};
+use crate::zarr::region::{ChunkSink, ChunkSource, Expected, RegionError, SourceError, Versioned};
 
 /// An array's keys in a mount.
 #[derive(Debug, Clone)]
@@ -39,19 +47,90 @@ impl MountChunkStore {
     }
 
     fn key(&self, rel: &str) -> Result<StoreKey, SourceError> {
-        self.path.key(rel).map_err(|e| SourceError::Store(e.to_string()))
+        self.path.key(rel).map_err(|e| SourceError::InvalidKey(e.to_string()))
+    }
+
+    /// The mount.
+    #[must_use]
+    pub fn mount(&self) -> &Arc<Mount> {
+        &self.mount
+    }
+
+    /// The array's path in the mount.
+    #[must_use]
+    pub fn path(&self) -> &NodePath {
+        &self.path
+    }
+
+    /// The key in the mount of `rel` (a key relative to the array), as
+    /// messages name it (`rel` itself when it makes no valid key).
+    #[must_use]
+    pub fn full_key(&self, rel: &str) -> String {
+        self.path.key(rel).map_or_else(|_| rel.to_owned(), |k| k.to_string())
     }
 }
 
-fn classify(e: StorageError) -> SourceError {
+/// A storage error as the engine's, by meaning.
+#[must_use]
+pub fn classify(e: StorageError) -> SourceError {
     match e {
+        StorageError::NotFound { .. } | StorageError::IsPrefix { .. } => SourceError::NotFound(e.to_string()),
         StorageError::PermissionDenied { .. } => SourceError::PermissionDenied(e.to_string()),
-        StorageError::PreconditionFailed { .. } | StorageError::AlreadyExists { .. } => {
-            SourceError::Precondition(e.to_string())
-        }
+        StorageError::PreconditionFailed { .. }
+        | StorageError::AlreadyExists { .. }
+        | StorageError::NotModified { .. } => SourceError::Precondition(e.to_string()),
         StorageError::RangeNotSatisfiable { .. } => SourceError::RangeNotSatisfiable(e.to_string()),
-        StorageError::Conflict { .. } | StorageError::InvalidKey { .. } => SourceError::Refused(e.to_string()),
-        _ => SourceError::Store(e.to_string()),
+        StorageError::Conflict { .. } => SourceError::Refused(e.to_string()),
+        StorageError::InvalidKey { .. } => SourceError::InvalidKey(e.to_string()),
+        StorageError::NotSupported { reason } => SourceError::NotSupported(reason),
+        StorageError::Unavailable { reason } => SourceError::Unavailable(reason),
+        StorageError::Timeout { reason } => SourceError::Timeout(reason),
+    }
+}
+
+/// An engine error about `key` (in the mount) as a storage error again.
+#[must_use]
+pub fn storage_error(key: String, e: SourceError) -> StorageError {
+    match e {
+        SourceError::NotFound(_) => StorageError::NotFound { key },
+        SourceError::PermissionDenied(reason) => StorageError::PermissionDenied { key, reason },
+        SourceError::Precondition(reason) => StorageError::PreconditionFailed { key, reason },
+        SourceError::Refused(reason) => StorageError::Conflict { key, reason },
+        SourceError::InvalidKey(reason) => StorageError::InvalidKey { reason },
+        SourceError::NotSupported(reason) => StorageError::NotSupported { reason },
+        SourceError::Timeout(reason) => StorageError::Timeout { reason },
+        SourceError::Unavailable(reason) => StorageError::Unavailable { reason },
+        // A range the engine asked for that the value does not have: the
+        // engine reports shards that are too short as corrupt itself.
+        SourceError::RangeNotSatisfiable(reason) => StorageError::Unavailable { reason: format!("{key}: {reason}") },
+    }
+}
+
+/// An engine error of a read or write on the array at `path`, as a service
+/// error. The engine names chunks by their key inside the array (`c/0`);
+/// messages name them by their key in the mount (`path/to/array/c/0`). A
+/// read-modify-write that kept losing its conditional write is a
+/// [`ServiceError::WriteConflict`].
+#[must_use]
+pub fn region_error(path: &NodePath, e: RegionError) -> ServiceError {
+    let full = |key: String| path.key(&key).map_or(key, |k| k.to_string());
+    match e {
+        RegionError::Region(e) => ServiceError::InvalidSelection(format!("selection: {e}")),
+        RegionError::Data(m) => ServiceError::BadRequest(format!("body: {m}")),
+        RegionError::Source { key, source: SourceError::Precondition(reason) } => {
+            ServiceError::WriteConflict { key: full(key), reason }
+        }
+        // The message names the key already (`invalid key `a/c/0`: ...`),
+        // as a read that checks its key before the store does answers.
+        RegionError::Source { source: SourceError::InvalidKey(reason), .. } => ServiceError::BadRequest(reason),
+        RegionError::Source { key, source } => ServiceError::Storage(storage_error(full(key), source)),
+        RegionError::Codec { key, source } => ServiceError::CorruptChunk { key: full(key), reason: source.to_string() },
+        RegionError::Corrupt { key, reason } => ServiceError::CorruptChunk { key: full(key), reason },
+        RegionError::Missing { key, unit } => ServiceError::MissingChunk(unit.describe(&full(key))),
+        RegionError::Encode { key, source } => {
+            ServiceError::Internal(format!("{}: encoding the updated chunk failed: {source}", full(key)))
+        }
+        RegionError::Internal(m) => ServiceError::Internal(m),
     }
 }
 
@@ -98,6 +177,39 @@ impl ChunkSource for MountChunkStore {
         let key = self.key(key)?;
         match self.mount.storage().read(&key, &ReadRequest::default()).await {
             Ok(outcome) => Ok(Some(Versioned { bytes: outcome.body, version: Some(outcome.meta.etag) })),
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    async fn get_range_versioned(&self, key: &str, range: ByteRangeRequest) -> Result<Option<Versioned>, SourceError> {
+        let key = self.key(key)?;
+        let request = ReadRequest { range: to_storage_range(&range), ..ReadRequest::default() };
+        match self.mount.storage().read(&key, &request).await {
+            Ok(outcome) => Ok(Some(Versioned { bytes: outcome.body, version: Some(outcome.meta.etag) })),
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+            // Nothing of the range exists: the bytes that exist (none).
+            Err(StorageError::RangeNotSatisfiable { size: 0, .. }) => {
+                Ok(Some(Versioned { bytes: Bytes::new(), version: None }))
+            }
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    async fn get_range_if(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+        version: Option<&str>,
+    ) -> Result<Option<Bytes>, SourceError> {
+        let key = self.key(key)?;
+        let request = ReadRequest {
+            range: to_storage_range(&ByteRangeRequest::Bounded(range)),
+            preconditions: Preconditions { if_match: version.map(|v| vec![v.to_owned()]), ..Default::default() },
+            head_only: false,
+        };
+        match self.mount.storage().read(&key, &request).await {
+            Ok(outcome) => Ok(Some(outcome.body)),
             Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
             Err(e) => Err(classify(e)),
         }

@@ -55,8 +55,8 @@ where
     }
 }
 
-/// The CPU pool as the region engine's [`Offload`]: slice writes decode,
-/// place and encode each chunk here. A job that panics is dropped (the
+/// The CPU pool as the region engine's [`Offload`]: slice reads decode and
+/// copy each unit here, slice writes decode, place and encode each chunk. A job that panics is dropped (the
 /// engine reports it as an internal error).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pool;
@@ -66,6 +66,12 @@ impl Offload for Pool {
         rayon::spawn(move || {
             let _ = guarded(job);
         });
+    }
+
+    /// tokio's cooperative budget: a read finding many units ready at once
+    /// yields to other requests every so often.
+    fn yield_point(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        Some(Box::pin(tokio::task::coop::consume_budget()))
     }
 }
 

@@ -20,13 +20,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::chunk_store::MountChunkStore;
+use super::chunk_store::{region_error, MountChunkStore};
 use super::node::{self, ArrayNode, NodePath};
 use super::wire::{self as decode, WireFormat as BodyFormat};
 use super::{cpu, App, ServiceError, ServiceResult};
-use crate::storage::StorageError;
 use crate::zarr::chunk::ChunkData;
-use crate::zarr::region::{write_plan_on, RegionError, RegionOptions, SourceError, WritePlan};
+use crate::zarr::region::{write_plan_on, RegionOptions, WritePlan};
 use crate::zarr::selection::{Selection, SelectionMode, SelectionSpec, INLINE_LISTED, MAX_SELECTION_INDICES};
 
 /// How often a write is planned again when the array's metadata changed
@@ -48,37 +47,6 @@ pub struct WriteRequest {
     pub body: Bytes,
     /// Store chunks equal to the fill value (`None`: as the array says).
     pub write_empty_chunks: Option<bool>,
-}
-
-/// Maps an engine error of a write on the array at `path` to a service
-/// error. The engine names chunks by their key inside the array (`c/0`);
-/// messages name them by their key in the mount (`path/to/array/c/0`), as
-/// reads do.
-fn region_error(path: &NodePath, e: RegionError) -> ServiceError {
-    let full = |key: String| path.key(&key).map_or(key, |k| k.to_string());
-    match e {
-        RegionError::Region(e) => ServiceError::InvalidSelection(format!("selection: {e}")),
-        RegionError::Data(m) => ServiceError::BadRequest(format!("body: {m}")),
-        RegionError::Source { key, source } => {
-            let key = full(key);
-            match source {
-                SourceError::Precondition(reason) => ServiceError::WriteConflict { key, reason },
-                SourceError::PermissionDenied(reason) => {
-                    ServiceError::Storage(StorageError::PermissionDenied { key, reason })
-                }
-                SourceError::Refused(reason) => ServiceError::Storage(StorageError::Conflict { key, reason }),
-                SourceError::RangeNotSatisfiable(reason) | SourceError::Store(reason) => {
-                    ServiceError::Storage(StorageError::Unavailable { reason: format!("{key}: {reason}") })
-                }
-            }
-        }
-        RegionError::Codec { key, source } => ServiceError::CorruptChunk { key: full(key), reason: source.to_string() },
-        RegionError::Corrupt { key, reason } => ServiceError::CorruptChunk { key: full(key), reason },
-        RegionError::Encode { key, source } => {
-            ServiceError::Internal(format!("{}: encoding the updated chunk failed: {source}", full(key)))
-        }
-        RegionError::Internal(m) => ServiceError::Internal(m),
-    }
 }
 
 /// A write may cover at most `limits.max_selection_bytes` decoded bytes,

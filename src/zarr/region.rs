@@ -1,6 +1,8 @@
 //! Region reads and writes on a whole array, over an async key-value
 //! reader ([`ChunkSource`]) and writer ([`ChunkSink`]) that the service
-//! implements on its storage.
+//! implements on its storage. This is the one engine: the server's slice
+//! reads and writes and the engine's own tests (the fixture matrix, the
+//! model proptests, the fuzz targets) run the same functions.
 //!
 //! Spec: Zarr v3 core §"Chunk grids" (which chunks a region touches; edge
 //! chunks stored at full size), §"Fill value" (a missing chunk reads as the
@@ -8,14 +10,25 @@
 //! (reading the index by a prefix or suffix range, then only the inner
 //! chunks needed).
 //!
-//! What a read does, per chunk the region overlaps:
+//! The parts:
 //!
-//! - not sharded, or the region covers the whole (in-array part of the)
-//!   shard: one request for the whole key;
-//! - sharded and only partly covered: one range request for the index, then
-//!   one request per group of needed inner chunks (ranges coalesced by
-//!   [`coalesce_ranges`] with [`RegionOptions::coalesce_gap`]);
-//! - a missing key or empty inner chunk: the fill value, no decode.
+//! - [`plan`]: a selection projected onto the unit grid (chunks, or inner
+//!   chunks of shards) and split into slabs, lazily ([`plan_read`]);
+//! - [`read`]: reading a slab's units (cache, whole chunks, shard indexes
+//!   and coalesced inner chunk ranges, fill) into a slab ([`read_slab`]),
+//!   and the collecting reads built on it ([`read_selection`],
+//!   [`read_region`]);
+//! - [`copy`]: the copy and fill kernels, unit to slab;
+//! - this file: the traits the caller implements ([`ChunkSource`],
+//!   [`ChunkSink`], [`UnitCache`], [`Offload`]), the errors, the options
+//!   and the writes; `placement` is where a write's data goes.
+//!
+//! What a read does, per unit a slab touches: see [`read`]. In short: a
+//! chunk is one request for the whole key; a shard is one range request for
+//! its index, then one request per group of needed inner chunks (ranges
+//! coalesced by `coalesce_ranges` with [`RegionOptions::coalesce_gap`],
+//! conditioned on the index's version); a missing key or empty inner chunk
+//! is the fill value, no decode.
 //!
 //! Writes take a box ([`write_region`]) or any selection
 //! ([`write_selection`]: strided, orthogonal and coordinate selections
@@ -30,12 +43,13 @@
 //! omit inner chunks equal to the fill value.
 //!
 //! Concurrency: chunks are fetched concurrently (at most
-//! [`RegionOptions::concurrency`] at a time) on the calling task; decoding
-//! and encoding run inline, so the service drives these functions from a
-//! context where CPU work is allowed. The engine does not lock: a writer
-//! must hold the service's per-chunk (or per-array) write lock around
-//! [`write_region`] so two read-modify-writes of one chunk do not interleave.
-//! The engine does not depend on tokio.
+//! [`RegionOptions::concurrency`] at a time) on the calling task; CPU work
+//! (decoding, copying, encoding) runs where the caller's [`Offload`] puts
+//! it: the service's CPU pool, or inline ([`Inline`]) in tests and tools.
+//! The engine does not lock: a writer must hold the service's per-chunk
+//! (or per-array) write lock around [`write_region`] so two
+//! read-modify-writes of one chunk do not interleave. The engine does not
+//! depend on tokio.
 //!
 //! Across processes, a read-modify-write reads the value with its version
 //! ([`ChunkSource::get_versioned`]) and writes back only if it is unchanged
@@ -49,24 +63,40 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::{self, StreamExt, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::stream::{self, StreamExt};
 
 use super::array::ArrayDescription;
 use super::byte_range::ByteRangeRequest;
-use super::chunk::{ChunkData, ChunkRepr};
-use super::codec::array_to_bytes::sharding::{coalesce_ranges, ShardingCodec};
+use super::chunk::ChunkData;
 use super::codec::CodecError;
 use super::selection::Selection;
-use super::subset::{copy_region, ArraySubset, ChunkOverlap, RegularChunkGrid, SubsetError};
+use super::subset::{ArraySubset, RegularChunkGrid, SubsetError};
 
+pub mod copy;
 mod placement;
+pub mod plan;
+pub mod read;
 
 use placement::{DataRef, Placement, TouchedChunks};
 
+pub use copy::{SlabData, VarSlab};
+pub use plan::{plan_read, PlanError, ReadPlan, Slab, Slabs};
+pub use read::{
+    read_chunk, read_inner_chunk, read_region, read_region_with, read_selection, read_slab, IndexEntry, MissingUnit,
+    NoCache, ReadCtx, UnitCache,
+};
+
 /// Why a [`ChunkSource`] or [`ChunkSink`] failed, classified by meaning so
-/// the service can map it to a status without reading messages.
+/// the service can map it to a status without reading messages (the
+/// storage layer's meanings, without its types). Each holds the store's
+/// reason; [`RegionError::Source`] names the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SourceError {
+    /// The key does not exist where it must (reads answer a missing key as
+    /// `None`, never this).
+    #[error("not found: {0}")]
+    NotFound(String),
     /// The caller may not read or write this key.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
@@ -76,14 +106,24 @@ pub enum SourceError {
     /// The range asked for does not exist in the value.
     #[error("range not satisfiable: {0}")]
     RangeNotSatisfiable(String),
-    /// The store failed.
-    #[error("{0}")]
-    Store(String),
-    /// The store cannot hold the key, or what is there is in the way (a
-    /// file where a directory is needed, a link leaving a local mount): not
-    /// a failure, and retrying does not help.
+    /// The key is not one the store can hold (a bad name): the request's
+    /// fault, not the store's.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// What is there is in the way (a file where a directory is needed, a
+    /// link leaving a local mount): not a failure, and retrying does not
+    /// help.
     #[error("{0}")]
     Refused(String),
+    /// The store cannot do what was asked.
+    #[error("not supported: {0}")]
+    NotSupported(String),
+    /// The store failed or could not be reached.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The store did not answer in time.
+    #[error("timed out: {0}")]
+    Timeout(String),
 }
 
 /// Reads stored values by key (relative to the array), whole or by range.
@@ -105,6 +145,35 @@ pub trait ChunkSource: Send + Sync {
     /// A store failure.
     async fn get_versioned(&self, key: &str) -> Result<Option<Versioned>, SourceError> {
         Ok(self.get(key, None).await?.map(|bytes| Versioned { bytes, version: None }))
+    }
+
+    /// The part `range` of `key` with the version of the value it was read
+    /// from (a shard's index, so its inner chunks can be read at that
+    /// version); `None` when the key does not exist. The default knows no
+    /// versions.
+    ///
+    /// # Errors
+    /// A store failure.
+    async fn get_range_versioned(&self, key: &str, range: ByteRangeRequest) -> Result<Option<Versioned>, SourceError> {
+        Ok(self.get(key, Some(range)).await?.map(|bytes| Versioned { bytes, version: None }))
+    }
+
+    /// Bytes `range` of `key`, only from the value at `version` (when
+    /// given); `None` when the key does not exist. The default ignores the
+    /// version.
+    ///
+    /// # Errors
+    /// [`SourceError::Precondition`] when the value is at another version;
+    /// [`SourceError::RangeNotSatisfiable`] (or fewer bytes) when the range
+    /// runs past its end; a store failure.
+    async fn get_range_if(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        version: Option<&str>,
+    ) -> Result<Option<Bytes>, SourceError> {
+        let _ = version;
+        self.get(key, Some(ByteRangeRequest::Bounded(range))).await
     }
 }
 
@@ -192,6 +261,15 @@ pub enum RegionError {
         /// The codec and reason.
         source: CodecError,
     },
+    /// A read that does not fill missing units met one (the first in grid
+    /// order); `key` is the chunk's or shard's.
+    #[error("{}", .unit.describe(.key))]
+    Missing {
+        /// The key.
+        key: String,
+        /// What is missing.
+        unit: MissingUnit,
+    },
     /// Work failed inside zarrd (a CPU job was dropped).
     #[error("internal error: {0}")]
     Internal(String),
@@ -220,20 +298,14 @@ pub struct RegionOptions {
     /// Store chunks (and inner chunks) equal to the fill value instead of
     /// deleting (omitting) them.
     pub store_empty_chunks: bool,
+    /// Decoded bytes per slab of the collecting reads ([`read_selection`]).
+    pub slab_bytes: u64,
 }
 
 impl Default for RegionOptions {
     fn default() -> Self {
-        Self { coalesce_gap: 4096, concurrency: 16, max_attempts: 16, store_empty_chunks: false }
+        Self { coalesce_gap: 4096, concurrency: 16, max_attempts: 16, store_empty_chunks: false, slab_bytes: 16 << 20 }
     }
-}
-
-/// Decoded data and where its part goes in the output.
-struct Piece {
-    data: ChunkData,
-    shape: Vec<u64>,
-    part: ArraySubset,
-    dst_start: Vec<u64>,
 }
 
 fn codec_err(key: &str) -> impl FnOnce(CodecError) -> RegionError + '_ {
@@ -246,187 +318,6 @@ fn encode_err(key: &str) -> impl FnOnce(CodecError) -> RegionError + '_ {
 
 fn source_err(key: &str) -> impl FnOnce(SourceError) -> RegionError + '_ {
     move |source| RegionError::Source { key: key.to_owned(), source }
-}
-
-/// The representation of a buffer of `shape` with the array's elements.
-fn repr_of(desc: &ArrayDescription, shape: &[u64]) -> ChunkRepr {
-    ChunkRepr { shape: shape.to_vec(), data_type: desc.data_type.clone(), fill_value: desc.fill_value.clone() }
-}
-
-/// Copies `part` of `src` (shape `src_shape`) into `dst` (shape `dst_shape`) at `dst_start`.
-fn copy_data(
-    src: &ChunkData,
-    src_shape: &[u64],
-    part: &ArraySubset,
-    dst: &mut ChunkData,
-    dst_shape: &[u64],
-    dst_start: &[u64],
-    elem: usize,
-) -> Result<(), SubsetError> {
-    match (src, dst) {
-        (ChunkData::Fixed(s), ChunkData::Fixed(d)) => copy_region(s, src_shape, part, d, dst_shape, dst_start, elem),
-        (ChunkData::Variable(s), ChunkData::Variable(d)) => copy_region(s, src_shape, part, d, dst_shape, dst_start, 1),
-        _ => Err(SubsetError("fixed-size and variable-length data mixed".into())),
-    }
-}
-
-/// Reads `region` of the array: every element, C order, fill value where
-/// nothing is stored. Uses [`RegionOptions::default`].
-///
-/// # Errors
-/// See [`read_region_with`].
-pub async fn read_region(
-    desc: &ArrayDescription,
-    source: &dyn ChunkSource,
-    region: &ArraySubset,
-) -> Result<ChunkData, RegionError> {
-    read_region_with(desc, source, region, &RegionOptions::default()).await
-}
-
-/// Reads `region` of the array with explicit options.
-///
-/// # Errors
-/// A region outside the array; a store failure, undecodable chunk or
-/// inconsistent shard (naming the key).
-pub async fn read_region_with(
-    desc: &ArrayDescription,
-    source: &dyn ChunkSource,
-    region: &ArraySubset,
-    options: &RegionOptions,
-) -> Result<ChunkData, RegionError> {
-    let grid = desc.grid();
-    let overlaps: Vec<ChunkOverlap> = grid.overlaps(region)?.collect();
-    let elem = desc.data_type.size().unwrap_or(1);
-    let mut out = ChunkData::filled(&repr_of(desc, region.shape()));
-    let grid = &grid;
-    let mut pieces = stream::iter(overlaps)
-        .map(|o| read_overlap(desc, grid, source, o, options))
-        .buffer_unordered(options.concurrency.max(1));
-    while let Some(result) = pieces.next().await {
-        for p in result? {
-            copy_data(&p.data, &p.shape, &p.part, &mut out, region.shape(), &p.dst_start, elem)?;
-        }
-    }
-    Ok(out)
-}
-
-/// True when `o` covers all of its chunk that lies inside the array.
-fn covers_chunk(grid: &RegularChunkGrid, o: &ChunkOverlap) -> bool {
-    grid.chunk_subset(&o.chunk).is_some_and(|c| c.shape() == o.in_chunk.shape())
-}
-
-async fn read_overlap(
-    desc: &ArrayDescription,
-    grid: &RegularChunkGrid,
-    source: &dyn ChunkSource,
-    o: ChunkOverlap,
-    options: &RegionOptions,
-) -> Result<Vec<Piece>, RegionError> {
-    let key = desc.chunk_key(&o.chunk);
-    if let Some(sharding) = desc.sharding.as_deref().filter(|_| !covers_chunk(grid, &o)) {
-        return read_inner_chunks(desc, sharding, source, &key, &o, options).await;
-    }
-    let Some(bytes) = source.get(&key, None).await.map_err(source_err(&key))? else {
-        return Ok(Vec::new());
-    };
-    let data = desc.decode_chunk(Vec::from(bytes)).map_err(codec_err(&key))?;
-    Ok(vec![Piece { data, shape: desc.chunk_shape.clone(), part: o.in_chunk, dst_start: o.in_region.start().to_vec() }])
-}
-
-/// The partial read of one shard: its index, then the inner chunks `o` needs.
-async fn read_inner_chunks(
-    desc: &ArrayDescription,
-    sharding: &ShardingCodec,
-    source: &dyn ChunkSource,
-    key: &str,
-    o: &ChunkOverlap,
-    options: &RegionOptions,
-) -> Result<Vec<Piece>, RegionError> {
-    let Some(index_bytes) = source.get(key, Some(sharding.index_byte_range())).await.map_err(source_err(key))? else {
-        return Ok(Vec::new());
-    };
-    if index_bytes.len() as u64 != sharding.index_size() {
-        return Err(RegionError::Corrupt {
-            key: key.to_owned(),
-            reason: format!(
-                "the shard is {} bytes, shorter than its {}-byte index",
-                index_bytes.len(),
-                sharding.index_size()
-            ),
-        });
-    }
-    let index = sharding.decode_index(Vec::from(index_bytes)).map_err(codec_err(key))?;
-    let inner_grid = RegularChunkGrid::new(desc.chunk_shape.clone(), sharding.inner_chunk_shape().to_vec())?;
-    let mut needed: Vec<(ChunkOverlap, Range<u64>)> = Vec::new();
-    for inner in inner_grid.overlaps(&o.in_chunk)? {
-        if let Some(r) = index.inner_range(&inner.chunk) {
-            needed.push((inner, r));
-        }
-    }
-    let ranges: Vec<Range<u64>> = needed.iter().map(|(_, r)| r.clone()).collect();
-    let reads = coalesce_ranges(&ranges, options.coalesce_gap);
-    let needed = &needed;
-    let fetched: Vec<(Range<u64>, Bytes)> = stream::iter(reads.iter().map(|read| async move {
-        let range = read.range.clone();
-        let bytes = source
-            .get(key, Some(ByteRangeRequest::Bounded(range.clone())))
-            .await
-            .map_err(|e| match e {
-                // The index pointed past the end of the shard.
-                SourceError::RangeNotSatisfiable(_) => RegionError::Corrupt {
-                    key: key.to_owned(),
-                    reason: format!(
-                        "{}: bytes {}..{} are past the end of the shard",
-                        name_inner_chunks(read.members.iter().map(|&m| &needed[m].0.chunk)),
-                        range.start,
-                        range.end
-                    ),
-                },
-                e => source_err(key)(e),
-            })?
-            .ok_or_else(|| RegionError::Corrupt {
-                key: key.to_owned(),
-                reason: "the shard disappeared between reading its index and its inner chunks".into(),
-            })?;
-        Ok::<_, RegionError>((range, bytes))
-    }))
-    .buffered(options.concurrency.max(1))
-    .try_collect()
-    .await?;
-    let mut pieces = Vec::with_capacity(needed.len());
-    for (read, (range, bytes)) in reads.iter().zip(fetched) {
-        for &m in &read.members {
-            let (inner, r) = &needed[m];
-            let (lo, hi) = (r.start - range.start, r.end - range.start);
-            if hi > bytes.len() as u64 {
-                return Err(RegionError::Corrupt {
-                    key: key.to_owned(),
-                    reason: format!(
-                        "inner chunk {:?}: bytes {}..{} are past the end of the shard",
-                        inner.chunk, r.start, r.end
-                    ),
-                });
-            }
-            #[allow(clippy::cast_possible_truncation)] // hi <= bytes.len()
-            let slice = bytes.slice(lo as usize..hi as usize);
-            let data = sharding.decode_inner_chunk(Vec::from(slice), &inner.chunk).map_err(codec_err(key))?;
-            let dst_start: Vec<u64> =
-                o.in_region.start().iter().zip(inner.in_region.start()).map(|(a, b)| a + b).collect();
-            pieces.push(Piece {
-                data,
-                shape: sharding.inner_chunk_shape().to_vec(),
-                part: inner.in_chunk.clone(),
-                dst_start,
-            });
-        }
-    }
-    Ok(pieces)
-}
-
-/// `inner chunk [1, 2]` or `inner chunks [1, 2], [1, 3]`.
-fn name_inner_chunks<'a>(coords: impl Iterator<Item = &'a Vec<u64>>) -> String {
-    let names: Vec<String> = coords.map(|c| format!("{c:?}")).collect();
-    format!("inner chunk{} {}", if names.len() == 1 { "" } else { "s" }, names.join(", "))
 }
 
 /// Writes `data` (C order, the shape of `region`) into the array. Uses
@@ -609,8 +500,26 @@ pub async fn write_selection(
 /// than the calling task: the service hands it to its CPU pool. A job that
 /// panics must be dropped (its result channel closes).
 pub trait Offload: Send + Sync {
-    /// Runs `job` soon, on some other thread.
+    /// Runs `job` soon, on some other thread (or right here, see [`Inline`]).
     fn spawn(&self, job: Box<dyn FnOnce() + Send>);
+
+    /// A point where a read that finds many units ready at once (cached,
+    /// missing) lets other tasks run: the service's runtime budget. `None`
+    /// (the default): go on.
+    fn yield_point(&self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+}
+
+/// CPU work run right where it is asked for, on the calling task: for
+/// tests, tools and the collecting reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Inline;
+
+impl Offload for Inline {
+    fn spawn(&self, job: Box<dyn FnOnce() + Send>) {
+        job();
+    }
 }
 
 /// Where a write's CPU work runs.

@@ -263,7 +263,7 @@ impl<'a> Placement<'a> {
                     return fill_box(data, buf, buf_shape, &dst_start, elem);
                 }
                 let src_part = part.relative_to(region.start());
-                super::copy_data(data, region.shape(), &src_part, buf, buf_shape, dst_start.start(), elem)
+                super::copy::copy_data(data, region.shape(), &src_part, buf, buf_shape, dst_start.start(), elem)
             }
             Self::Outer { dims, lens, data, scalar, .. } => {
                 let end = area.end();

@@ -167,19 +167,34 @@ fn gaps_within_the_threshold_share_a_read() {
     assert_eq!(reads, [Some(ByteRangeRequest::Suffix(64)), Some(ByteRangeRequest::Bounded(0..16))]);
 }
 
+/// A shard read whole is its index and one read of all its inner chunks
+/// (adjacent, so coalesced): the server's read, which decodes and caches
+/// inner chunks one by one rather than the whole shard in one job.
 #[test]
-fn whole_shard_is_one_read() {
+fn whole_shard_is_its_index_and_one_data_read() {
     let (a, store) = one_shard("end");
     let got = block_on(read_region(&a, &store, &region(&[0], &[16]))).unwrap();
     assert_eq!(got, u16s(&(0..16).collect::<Vec<_>>()));
-    assert_eq!(store.take_reads(), vec![("c/0".to_owned(), None)]);
-    // An edge shard covered in its in-array part is read whole too.
+    assert_eq!(
+        store.take_reads(),
+        vec![
+            ("c/0".to_owned(), Some(ByteRangeRequest::Suffix(128))),
+            ("c/0".to_owned(), Some(ByteRangeRequest::Bounded(0..32)))
+        ]
+    );
+    // An edge shard covered in its in-array part: its one stored inner chunk.
     let a = array(&[10], &[8], Some(&[2]), "end");
     block_on(write_region(&a, &store, &store, &region(&[0], &[10]), &u16s(&[1; 10]))).unwrap();
     store.take_reads();
     let got = block_on(read_region(&a, &store, &region(&[8], &[2]))).unwrap();
     assert_eq!(got, u16s(&[1, 1]));
-    assert_eq!(store.take_reads(), vec![("c/1".to_owned(), None)]);
+    assert_eq!(
+        store.take_reads(),
+        vec![
+            ("c/1".to_owned(), Some(ByteRangeRequest::Suffix(64))),
+            ("c/1".to_owned(), Some(ByteRangeRequest::Bounded(0..4)))
+        ]
+    );
 }
 
 #[test]

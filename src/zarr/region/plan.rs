@@ -18,12 +18,15 @@
 //! saturating: a 32-dimensional array or a shape near `u64::MAX` cannot
 //! overflow or blow up.
 //!
-//! This module depends on the selection alone (no service state), so the
-//! fuzz target `read_plan` drives it directly.
+//! This module depends on the selection and the array's unit grid alone
+//! (no I/O), so the fuzz target `read_plan` drives it directly through
+//! [`plan_read`], the planner the server and the engine's collecting reads
+//! ([`super::read_selection`]) use.
 
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::zarr::array::ArrayDescription;
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 
 /// Estimated bytes of planning state per point of a coordinate selection
@@ -237,6 +240,28 @@ fn touched_along(ix: &DimIndexer, c: u64) -> u64 {
     }
 }
 
+/// Bytes a variable-length element is planned at (slabs of
+/// `budget / 64` elements), until the real sizes say otherwise (the
+/// streaming read plans smaller slabs again when they do not fit).
+pub const VAR_ELEMENT_ESTIMATE: u64 = 64;
+
+/// The plan of reading `sel` (checked against `desc`'s shape) in slabs of
+/// at most `budget` bytes. Units are chunks, or inner chunks of shards;
+/// elements of variable-length types count as [`VAR_ELEMENT_ESTIMATE`]
+/// bytes.
+///
+/// # Errors
+/// A selection whose rank does not match the array's.
+pub fn plan_read(desc: &ArrayDescription, sel: Selection, budget: u64) -> Result<ReadPlan, PlanError> {
+    let (unit, per_shard) = match &desc.sharding {
+        Some(s) => (s.inner_chunk_shape().to_vec(), Some(s.chunks_per_shard().to_vec())),
+        None => (desc.chunk_shape.clone(), None),
+    };
+    let elem_estimate =
+        if desc.data_type.is_variable() { VAR_ELEMENT_ESTIMATE } else { desc.data_type.size().unwrap_or(1) as u64 };
+    ReadPlan::new(sel, unit, per_shard, elem_estimate, budget)
+}
+
 /// Why a plan cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -311,6 +336,31 @@ impl ReadPlan {
         let row = |d: usize| self.lens[d + 1..].iter().fold(1u64, |a, &l| a.saturating_mul(l));
         let min_k = (0..rank).find(|&d| offset % row(d).max(1) == 0).unwrap_or(rank.saturating_sub(1));
         Self::split_from(self.sel.clone(), self.unit.clone(), self.per_shard.clone(), self.es, budget, min_k)
+    }
+
+    /// After the slab of `slab_len` elements at element `offset` held more
+    /// variable-length bytes than its cap: the same read planned again from
+    /// `offset` in slabs of a quarter of its elements (a slab may be far
+    /// shorter than the plan's budget allows), down to one element.
+    ///
+    /// # Errors
+    /// As [`ReadPlan::replan`].
+    pub fn replan_smaller(&self, slab_len: u64, offset: u64) -> Result<Self, PlanError> {
+        let elements = (slab_len / 4).max(1).min(self.budget / VAR_ELEMENT_ESTIMATE);
+        self.replan(elements.saturating_mul(VAR_ELEMENT_ESTIMATE).max(1), offset)
+    }
+
+    /// After a slab that used little of its cap: the same read planned
+    /// again from `offset` with twice the budget, at most `max_budget`
+    /// (the first plan's); `None` when the budget is there already.
+    ///
+    /// # Errors
+    /// As [`ReadPlan::replan`].
+    pub fn replan_larger(&self, max_budget: u64, offset: u64) -> Result<Option<Self>, PlanError> {
+        if self.budget >= max_budget {
+            return Ok(None);
+        }
+        self.replan(self.budget.saturating_mul(2).min(max_budget), offset).map(Some)
     }
 
     /// The slab budget the plan was made with.
@@ -497,7 +547,8 @@ impl ReadPlan {
                     let u = idx / c;
                     let s_abs = u128::from(step.unsigned_abs().max(1));
                     let inside = if *step >= 0 { u * c + (c - 1) - idx } else { idx - u * c };
-                    u64::try_from(u128::from(e) + inside / s_abs + 1).unwrap_or(u64::MAX)
+                    // The selection may end inside the unit.
+                    u64::try_from(u128::from(e) + inside / s_abs + 1).unwrap_or(u64::MAX).min(len)
                 }
                 _ => {
                     let u = ix.get(e) / c;

@@ -1,0 +1,181 @@
+//! The copy and fill kernels of a read: one decoded unit (a chunk, or an
+//! inner chunk of a shard) copied into a slab where a [`UnitCopy`] says,
+//! or the fill value written there for a missing unit.
+//!
+//! A slab is the buffer the read assembles ([`SlabData`]): packed
+//! fixed-size elements, or for variable-length types one entry per element
+//! that is `None` for the fill value (never copied) and counts the bytes it
+//! holds against a cap, so a slab that would grow past it stops copying and
+//! is planned again smaller (see [`super::read`]).
+//!
+//! The kernels run wherever the caller's [`super::Offload`] puts CPU work
+//! (or inline for small slabs); the slab sits behind a mutex because the
+//! units of one slab are copied by concurrent jobs (they write disjoint
+//! elements).
+
+use std::sync::Mutex;
+
+use super::plan::UnitCopy;
+use super::RegionError;
+use crate::zarr::chunk::ChunkData;
+use crate::zarr::subset::{copy_region, ArraySubset, SubsetError};
+
+/// A slab's (or chunk's) elements.
+#[derive(Debug)]
+pub enum SlabData {
+    /// Packed fixed-size elements, C order.
+    Fixed(Vec<u8>),
+    /// Variable-length elements.
+    Variable(VarSlab),
+}
+
+/// A slab of variable-length elements: copies of the elements read, `None`
+/// for the fill value (never copied: a caller renders its text once and
+/// repeats it).
+#[derive(Debug)]
+pub struct VarSlab {
+    /// The elements, in slab order.
+    pub items: Vec<Option<Vec<u8>>>,
+    /// Bytes the slab holds: its list ([`VAR_ITEM_COST`] per element) and
+    /// the copies.
+    pub bytes: u64,
+    /// What `bytes` may reach; a slab of one element may pass it (the
+    /// element is at most one decoded unit).
+    pub cap: u64,
+    /// Past `cap`: copying stops, and the slab is planned again smaller.
+    pub over: bool,
+}
+
+/// What one element of a [`VarSlab`] costs besides its bytes.
+pub const VAR_ITEM_COST: u64 = std::mem::size_of::<Option<Vec<u8>>>() as u64;
+
+impl SlabData {
+    /// A fresh slab of `n` elements: zeros (fixed size, `es` bytes each) or
+    /// fill values (variable length, capped at `cap` bytes).
+    #[must_use]
+    pub fn new(n: usize, es: usize, variable: bool, cap: u64) -> Self {
+        if variable {
+            let bytes = (n as u64).saturating_mul(VAR_ITEM_COST);
+            Self::Variable(VarSlab { items: vec![None; n], bytes, cap, over: bytes > cap && n > 1 })
+        } else {
+            Self::Fixed(vec![0u8; n * es])
+        }
+    }
+}
+
+impl SlabData {
+    /// Whether a variable-length slab used less than a quarter of `cap`
+    /// (the read may plan larger slabs again).
+    #[must_use]
+    pub fn is_light(&self, cap: u64) -> bool {
+        matches!(self, Self::Variable(v) if v.bytes < cap / 4)
+    }
+}
+
+/// Whether the fill value must be written into missing parts: a fresh
+/// fixed-size slab is zeros already, and a fresh variable-length one holds
+/// the fill value already.
+#[must_use]
+pub fn needs_fill(fill: &[u8], variable: bool) -> bool {
+    !variable && fill.iter().any(|&b| b != 0)
+}
+
+fn corrupt(key: &str, reason: String) -> RegionError {
+    RegionError::Corrupt { key: key.to_owned(), reason }
+}
+
+/// Copies `data` (one decoded unit of `unit_elems` elements of `es` bytes)
+/// into `slab` as `spec` says.
+///
+/// # Errors
+/// A unit that decoded to the wrong number or kind of elements (corrupt
+/// stored data under `key`).
+pub fn copy_unit(
+    data: &ChunkData,
+    unit_elems: u64,
+    spec: &UnitCopy,
+    slab: &Mutex<SlabData>,
+    es: usize,
+    key: &str,
+) -> Result<(), RegionError> {
+    let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match (data, &mut *guard) {
+        (ChunkData::Fixed(src), SlabData::Fixed(dst)) => {
+            if src.len() as u64 != unit_elems * es as u64 {
+                return Err(corrupt(
+                    key,
+                    format!("decoded to {} bytes, expected {}", src.len(), unit_elems * es as u64),
+                ));
+            }
+            #[allow(clippy::cast_possible_truncation)] // within the buffers, checked above and by construction
+            spec.each(&mut |s, d, n| {
+                let (s, d, n) = (s as usize * es, d as usize * es, n as usize * es);
+                dst[d..d + n].copy_from_slice(&src[s..s + n]);
+            });
+        }
+        (ChunkData::Variable(src), SlabData::Variable(dst)) => {
+            if src.len() as u64 != unit_elems {
+                return Err(corrupt(key, format!("decoded to {} elements, expected {unit_elems}", src.len())));
+            }
+            let single = dst.items.len() == 1;
+            #[allow(clippy::cast_possible_truncation)]
+            spec.each(&mut |s, d, n| {
+                for i in 0..n as usize {
+                    if dst.over {
+                        return;
+                    }
+                    let e = &src[s as usize + i];
+                    dst.bytes = dst.bytes.saturating_add(e.len() as u64);
+                    if dst.bytes > dst.cap && !single {
+                        dst.over = true;
+                        return;
+                    }
+                    dst.items[d as usize + i] = Some(e.clone());
+                }
+            });
+        }
+        _ => return Err(corrupt(key, "decoded to the wrong kind of elements".into())),
+    }
+    Ok(())
+}
+
+/// Writes the fill value where `spec` would copy.
+pub fn fill_unit(fill: &[u8], spec: &UnitCopy, slab: &Mutex<SlabData>) {
+    let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let es = fill.len();
+    #[allow(clippy::cast_possible_truncation)]
+    match &mut *guard {
+        SlabData::Fixed(dst) => spec.each(&mut |_, d, n| {
+            for i in 0..n as usize {
+                let at = (d as usize + i) * es;
+                dst[at..at + es].copy_from_slice(fill);
+            }
+        }),
+        // `None` is the fill value already.
+        SlabData::Variable(_) => {}
+    }
+}
+
+/// Whether a slab of variable-length elements went past its cap (its
+/// remaining units need not be read).
+pub fn slab_over(slab: &Mutex<SlabData>) -> bool {
+    matches!(&*slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner), SlabData::Variable(v) if v.over)
+}
+
+/// Copies `part` of `src` (shape `src_shape`) into `dst` (shape
+/// `dst_shape`) at `dst_start`: a write's data placed into a chunk.
+pub(super) fn copy_data(
+    src: &ChunkData,
+    src_shape: &[u64],
+    part: &ArraySubset,
+    dst: &mut ChunkData,
+    dst_shape: &[u64],
+    dst_start: &[u64],
+    elem: usize,
+) -> Result<(), SubsetError> {
+    match (src, dst) {
+        (ChunkData::Fixed(s), ChunkData::Fixed(d)) => copy_region(s, src_shape, part, d, dst_shape, dst_start, elem),
+        (ChunkData::Variable(s), ChunkData::Variable(d)) => copy_region(s, src_shape, part, d, dst_shape, dst_start, 1),
+        _ => Err(SubsetError("fixed-size and variable-length data mixed".into())),
+    }
+}

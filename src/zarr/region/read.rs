@@ -1,0 +1,919 @@
+//! The region read: a planned selection ([`super::plan`]) read slab by
+//! slab from a [`ChunkSource`], through a cache of decoded units
+//! ([`UnitCache`]), with CPU work run where the caller's [`Offload`] says.
+//! The server's streaming slice read and the engine's collecting reads
+//! ([`read_selection`], [`read_region`]) are the same functions: the
+//! server calls [`read_slab`] once per slab of its plan and encodes each
+//! slab as it comes; [`read_selection`] plans with [`plan_read`] and
+//! concatenates the slabs.
+//!
+//! Per slab, every unit (chunk, or inner chunk of a shard) it touches is
+//! read once:
+//!
+//! - not sharded: the cache, else one request for the whole key, decoded
+//!   and copied into the slab by one CPU job;
+//! - sharded: the shard's index (cached, with a stamp; one range request
+//!   when not), then the inner chunks not cached, their byte ranges
+//!   coalesced ([`coalesce_ranges`], gap [`RegionOptions::coalesce_gap`])
+//!   and read conditioned on the index's version, so a shard rewritten in
+//!   between is detected ([`SourceError::Precondition`]) and read again
+//!   (twice at most; then it is reported corrupt). Inner chunks go in
+//!   batches of [`SHARD_BATCH`] per round, which bounds a shard's state;
+//! - missing (no key, or empty in the index): the fill value, or with
+//!   `fill_missing` off the first missing unit in grid order is the error
+//!   ([`RegionError::Missing`]).
+//!
+//! Concurrency: units (shards) are read at most
+//! [`RegionOptions::concurrency`] at a time on the calling task; decoding
+//! and copying are handed to the [`Offload`] one job per unit, so the
+//! decoded unit is dropped as soon as its part is copied (unless cached).
+//! Copies into a slab of at most [`INLINE_SLAB_BYTES`] from units already
+//! decoded run inline (cheaper than the hand-off: a hot tile). Units that
+//! complete at once pass [`Offload::yield_point`] so a long slab lets other
+//! tasks run.
+//!
+//! Variable-length slabs hold copies up to a cap; a slab that would pass
+//! it stops early and answers `None`, and the caller plans the rest again
+//! smaller ([`ReadPlan::replan_smaller`]).
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::channel::oneshot;
+use futures::future::BoxFuture;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use futures::FutureExt;
+
+use super::copy::{copy_unit, fill_unit, needs_fill, slab_over, SlabData};
+use super::plan::{plan_read, ReadPlan, Slab, Unit, UnitCopy, Units};
+use super::{ChunkSource, Inline, Offload, RegionError, RegionOptions, SourceError, Versioned};
+use crate::zarr::array::ArrayDescription;
+use crate::zarr::chunk::ChunkData;
+use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
+use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
+use crate::zarr::subset::{ArraySubset, SubsetError};
+
+/// Slabs up to this many bytes are filled inline from units already
+/// decoded (cached or missing).
+pub const INLINE_SLAB_BYTES: usize = 1 << 20;
+
+/// Inner chunks of one shard read per round (their byte ranges coalesced,
+/// their decodes in flight): bounds a shard's per-round state.
+pub const SHARD_BATCH: usize = 256;
+
+/// A shard index as a [`UnitCache`] holds it.
+#[derive(Debug, Clone)]
+pub struct IndexEntry {
+    /// The shard's version (ETag) the index was read at; `None`: missing.
+    pub version: Option<String>,
+    /// A stamp unique to this reading of the index: inner chunks cached
+    /// through it carry it, so a new reading retires them all at once.
+    pub stamp: u64,
+    /// The index (`None`: the shard is missing).
+    pub index: Option<Arc<ShardIndex>>,
+}
+
+/// Decoded units cached across reads, keyed by key (relative to the array)
+/// and version. An implementation decides when a cached entry may be used
+/// (revalidating it against the store if it wants: lookups are async) and
+/// whether a read's results may enter it; "tickets" let it drop values
+/// read before an invalidation that happened meanwhile. Lookups count as
+/// hits or misses as the implementation likes.
+#[async_trait]
+pub trait UnitCache: Send + Sync {
+    /// A usable whole decoded chunk: `Some(None)` when the key is known to
+    /// be missing; `None` when nothing usable is cached.
+    ///
+    /// # Errors
+    /// A store failure while revalidating.
+    async fn chunk(&self, key: &str) -> Result<Option<Option<Arc<ChunkData>>>, SourceError>;
+    /// A ticket to note before reading the store for a value to insert.
+    fn ticket(&self) -> u64;
+    /// Caches a whole chunk read at `version` (`None` data: missing).
+    fn insert_chunk(&self, key: &str, version: Option<String>, data: Option<Arc<ChunkData>>, ticket: u64);
+    /// A usable shard index.
+    ///
+    /// # Errors
+    /// A store failure while revalidating.
+    async fn index(&self, key: &str) -> Result<Option<IndexEntry>, SourceError>;
+    /// Caches a shard index read at `version`; answers its new stamp.
+    fn insert_index(&self, key: &str, version: Option<String>, index: Option<Arc<ShardIndex>>, ticket: u64) -> u64;
+    /// An inner chunk cached through the index reading `stamp`.
+    fn inner(&self, key: &str, inner: &[u64], stamp: u64) -> Option<Arc<ChunkData>>;
+    /// Caches an inner chunk read through the index reading `stamp`.
+    fn insert_inner(&self, key: &str, inner: Vec<u64>, stamp: u64, data: Arc<ChunkData>, ticket: u64);
+}
+
+/// No cache: every lookup misses, nothing is kept.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCache;
+
+#[async_trait]
+impl UnitCache for NoCache {
+    async fn chunk(&self, _: &str) -> Result<Option<Option<Arc<ChunkData>>>, SourceError> {
+        Ok(None)
+    }
+    fn ticket(&self) -> u64 {
+        0
+    }
+    fn insert_chunk(&self, _: &str, _: Option<String>, _: Option<Arc<ChunkData>>, _: u64) {}
+    async fn index(&self, _: &str) -> Result<Option<IndexEntry>, SourceError> {
+        Ok(None)
+    }
+    fn insert_index(&self, _: &str, _: Option<String>, _: Option<Arc<ShardIndex>>, _: u64) -> u64 {
+        0
+    }
+    fn inner(&self, _: &str, _: &[u64], _: u64) -> Option<Arc<ChunkData>> {
+        None
+    }
+    fn insert_inner(&self, _: &str, _: Vec<u64>, _: u64, _: Arc<ChunkData>, _: u64) {}
+}
+
+/// A unit found missing by a read that does not fill missing units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MissingUnit {
+    /// A chunk (grid coordinates).
+    Chunk(Vec<u64>),
+    /// A whole shard (grid coordinates).
+    Shard(Vec<u64>),
+    /// An inner chunk absent from its shard.
+    Inner {
+        /// The shard's grid coordinates.
+        shard: Vec<u64>,
+        /// The inner chunk's coordinates inside it.
+        inner: Vec<u64>,
+    },
+}
+
+impl MissingUnit {
+    /// What is missing, naming `key` (the chunk's or shard's).
+    #[must_use]
+    pub fn describe(&self, key: &str) -> String {
+        match self {
+            Self::Chunk(c) => format!("chunk {c:?} (key `{key}`) is missing"),
+            Self::Shard(s) => format!("shard {s:?} (key `{key}`) is missing"),
+            Self::Inner { shard, inner } => {
+                format!("inner chunk {inner:?} of shard {shard:?} (key `{key}`) is missing")
+            }
+        }
+    }
+}
+
+/// What a read goes by besides the store: the array, the cache, where CPU
+/// work runs, whether missing units read as the fill value, the tuning.
+pub struct ReadCtx<'a> {
+    desc: Desc<'a>,
+    /// The fill value (shared with fill jobs).
+    fill: Arc<[u8]>,
+    cache: Arc<dyn UnitCache>,
+    offload: Arc<dyn Offload>,
+    fill_missing: bool,
+    coalesce_gap: u64,
+    concurrency: usize,
+    /// Element size (0: variable length).
+    es: usize,
+    variable: bool,
+    unit_elems: u64,
+}
+
+/// The array a read goes by: shared (CPU work may run on other threads),
+/// or borrowed (all CPU work runs inline).
+enum Desc<'a> {
+    Shared(Arc<ArrayDescription>),
+    Borrowed(&'a ArrayDescription),
+}
+
+impl std::fmt::Debug for ReadCtx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadCtx").field("fill_missing", &self.fill_missing).finish_non_exhaustive()
+    }
+}
+
+impl ReadCtx<'static> {
+    /// A read of `desc` through `cache`, CPU work through `offload`.
+    #[must_use]
+    pub fn new(
+        desc: Arc<ArrayDescription>,
+        cache: Arc<dyn UnitCache>,
+        offload: Arc<dyn Offload>,
+        fill_missing: bool,
+        options: &RegionOptions,
+    ) -> Self {
+        ReadCtx::make(Desc::Shared(desc), cache, offload, fill_missing, options)
+    }
+}
+
+impl<'a> ReadCtx<'a> {
+    /// A read of a borrowed `desc` through `cache`, all CPU work inline.
+    #[must_use]
+    pub fn inline(
+        desc: &'a ArrayDescription,
+        cache: Arc<dyn UnitCache>,
+        fill_missing: bool,
+        options: &RegionOptions,
+    ) -> Self {
+        Self::make(Desc::Borrowed(desc), cache, Arc::new(Inline), fill_missing, options)
+    }
+
+    fn make(
+        desc: Desc<'a>,
+        cache: Arc<dyn UnitCache>,
+        offload: Arc<dyn Offload>,
+        fill_missing: bool,
+        options: &RegionOptions,
+    ) -> Self {
+        let d = match &desc {
+            Desc::Shared(d) => &**d,
+            Desc::Borrowed(d) => *d,
+        };
+        let unit_shape = match &d.sharding {
+            Some(s) => s.inner_chunk_shape(),
+            None => &d.chunk_shape,
+        };
+        let unit_elems = unit_shape.iter().fold(1u64, |a, &b| a.saturating_mul(b));
+        Self {
+            es: d.data_type.size().unwrap_or(0),
+            variable: d.data_type.is_variable(),
+            fill: d.fill_value.clone().into(),
+            unit_elems,
+            desc,
+            cache,
+            offload,
+            fill_missing,
+            coalesce_gap: options.coalesce_gap,
+            concurrency: options.concurrency.max(1),
+        }
+    }
+
+    /// The array.
+    #[must_use]
+    pub fn desc(&self) -> &ArrayDescription {
+        match &self.desc {
+            Desc::Shared(d) => d,
+            Desc::Borrowed(d) => d,
+        }
+    }
+
+    /// Runs `f(desc, input)`: here when `inline` (or the array is
+    /// borrowed), else through the offload.
+    async fn run_with_desc<T, R>(
+        &self,
+        inline: bool,
+        input: T,
+        f: fn(&ArrayDescription, T) -> R,
+    ) -> Result<R, RegionError>
+    where
+        T: Send + 'static,
+        R: Send + 'static,
+    {
+        match &self.desc {
+            Desc::Shared(d) if !inline => {
+                let d = d.clone();
+                self.start(move || f(&d, input)).await
+            }
+            _ => {
+                let d = self.desc();
+                guarded(move || f(d, input))
+            }
+        }
+    }
+
+    /// Runs `f` here when `inline`, else through the offload.
+    async fn run<R: Send + 'static>(
+        &self,
+        inline: bool,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, RegionError> {
+        if inline {
+            return guarded(f);
+        }
+        self.start(f).await
+    }
+
+    /// Hands `f` to the offload now; the result arrives later.
+    fn start<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> impl std::future::Future<Output = Result<R, RegionError>> {
+        let (tx, rx) = oneshot::channel();
+        self.offload.spawn(Box::new(move || {
+            // The receiver may be gone (the read was cancelled).
+            let _ = tx.send(f());
+        }));
+        async move { rx.await.map_err(|_| RegionError::Internal("the CPU work of a read failed".into())) }
+    }
+
+    async fn yield_point(&self) {
+        if let Some(y) = self.offload.yield_point() {
+            y.await;
+        }
+    }
+
+    /// Whether a missing unit needs any work: noting it (fill_missing off),
+    /// or writing a fill value that is not what a fresh slab holds already.
+    fn missing_needs_work(&self) -> bool {
+        !self.fill_missing || needs_fill(&self.fill, self.variable)
+    }
+
+    /// The work for a missing unit, to run anywhere.
+    fn on_missing(&self, at: Missed, spec: UnitCopy, slab: Arc<Mutex<SlabData>>, missing: Arc<Missing>) -> OnMissing {
+        OnMissing {
+            fill: self.fill.clone(),
+            fill_missing: self.fill_missing,
+            variable: self.variable,
+            at,
+            spec,
+            slab,
+            missing,
+        }
+    }
+}
+
+/// A missing unit: filled, or noted as missing (the first, in grid order).
+struct OnMissing {
+    fill: Arc<[u8]>,
+    fill_missing: bool,
+    variable: bool,
+    at: Missed,
+    spec: UnitCopy,
+    slab: Arc<Mutex<SlabData>>,
+    missing: Arc<Missing>,
+}
+
+impl OnMissing {
+    fn run(self) {
+        if !self.fill_missing {
+            let mut first = self.missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if first.as_ref().is_none_or(|m| self.at.coords < m.coords) {
+                *first = Some(self.at);
+            }
+        } else if needs_fill(&self.fill, self.variable) {
+            fill_unit(&self.fill, &self.spec, &self.slab);
+        }
+    }
+}
+
+fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, RegionError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(ToString::to_string)
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".to_string());
+        RegionError::Internal(format!("CPU work failed: {what}"))
+    })
+}
+
+/// The first missing unit met while assembling a slab (fill_missing off).
+struct Missed {
+    /// Global grid coordinates of the unit (for "first").
+    coords: Vec<u64>,
+    key: String,
+    unit: MissingUnit,
+}
+
+type Missing = Mutex<Option<Missed>>;
+
+fn source_err(key: &str) -> impl FnOnce(SourceError) -> RegionError + '_ {
+    move |source| RegionError::Source { key: key.to_owned(), source }
+}
+
+fn corrupt(key: &str, reason: String) -> RegionError {
+    RegionError::Corrupt { key: key.to_owned(), reason }
+}
+
+/// Reads one slab's units into a fresh buffer: `None` for a slab of
+/// variable-length elements that went past `cap` bytes (plan it again
+/// smaller).
+///
+/// # Errors
+/// A store failure, an undecodable or inconsistent unit (naming the key),
+/// a missing unit when `fill_missing` is off (the first in grid order).
+pub fn read_slab<'a>(
+    ctx: &'a ReadCtx<'_>,
+    source: &'a dyn ChunkSource,
+    slab: Arc<Slab>,
+    cap: u64,
+) -> BoxFuture<'a, Result<Option<SlabData>, RegionError>> {
+    // Boxed: one allocation per slab, and callers that spawn the read need
+    // not prove its closures `Send` for every lifetime.
+    Box::pin(slab_units(ctx, source, slab, cap))
+}
+
+async fn slab_units(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    slab: Arc<Slab>,
+    cap: u64,
+) -> Result<Option<SlabData>, RegionError> {
+    let n = usize::try_from(slab.len).map_err(|_| SubsetError("the slab is too large to hold".into()))?;
+    let data = SlabData::new(n, ctx.es, ctx.variable, cap);
+    // Copies into a small slab from units already decoded cost less than
+    // the hand-off to the offload: they run inline (a hot tile).
+    let inline = !ctx.variable && n.saturating_mul(ctx.es) <= INLINE_SLAB_BYTES;
+    let data = Arc::new(Mutex::new(data));
+    let missing: Arc<Missing> = Arc::new(Mutex::new(None));
+    match ctx.desc().sharding.clone() {
+        None => {
+            stream::iter(slab.units())
+                .map(|unit| read_chunk_unit(ctx, source, unit, data.clone(), missing.clone(), inline))
+                .buffer_unordered(ctx.concurrency)
+                .try_for_each(|()| async { Ok(()) })
+                .await?;
+        }
+        Some(sharding) => {
+            stream::iter(slab.shards())
+                .map(|s| {
+                    let sharding = sharding.clone();
+                    let (data, missing) = (data.clone(), missing.clone());
+                    async move { read_shard_units(ctx, source, &sharding, s.shard, s.units, data, missing, inline).await }
+                })
+                .buffer_unordered(ctx.concurrency)
+                .try_for_each(|()| async { Ok(()) })
+                .await?;
+        }
+    }
+    let missing = missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some(m) = missing {
+        return Err(RegionError::Missing { key: m.key, unit: m.unit });
+    }
+    let data = Arc::try_unwrap(data).map_err(|_| RegionError::Internal("slab still shared".into()))?;
+    match data.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        SlabData::Variable(v) if v.over => Ok(None),
+        data => Ok(Some(data)),
+    }
+}
+
+/// Decoding a whole stored chunk (and caching it).
+struct DecodeJob {
+    cache: Arc<dyn UnitCache>,
+    key: String,
+    stored: Versioned,
+    ticket: u64,
+}
+
+impl DecodeJob {
+    fn run(self, desc: &ArrayDescription) -> Result<Arc<ChunkData>, RegionError> {
+        let Self { cache, key, stored, ticket } = self;
+        let data = desc
+            .decode_chunk(Vec::from(stored.bytes))
+            .map_err(|source| RegionError::Codec { key: key.clone(), source })?;
+        let data = Arc::new(data);
+        cache.insert_chunk(&key, stored.version, Some(data.clone()), ticket);
+        Ok(data)
+    }
+}
+
+/// A whole chunk: cached, or its stored bytes still to decode.
+enum Fetched {
+    Ready(Option<Arc<ChunkData>>),
+    Stored(Versioned, u64),
+}
+
+async fn fetch_chunk(ctx: &ReadCtx<'_>, source: &dyn ChunkSource, key: &str) -> Result<Fetched, RegionError> {
+    if let Some(data) = ctx.cache.chunk(key).await.map_err(source_err(key))? {
+        return Ok(Fetched::Ready(data));
+    }
+    let ticket = ctx.cache.ticket();
+    match source.get_versioned(key).await.map_err(source_err(key))? {
+        Some(stored) => Ok(Fetched::Stored(stored, ticket)),
+        None => {
+            ctx.cache.insert_chunk(key, None, None, ticket);
+            Ok(Fetched::Ready(None))
+        }
+    }
+}
+
+async fn read_chunk_unit(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    unit: Unit,
+    slab: Arc<Mutex<SlabData>>,
+    missing: Arc<Missing>,
+    inline: bool,
+) -> Result<(), RegionError> {
+    // Units that complete at once (cached, missing, in memory) would let a
+    // slab of many of them run in one poll.
+    ctx.yield_point().await;
+    if ctx.variable && slab_over(&slab) {
+        return Ok(());
+    }
+    let Unit { coords, copy } = unit;
+    let key = ctx.desc().chunk_key(&coords);
+    let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
+    match fetch_chunk(ctx, source, &key).await? {
+        Fetched::Ready(None) if !ctx.missing_needs_work() => Ok(()),
+        Fetched::Ready(None) => {
+            let at = Missed { unit: MissingUnit::Chunk(coords.clone()), coords, key };
+            let work = ctx.on_missing(at, copy, slab, missing);
+            // Filling runs off the async threads too: it may be a large copy.
+            ctx.run(inline || !ctx.fill_missing, move || work.run()).await
+        }
+        Fetched::Ready(Some(data)) => {
+            ctx.run(inline, move || copy_unit(&data, unit_elems, &copy, &slab, es, &key)).await?
+        }
+        Fetched::Stored(stored, ticket) => {
+            let job = DecodeJob { cache: ctx.cache.clone(), key, stored, ticket };
+            ctx.run_with_desc(false, (job, copy, slab, es, unit_elems), |desc, (job, copy, slab, es, unit_elems)| {
+                let key = job.key.clone();
+                let data = job.run(desc)?;
+                copy_unit(&data, unit_elems, &copy, &slab, es, &key)
+            })
+            .await?
+        }
+    }
+}
+
+/// The index of the shard `key`: cached unless `fresh`, else read by range
+/// (and cached with a new stamp).
+async fn shard_index(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    key: &str,
+    sharding: &ShardingCodec,
+    fresh: bool,
+) -> Result<IndexEntry, RegionError> {
+    if !fresh {
+        if let Some(entry) = ctx.cache.index(key).await.map_err(source_err(key))? {
+            return Ok(entry);
+        }
+    }
+    let ticket = ctx.cache.ticket();
+    let (version, index) = match source.get_range_versioned(key, sharding.index_byte_range()).await {
+        Ok(Some(stored)) => {
+            if stored.bytes.len() as u64 != sharding.index_size() {
+                return Err(corrupt(
+                    key,
+                    format!(
+                        "the shard is {} bytes, shorter than its {}-byte index",
+                        stored.bytes.len(),
+                        sharding.index_size()
+                    ),
+                ));
+            }
+            let index = sharding
+                .decode_index(Vec::from(stored.bytes))
+                .map_err(|source| RegionError::Codec { key: key.to_owned(), source })?;
+            (stored.version, Some(Arc::new(index)))
+        }
+        Ok(None) => (None, None),
+        Err(SourceError::RangeNotSatisfiable(_)) => {
+            return Err(corrupt(key, format!("the shard is shorter than its {}-byte index", sharding.index_size())))
+        }
+        Err(e) => return Err(source_err(key)(e)),
+    };
+    let stamp = ctx.cache.insert_index(key, version.clone(), index.clone(), ticket);
+    Ok(IndexEntry { version, stamp, index })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn read_shard_units(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    sharding: &Arc<ShardingCodec>,
+    shard: Vec<u64>,
+    units: Units,
+    slab: Arc<Mutex<SlabData>>,
+    missing: Arc<Missing>,
+    inline: bool,
+) -> Result<(), RegionError> {
+    if ctx.variable && slab_over(&slab) {
+        return Ok(());
+    }
+    let key = ctx.desc().chunk_key(&shard);
+    let mut fresh = false;
+    // A shard rewritten between reading its index and its inner chunks is
+    // read again (once more; then the error stands). Every round of inner
+    // chunks is conditioned on the same index.
+    for attempt in 0..3 {
+        let entry = shard_index(ctx, source, &key, sharding, fresh).await?;
+        let mut it = units.clone();
+        let result = async {
+            loop {
+                let batch: Vec<Unit> = it.by_ref().take(SHARD_BATCH).collect();
+                if batch.is_empty() {
+                    return Ok(());
+                }
+                let at = ShardAt { shard: &shard, key: &key, entry: &entry };
+                read_shard_once(ctx, source, sharding, &at, &batch, &slab, &missing, inline).await?;
+            }
+        }
+        .await;
+        match result {
+            Err(RegionError::Source { source: SourceError::Precondition(_), .. }) if attempt < 2 => fresh = true,
+            other => return other,
+        }
+    }
+    Err(corrupt(&key, "the shard kept changing while it was read".into()))
+}
+
+/// A shard, and the reading of its index a read goes by.
+struct ShardAt<'a> {
+    shard: &'a [u64],
+    key: &'a str,
+    entry: &'a IndexEntry,
+}
+
+/// Reads `range` of a shard, conditioned on `version`.
+async fn fetch_range(
+    source: &dyn ChunkSource,
+    key: &str,
+    range: Range<u64>,
+    version: Option<&str>,
+) -> Result<(Range<u64>, Bytes), RegionError> {
+    if range.is_empty() {
+        return Ok((range, Bytes::new()));
+    }
+    match source.get_range_if(key, range.clone(), version).await {
+        Ok(Some(bytes)) => Ok((range, bytes)),
+        // The shard vanished after its index was read: read it again.
+        Ok(None) => Err(RegionError::Source {
+            key: key.to_owned(),
+            source: SourceError::Precondition("the shard was deleted while it was read".into()),
+        }),
+        Err(SourceError::RangeNotSatisfiable(_)) => {
+            Err(corrupt(key, format!("bytes {}..{} are past the end of the shard", range.start, range.end)))
+        }
+        Err(e) => Err(source_err(key)(e)),
+    }
+}
+
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+async fn read_shard_once(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    sharding: &Arc<ShardingCodec>,
+    at: &ShardAt<'_>,
+    inners: &[Unit],
+    slab: &Arc<Mutex<SlabData>>,
+    missing: &Arc<Missing>,
+    inline: bool,
+) -> Result<(), RegionError> {
+    let ShardAt { shard, key, entry } = *at;
+    let IndexEntry { version, stamp, index } = entry;
+    let stamp = *stamp;
+    let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
+    let global = |inner: &[u64]| -> Vec<u64> {
+        inner.iter().zip(shard).zip(sharding.chunks_per_shard()).map(|((i, s), n)| s * n + i).collect()
+    };
+    let mut jobs = Vec::new();
+    let mut needed: Vec<(usize, Range<u64>)> = Vec::new();
+    for (i, Unit { coords: inner, copy: spec }) in inners.iter().enumerate() {
+        ctx.yield_point().await;
+        let range = index.as_ref().and_then(|ix| ix.inner_range(inner));
+        let Some(range) = range else {
+            if !ctx.missing_needs_work() {
+                continue;
+            }
+            let unit = if index.is_some() {
+                MissingUnit::Inner { shard: shard.to_vec(), inner: inner.clone() }
+            } else {
+                MissingUnit::Shard(shard.to_vec())
+            };
+            let at = Missed { coords: global(inner), key: key.to_owned(), unit };
+            let work = ctx.on_missing(at, spec.clone(), slab.clone(), missing.clone());
+            if inline || !ctx.fill_missing {
+                ctx.run(true, move || work.run()).await?;
+            } else {
+                let job = ctx.start(move || {
+                    work.run();
+                    Ok(())
+                });
+                jobs.push(job.boxed());
+            }
+            continue;
+        };
+        if let Some(data) = ctx.cache.inner(key, inner, stamp) {
+            let (spec, slab, key) = (spec.clone(), slab.clone(), key.to_owned());
+            let copy = move || copy_unit(&data, unit_elems, &spec, &slab, es, &key);
+            if inline {
+                ctx.run(true, copy).await??;
+            } else {
+                jobs.push(ctx.start(copy).boxed());
+            }
+            continue;
+        }
+        needed.push((i, range));
+    }
+    let ticket = ctx.cache.ticket();
+    let ranges: Vec<Range<u64>> = needed.iter().map(|(_, r)| r.clone()).collect();
+    let reads = coalesce_ranges(&ranges, ctx.coalesce_gap);
+    let version = version.as_deref();
+    let to_read: Vec<(usize, Range<u64>)> = reads.iter().map(|r| r.range.clone()).enumerate().collect();
+    let mut reading = stream::iter(to_read)
+        .map(|(n, range)| async move { (n, fetch_range(source, key, range, version).await) })
+        .buffered(ctx.concurrency);
+    let mut fetched: Vec<(Range<u64>, Bytes)> = Vec::with_capacity(reads.len());
+    while let Some((n, result)) = reading.next().await {
+        match result {
+            Ok(got) => fetched.push(got),
+            // The index pointed past the end of the shard.
+            Err(RegionError::Corrupt { key, reason }) => {
+                let names = name_inner_chunks(reads[n].members.iter().map(|&m| &inners[needed[m].0].coords));
+                return Err(RegionError::Corrupt { key, reason: format!("{names}: {reason}") });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    drop(reading);
+    for (read, (range, bytes)) in reads.iter().zip(fetched) {
+        for &m in &read.members {
+            let (i, r) = &needed[m];
+            let Unit { coords: inner, copy: spec } = &inners[*i];
+            let (lo, hi) = (r.start - range.start, r.end - range.start);
+            if hi > bytes.len() as u64 {
+                return Err(corrupt(
+                    key,
+                    format!("inner chunk {inner:?}: bytes {}..{} are past the end of the shard", r.start, r.end),
+                ));
+            }
+            #[allow(clippy::cast_possible_truncation)] // hi <= bytes.len()
+            let part = bytes.slice(lo as usize..hi as usize);
+            let (cache, sharding, inner, spec, slab, key) =
+                (ctx.cache.clone(), sharding.clone(), inner.clone(), spec.clone(), slab.clone(), key.to_owned());
+            jobs.push(
+                ctx.start(move || {
+                    let data = sharding
+                        .decode_inner_chunk(Vec::from(part), &inner)
+                        .map_err(|source| RegionError::Codec { key: key.clone(), source })?;
+                    let data = Arc::new(data);
+                    cache.insert_inner(&key, inner, stamp, data.clone(), ticket);
+                    copy_unit(&data, unit_elems, &spec, &slab, es, &key)
+                })
+                .boxed(),
+            );
+        }
+    }
+    for job in jobs {
+        job.await??;
+    }
+    Ok(())
+}
+
+/// `inner chunk [1, 2]` or `inner chunks [1, 2], [1, 3]`.
+fn name_inner_chunks<'a>(coords: impl Iterator<Item = &'a Vec<u64>>) -> String {
+    let names: Vec<String> = coords.map(|c| format!("{c:?}")).collect();
+    format!("inner chunk{} {}", if names.len() == 1 { "" } else { "s" }, names.join(", "))
+}
+
+/// One decoded chunk (a whole chunk or shard), through the cache (`None`:
+/// missing). For a decoded-chunk answer.
+///
+/// # Errors
+/// A store failure, undecodable stored bytes (naming the key).
+pub async fn read_chunk(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    coords: &[u64],
+) -> Result<Option<Arc<ChunkData>>, RegionError> {
+    let key = ctx.desc().chunk_key(coords);
+    match fetch_chunk(ctx, source, &key).await? {
+        Fetched::Ready(data) => Ok(data),
+        Fetched::Stored(stored, ticket) => {
+            let job = DecodeJob { cache: ctx.cache.clone(), key, stored, ticket };
+            ctx.run_with_desc(false, job, |desc, job| job.run(desc)).await?.map(Some)
+        }
+    }
+}
+
+/// One inner chunk `inner` of the shard at `shard`, decoded, through the
+/// cache (`None`: the shard is missing or the inner chunk empty).
+///
+/// # Errors
+/// As [`read_chunk`]; an inconsistent shard.
+pub async fn read_inner_chunk(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    shard: &[u64],
+    inner: &[u64],
+) -> Result<Option<Arc<ChunkData>>, RegionError> {
+    let Some(sharding) = ctx.desc().sharding.clone() else {
+        return Err(SubsetError("the array is not sharded".into()).into());
+    };
+    let key = ctx.desc().chunk_key(shard);
+    let mut fresh = false;
+    for attempt in 0..3 {
+        let IndexEntry { version, stamp, index } = shard_index(ctx, source, &key, &sharding, fresh).await?;
+        let Some(r) = index.as_ref().and_then(|ix| ix.inner_range(inner)) else {
+            return Ok(None);
+        };
+        if let Some(data) = ctx.cache.inner(&key, inner, stamp) {
+            return Ok(Some(data));
+        }
+        let ticket = ctx.cache.ticket();
+        let bytes = match fetch_range(source, &key, r.clone(), version.as_deref()).await {
+            Ok((_, b)) => b,
+            Err(RegionError::Source { source: SourceError::Precondition(_), .. }) if attempt < 2 => {
+                fresh = true;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if bytes.len() as u64 != r.end - r.start {
+            return Err(corrupt(
+                &key,
+                format!("inner chunk {inner:?}: bytes {}..{} are past the end of the shard", r.start, r.end),
+            ));
+        }
+        let (cache, inner, k) = (ctx.cache.clone(), inner.to_vec(), key.clone());
+        let data = ctx
+            .run(false, move || {
+                let data = sharding
+                    .decode_inner_chunk(Vec::from(bytes), &inner)
+                    .map_err(|source| RegionError::Codec { key: k.clone(), source })?;
+                let data = Arc::new(data);
+                cache.insert_inner(&k, inner, stamp, data.clone(), ticket);
+                Ok::<_, RegionError>(data)
+            })
+            .await??;
+        return Ok(Some(data));
+    }
+    Err(corrupt(&key, "the shard kept changing while it was read".into()))
+}
+
+/// Reads `selection` of the array (checked against its shape) into one
+/// buffer, C order over the selection's result shape, the fill value where
+/// nothing is stored: [`plan_read`] in slabs of
+/// [`RegionOptions::slab_bytes`], then [`read_slab`] for each, with no
+/// cache and CPU work inline.
+///
+/// # Errors
+/// A selection of the wrong rank; a store failure, undecodable chunk or
+/// inconsistent shard (naming the key).
+pub async fn read_selection(
+    desc: &ArrayDescription,
+    source: &dyn ChunkSource,
+    selection: &Selection,
+    options: &RegionOptions,
+) -> Result<ChunkData, RegionError> {
+    let plan = plan_read(desc, selection.clone(), options.slab_bytes.max(1)).map_err(|e| SubsetError(e.0))?;
+    let plan = Arc::new(plan);
+    let ctx = ReadCtx::inline(desc, Arc::new(NoCache), true, options);
+    collect(&ctx, source, &plan).await
+}
+
+/// Every slab of `plan`, concatenated.
+async fn collect(ctx: &ReadCtx<'_>, source: &dyn ChunkSource, plan: &Arc<ReadPlan>) -> Result<ChunkData, RegionError> {
+    let n = usize::try_from(plan.elements()).map_err(|_| SubsetError("the selection is too large to hold".into()))?;
+    let mut fixed = Vec::new();
+    let mut items = Vec::new();
+    if ctx.variable {
+        items.reserve(n);
+    } else {
+        fixed.reserve(n.saturating_mul(ctx.es));
+    }
+    for slab in plan.slabs() {
+        match read_slab(ctx, source, slab, u64::MAX).await? {
+            Some(SlabData::Fixed(b)) => fixed.extend_from_slice(&b),
+            Some(SlabData::Variable(v)) => {
+                items.extend(v.items.into_iter().map(|i| i.unwrap_or_else(|| ctx.fill.to_vec())));
+            }
+            None => return Err(RegionError::Internal("an uncapped slab went past its cap".into())),
+        }
+    }
+    Ok(if ctx.variable { ChunkData::Variable(items) } else { ChunkData::Fixed(fixed) })
+}
+
+/// The selection of the box `region`.
+fn box_selection(region: &ArraySubset) -> Selection {
+    let dims = region
+        .start()
+        .iter()
+        .zip(region.shape())
+        .map(|(&start, &len)| DimIndexer::Slice { start, step: 1, len })
+        .collect();
+    Selection { dims, mode: SelectionMode::Basic }
+}
+
+/// Reads `region` of the array: every element, C order, fill value where
+/// nothing is stored. Uses [`RegionOptions::default`].
+///
+/// # Errors
+/// See [`read_region_with`].
+pub async fn read_region(
+    desc: &ArrayDescription,
+    source: &dyn ChunkSource,
+    region: &ArraySubset,
+) -> Result<ChunkData, RegionError> {
+    read_region_with(desc, source, region, &RegionOptions::default()).await
+}
+
+/// Reads `region` of the array with explicit options: [`read_selection`]
+/// of the box.
+///
+/// # Errors
+/// A region outside the array; a store failure, undecodable chunk or
+/// inconsistent shard (naming the key).
+pub async fn read_region_with(
+    desc: &ArrayDescription,
+    source: &dyn ChunkSource,
+    region: &ArraySubset,
+    options: &RegionOptions,
+) -> Result<ChunkData, RegionError> {
+    if region.rank() != desc.shape.len() || !region.is_within(&desc.shape) {
+        return Err(SubsetError(format!("{region} is outside the array of shape {:?}", desc.shape)).into());
+    }
+    read_selection(desc, source, &box_selection(region), options).await
+}
