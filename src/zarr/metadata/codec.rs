@@ -8,9 +8,12 @@
 //!
 //! This module is the document side only: the entry envelope (`"name"` or
 //! `{"name", "configuration", "must_understand"}`), the walk along the chain
-//! and the [`CodecSpec`] list that serialises back to JSON. Each codec's
-//! configuration type (parse, validate, defaults, numcodecs alias) lives in
-//! the codec's own file under [`crate::zarr::codec`]; names map to them in
+//! and the [`CodecSpec`] list that serialises back to JSON. A [`CodecSpec`]
+//! is a name, a kind and a configuration: the codec file's configuration
+//! type (parse, validate, defaults, building the codec, numcodecs alias)
+//! under [`crate::zarr::codec`], behind the
+//! [`CodecConfig`](crate::zarr::codec::registry::CodecConfig) trait, so
+//! nothing here lists the codecs; names map to their parsers in
 //! [`crate::zarr::codec::registry`], which also states the order rule.
 //!
 //! Parsing checks each codec against the representation it receives (data
