@@ -152,29 +152,73 @@ fn is_json_media_type(value: &str) -> bool {
     essence.strip_prefix("application/").is_some_and(|subtype| subtype == "json" || subtype.ends_with("+json"))
 }
 
+/// Bodies up to this size are received straight into their buffer; larger
+/// ones into room prepared by [`prepare_room`].
+const INLINE_BODY_BYTES: usize = 1 << 20;
+
+/// Room a large body's buffer is prepared with ahead of the bytes that
+/// have arrived.
+const BODY_ROOM_BYTES: usize = 8 << 20;
+
 /// Reads a request body, refusing more than `limit` bytes (the value of
 /// the configuration option `option`, named in the 413).
 ///
-/// # Errors
-/// 413 `payload_too_large` past the limit; 408 `body_timeout` or 400
-/// `body_read_failed` when reading fails ([`body_error`]).
+/// A large body is received into memory made ready off the async worker:
+/// whenever the next bytes would not fit in the part of the buffer that is
+/// ready, a blocking-pool job grows the buffer (a declared length is
+/// reserved at once) and touches the pages of the next [`BODY_ROOM_BYTES`],
+/// so the worker only copies bytes into memory that is already there.
+/// Receiving a 256 MiB body on the worker itself meant growing the buffer by
+/// doubling (copying up to half the body in one step) and faulting in (the
+/// kernel zeroing, and with transparent huge pages compacting) 256 MiB
+/// there, which stalled every other connection of that worker, `/healthz`
+/// included, for seconds (`bench/write_health.py`). Memory is touched at
+/// most [`BODY_ROOM_BYTES`] ahead of what the client sent.
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'static str) -> ApiResult<Bytes> {
     let too_large = || ApiError::from(ServiceError::PayloadTooLarge { limit, option });
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit) {
         return Err(too_large());
     }
-    let mut buf = BytesMut::new();
+    let declared = declared.and_then(|n| usize::try_from(n).ok());
+    let most = declared.unwrap_or_else(|| usize::try_from(limit).unwrap_or(usize::MAX));
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(INLINE_BODY_BYTES));
+    // How much of the buffer is ready (grown and touched).
+    let mut ready = buf.capacity();
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| body_error(&e))?;
         if (buf.len() + chunk.len()) as u64 > limit {
             return Err(too_large());
         }
+        let needed = buf.len() + chunk.len();
+        if needed > ready && needed > INLINE_BODY_BYTES {
+            ready = needed.saturating_add(BODY_ROOM_BYTES).min(most.max(needed));
+            buf = prepare_room(buf, ready, declared).await?;
+        }
         buf.extend_from_slice(&chunk);
     }
     Ok(buf.freeze())
 }
+
+/// `buf` with room for `ready` bytes in all, its pages touched, on the
+/// blocking pool; the first growth reserves the whole `declared` length.
+async fn prepare_room(mut buf: BytesMut, ready: usize, declared: Option<usize>) -> ApiResult<BytesMut> {
+    tokio::task::spawn_blocking(move || {
+        let total = declared.map_or(ready, |d| d.max(ready));
+        if buf.capacity() < ready {
+            buf.reserve(total - buf.len());
+        }
+        let start = buf.len();
+        for byte in buf.spare_capacity_mut().iter_mut().take(ready - start).step_by(4096) {
+            byte.write(0);
+        }
+        buf
+    })
+    .await
+    .map_err(|e| ApiError::from(ServiceError::Internal(format!("receiving the request body: {e}"))))
+}
+
 
 /// A request body sent nothing for `limits.body_read_timeout_seconds`.
 #[derive(Debug, thiserror::Error)]
@@ -199,7 +243,45 @@ pub fn body_error(e: &(dyn std::error::Error + 'static)) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::StatusCode;
+    use axum::http::{HeaderValue, StatusCode};
+
+    fn pieces(total: usize, piece: usize) -> (Vec<u8>, Body) {
+        #[allow(clippy::cast_possible_truncation)] // a pattern
+        let data: Vec<u8> = (0..total).map(|i| (i * 7 % 251) as u8).collect();
+        let chunks: Vec<Result<Bytes, std::io::Error>> =
+            data.chunks(piece).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+        (data, Body::from_stream(futures::stream::iter(chunks)))
+    }
+
+    #[tokio::test]
+    async fn large_bodies_arrive_whole_with_or_without_a_declared_length() {
+        // Past the inline size, in pieces that cross every prepared room.
+        let total = INLINE_BODY_BYTES + 2 * BODY_ROOM_BYTES + 12_345;
+        for declared in [true, false] {
+            let (data, body) = pieces(total, 65_537);
+            let mut h = HeaderMap::new();
+            if declared {
+                h.insert(header::CONTENT_LENGTH, HeaderValue::from(total));
+            }
+            let got = read_body(&h, body, 64 << 20, "limits.max_put_bytes").await.unwrap();
+            assert!(got[..] == data[..], "declared: {declared}");
+        }
+        let (data, body) = pieces(1000, 100);
+        assert!(read_body(&HeaderMap::new(), body, 1000, "x").await.unwrap()[..] == data[..]);
+    }
+
+    #[tokio::test]
+    async fn bodies_past_the_limit_are_refused_whether_declared_or_not() {
+        let limit = (INLINE_BODY_BYTES + BODY_ROOM_BYTES) as u64;
+        let (_, body) = pieces(INLINE_BODY_BYTES + BODY_ROOM_BYTES + 1, 65_536);
+        let e = read_body(&HeaderMap::new(), body, limit, "limits.max_put_bytes").await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+        assert!(e.message.contains("limits.max_put_bytes"), "{}", e.message);
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(limit + 1));
+        let e = read_body(&h, Body::empty(), limit, "limits.max_put_bytes").await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+    }
 
     #[test]
     fn json_media_types() {

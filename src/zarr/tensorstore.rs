@@ -29,7 +29,9 @@ pub mod spec;
 
 use serde_json::{json, Map, Value};
 
-use super::metadata::codec::{CodecSpec, IndexLocation};
+use super::metadata::codec::{
+    BloscConfig, CodecSpec, GzipConfig, IndexLocation, ShardingConfig, TransposeConfig, ZstdConfig,
+};
 use super::metadata::v2::dtype::DataTypeV2;
 use super::metadata::v2::Order;
 use super::metadata::{ArrayMetadataV2, ArrayMetadataV3, DataType, FillValue, FloatFill};
@@ -175,32 +177,26 @@ pub(crate) fn codec_json(c: &CodecSpec, item_size: Option<usize>) -> Value {
     }) else {
         return v;
     };
-    match c {
-        CodecSpec::Gzip(g) if g.level.is_none() => {
-            cfg.insert("level".into(), json!(6));
+    if c.config::<GzipConfig>().is_some_and(|g| g.level.is_none()) {
+        cfg.insert("level".into(), json!(6));
+    } else if let Some(z) = c.config::<ZstdConfig>() {
+        cfg.entry("level").or_insert(json!(3));
+        if z.checksum.is_none() {
+            cfg.insert("checksum".into(), json!(false));
         }
-        CodecSpec::Zstd(z) => {
-            cfg.entry("level").or_insert(json!(3));
-            if z.checksum.is_none() {
-                cfg.insert("checksum".into(), json!(false));
-            }
+    } else if c.config::<BloscConfig>().is_some() {
+        cfg.entry("cname").or_insert(json!("lz4"));
+        cfg.entry("clevel").or_insert(json!(5));
+        cfg.entry("blocksize").or_insert(json!(0));
+        if let Some(size) = item_size {
+            cfg.entry("typesize").or_insert(json!(size));
+            cfg.entry("shuffle").or_insert(json!(if size == 1 { "bitshuffle" } else { "shuffle" }));
         }
-        CodecSpec::Blosc(_) => {
-            cfg.entry("cname").or_insert(json!("lz4"));
-            cfg.entry("clevel").or_insert(json!(5));
-            cfg.entry("blocksize").or_insert(json!(0));
-            if let Some(size) = item_size {
-                cfg.entry("typesize").or_insert(json!(size));
-                cfg.entry("shuffle").or_insert(json!(if size == 1 { "bitshuffle" } else { "shuffle" }));
-            }
-        }
-        CodecSpec::ShardingIndexed(s) => {
-            cfg.insert("codecs".into(), s.codecs.iter().map(|c| codec_json(c, item_size)).collect());
-            cfg.insert("index_codecs".into(), s.index_codecs.iter().map(|c| codec_json(c, None)).collect());
-            let loc = if s.index_location == IndexLocation::Start { "start" } else { "end" };
-            cfg.insert("index_location".into(), json!(loc));
-        }
-        _ => {}
+    } else if let Some(s) = c.config::<ShardingConfig>() {
+        cfg.insert("codecs".into(), s.codecs.iter().map(|c| codec_json(c, item_size)).collect());
+        cfg.insert("index_codecs".into(), s.index_codecs.iter().map(|c| codec_json(c, None)).collect());
+        let loc = if s.index_location == IndexLocation::Start { "start" } else { "end" };
+        cfg.insert("index_location".into(), json!(loc));
     }
     if cfg.is_empty() {
         if let Some(o) = v.as_object_mut() {
@@ -218,15 +214,11 @@ fn read_chunk_and_order(codecs: &[CodecSpec], write_chunk: &[u64]) -> (Vec<u64>,
     loop {
         let mut next = None;
         for c in chain {
-            match c {
-                CodecSpec::Transpose(t) if t.order.len() == order.len() => {
-                    order = t.order.iter().map(|&i| order[i]).collect();
-                }
-                CodecSpec::ShardingIndexed(s) => {
-                    chunk.clone_from(&s.chunk_shape);
-                    next = Some(&s.codecs);
-                }
-                _ => {}
+            if let Some(t) = c.config::<TransposeConfig>().filter(|t| t.order.len() == order.len()) {
+                order = t.order.iter().map(|&i| order[i]).collect();
+            } else if let Some(s) = c.config::<ShardingConfig>() {
+                chunk.clone_from(&s.chunk_shape);
+                next = Some(&s.codecs);
             }
         }
         match next {
@@ -247,7 +239,7 @@ pub fn schema_v3(meta: &ArrayMetadataV3) -> Option<Value> {
     let write_chunk = meta.chunk_grid.chunk_shape();
     let (read_chunk, inner_order) = read_chunk_and_order(&meta.codecs, write_chunk);
     let rank = meta.shape.len();
-    let item_size = meta.data_type.item_size();
+    let item_size = meta.data_type.size();
     let mut s = Map::new();
     s.insert(
         "chunk_layout".into(),
@@ -274,15 +266,9 @@ pub fn schema_v3(meta: &ArrayMetadataV3) -> Option<Value> {
 
 /// Whether TensorStore's zarr3 driver has this codec (and all it contains).
 fn tensorstore_codec(c: &CodecSpec) -> bool {
-    match c {
-        CodecSpec::Bytes(_)
-        | CodecSpec::Transpose(_)
-        | CodecSpec::Gzip(_)
-        | CodecSpec::Zstd(_)
-        | CodecSpec::Blosc(_)
-        | CodecSpec::Crc32c => true,
-        CodecSpec::ShardingIndexed(s) => s.codecs.iter().chain(&s.index_codecs).all(tensorstore_codec),
-        _ => false,
+    match c.config::<ShardingConfig>() {
+        Some(s) => s.codecs.iter().chain(&s.index_codecs).all(tensorstore_codec),
+        None => matches!(c.name(), "bytes" | "transpose" | "gzip" | "zstd" | "blosc" | "crc32c"),
     }
 }
 

@@ -226,14 +226,14 @@ pub struct ArrayFacts {
 #[must_use]
 pub fn describe(array: &ArrayNode) -> ArrayFacts {
     use crate::zarr::metadata::v2::Order;
-    use crate::zarr::metadata::CodecSpec;
+    use crate::zarr::codec::array_to_bytes::sharding::ShardingConfig;
     
 
     let desc = &array.desc;
     let (sharded, schema, v2_order) = match desc.zarr_format {
         ZarrFormat::V3 => match NodeMetadataV3::from_json(&array.metadata, "") {
             Ok(NodeMetadataV3::Array(meta)) => {
-                let sharded = meta.codecs.iter().any(|c| matches!(c, CodecSpec::ShardingIndexed(_)));
+                let sharded = meta.codecs.iter().any(|c| c.config::<ShardingConfig>().is_some());
                 (sharded, tensorstore::schema_v3(&meta), None)
             }
             _ => (desc.sharding.is_some(), None, None),

@@ -10,26 +10,27 @@
 //! - `vlen-utf8` / `vlen-bytes` filters (dtype `|O`) → the array→bytes codec;
 //!   otherwise `bytes` with the endianness of the last array's byte order
 //!   (the dtype's, or the last filter's `astype`);
-//! - bytes→bytes `filters` and the `compressor` → bytes→bytes codecs through
-//!   [`build_bytes_to_bytes_sized`] as `numcodecs.<id>`.
+//! - bytes→bytes `filters` and the `compressor` → bytes→bytes codecs,
+//!   numcodecs' (their configurations were checked when the metadata was
+//!   parsed, and are not checked again).
 //!
-//! Each codec comes from its configuration type (`BytesConfig::build`,
-//! `ShardingConfig::build`, ...) or its numcodecs constructor
-//! (`numcodecs::NUMCODECS`); the order rule is
+//! Each v3 codec comes from its configuration ([`CodecSpec::build`], which
+//! the codec's file implements: this module never asks which codec it is);
+//! v2 filters and compressors from their numcodecs constructors
+//! (`numcodecs::NUMCODECS`). The order rule is
 //! [`super::registry::order_problem`], the same the metadata parser applies.
 //!
 //! Building walks the representations through the chain, so a mismatch (a
 //! filter `dtype` that is not the array's, `bytes` on a variable-length type)
 //! is found here, not when the first chunk is read.
 
-use serde_json::Value;
-
 use super::array_to_array::{DeltaCodec, FixedScaleOffsetCodec, TransposeCodec};
 use super::array_to_bytes::bytes::Endian;
+use super::array_to_bytes::sharding::ShardingConfig;
 use super::array_to_bytes::{BytesCodec, ShardingCodec, VlenCodec, VlenKind};
-use super::bytes_to_bytes::{self, build_bytes_to_bytes_sized};
-use super::numcodecs::{self, v3_kind, Build};
-use super::registry::{order_problem, CodecKind, OrderProblem};
+use super::bytes_to_bytes::from_checked_numcodecs;
+use super::numcodecs::v3_kind;
+use super::registry::{order_problem, BuiltCodec, CodecKind, OrderProblem};
 use super::{ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, CodecChain, CodecError, CodecResult};
 use crate::zarr::chunk::ChunkRepr;
 use crate::zarr::metadata::v2::dtype::{ByteOrder, DataTypeV2};
@@ -91,39 +92,32 @@ impl Builder {
         self.repr.data_type.size().unwrap_or(1)
     }
 
-    fn bytes_to_bytes(&mut self, name: &str, configuration: &Value) -> CodecResult<()> {
-        self.check_order(CodecKind::BytesToBytes, name)?;
-        let codec = build_bytes_to_bytes_sized(name, configuration, self.element_size())?;
+    /// A v2 bytes -> bytes filter or compressor.
+    fn bytes_to_bytes(&mut self, codec: &CodecV2) -> CodecResult<()> {
+        self.check_order(CodecKind::BytesToBytes, &format!("numcodecs.{}", codec.id))?;
+        let codec = from_checked_numcodecs(&codec.id, &codec.configuration, self.element_size())?;
         self.bytes_to_bytes.push(codec);
         Ok(())
     }
 
-    /// A bytes -> bytes codec of a v3 chain, built from its configuration.
-    fn bytes_to_bytes_v3(&mut self, spec: &CodecSpec) -> CodecResult<()> {
-        self.check_order(CodecKind::BytesToBytes, &spec.name())?;
-        let codec = bytes_to_bytes::from_v3(spec, self.element_size())?;
-        self.bytes_to_bytes.push(codec);
-        Ok(())
+    /// A codec of a v3 chain, built from its configuration for the
+    /// representation entering it.
+    fn v3(&mut self, spec: &CodecSpec) -> CodecResult<()> {
+        match spec.build(&self.repr)? {
+            BuiltCodec::ArrayToArray(codec) => self.array_to_array(codec),
+            BuiltCodec::ArrayToBytes(codec) => self.array_to_bytes(codec),
+            BuiltCodec::BytesToBytes(codec) => {
+                self.check_order(CodecKind::BytesToBytes, spec.name())?;
+                self.bytes_to_bytes.push(codec);
+                Ok(())
+            }
+        }
     }
 
     fn finish(self) -> CodecResult<CodecChain> {
         let a2b =
             self.array_to_bytes.ok_or_else(|| CodecError::new("codecs", "the chain has no array -> bytes codec"))?;
         Ok(CodecChain::new(self.array_to_array, a2b, self.bytes_to_bytes))
-    }
-}
-
-/// The array→array numcodecs filters zarrd implements, by id.
-fn numcodecs_array_to_array(
-    id: &str,
-    config: &serde_json::Map<String, Value>,
-) -> CodecResult<Box<dyn ArrayToArrayCodec>> {
-    match numcodecs::lookup(id).map(|c| c.build) {
-        Some(Build::ArrayToArray(build)) => build(config),
-        _ => Err(CodecError::new(
-            id,
-            "unsupported filter (zarrd implements the array filters delta and fixedscaleoffset)",
-        )),
     }
 }
 
@@ -135,29 +129,9 @@ fn numcodecs_array_to_array(
 /// provides), and representation mismatches; the error names the codec.
 pub fn chain_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<CodecChain> {
     let mut b = Builder::new(decoded);
-    for spec in codecs {
-        match spec {
-            CodecSpec::Transpose(t) => b.array_to_array(Box::new(t.build()?))?,
-            CodecSpec::Bytes(c) => b.bytes(c.endian)?,
-            CodecSpec::VlenUtf8 => b.vlen(VlenKind::Utf8)?,
-            CodecSpec::VlenBytes => b.vlen(VlenKind::Bytes)?,
-            CodecSpec::ShardingIndexed(s) => {
-                let codec = s.build(&b.repr)?;
-                b.array_to_bytes(Box::new(codec))?;
-            }
-            CodecSpec::Gzip(_) | CodecSpec::Zstd(_) | CodecSpec::Blosc(_) | CodecSpec::Crc32c => {
-                b.bytes_to_bytes_v3(spec)?;
-            }
-            CodecSpec::Numcodecs(c) => match v3_kind(&c.id) {
-                Some(CodecKind::ArrayToArray) => {
-                    b.array_to_array(numcodecs_array_to_array(&c.id, &c.configuration)?)?
-                }
-                Some(CodecKind::BytesToBytes) => b.bytes_to_bytes_v3(spec)?,
-                _ => return Err(CodecError::new(spec.name(), "unsupported codec")),
-            },
-            // "must_understand": false: a reader may skip it.
-            CodecSpec::Extension(_) => {}
-        }
+    // "must_understand": false: a reader may skip what it does not know.
+    for spec in codecs.iter().filter(|c| !c.is_extension()) {
+        b.v3(spec)?;
     }
     b.finish()
 }
@@ -170,9 +144,9 @@ pub fn chain_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<C
 /// # Errors
 /// As [`ShardingConfig::build`](super::array_to_bytes::sharding::ShardingConfig::build).
 pub fn sharding_from_v3(codecs: &[CodecSpec], decoded: &ChunkRepr) -> CodecResult<Option<ShardingCodec>> {
-    let mut real = codecs.iter().filter(|c| !matches!(c, CodecSpec::Extension(_)));
-    match (real.next(), real.next()) {
-        (Some(CodecSpec::ShardingIndexed(s)), None) => s.build(decoded).map(Some),
+    let mut real = codecs.iter().filter(|c| !c.is_extension());
+    match (real.next().and_then(CodecSpec::config::<ShardingConfig>), real.next()) {
+        (Some(s), None) => s.build(decoded).map(Some),
         _ => Ok(None),
     }
 }
@@ -209,7 +183,7 @@ pub fn chain_from_v2(meta: &ArrayMetadataV2, decoded: &ChunkRepr) -> CodecResult
                 if b.array_to_bytes.is_none() {
                     b.bytes(bytes_endian(big_endian))?;
                 }
-                b.bytes_to_bytes(&format!("numcodecs.{id}"), &Value::Object(f.configuration.clone()))?;
+                b.bytes_to_bytes(f)?;
             }
             id => return Err(filter_unsupported(id)),
         }
@@ -222,13 +196,9 @@ pub fn chain_from_v2(meta: &ArrayMetadataV2, decoded: &ChunkRepr) -> CodecResult
         b.bytes(endian)?;
     }
     if let Some(c) = &meta.compressor {
-        compressor(&mut b, c)?;
+        b.bytes_to_bytes(c)?;
     }
     b.finish()
-}
-
-fn compressor(b: &mut Builder, c: &CodecV2) -> CodecResult<()> {
-    b.bytes_to_bytes(&format!("numcodecs.{}", c.id), &Value::Object(c.configuration.clone()))
 }
 
 fn filter_unsupported(id: &str) -> CodecError {
@@ -245,7 +215,7 @@ mod tests {
     use crate::zarr::data_type::DataType;
     use crate::zarr::metadata::codec::parse_codec_chain;
     use proptest::prelude::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn v3_chain(codecs: Value, dt: &DataType, shape: &[u64]) -> CodecResult<CodecChain> {
         let specs = parse_codec_chain(&codecs, "codecs", dt, shape).unwrap();

@@ -26,8 +26,11 @@ use std::io::Read;
 
 use serde_json::{Map, Value};
 
-use super::numcodecs::{self, Build};
+use super::numcodecs::{self, Build, NumcodecsConfig};
+use super::registry::{BuiltCodec, CodecKind};
 use super::{BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::chunk::ChunkRepr;
+use crate::zarr::data_type::DataType;
 use crate::zarr::metadata::codec::CodecSpec;
 use crate::zarr::metadata::v2::CodecV2;
 
@@ -91,23 +94,19 @@ pub fn build_bytes_to_bytes_sized(
 /// The entry is not a bytes → bytes codec, names a numcodecs codec zarrd does
 /// not implement, or has an out-of-range parameter.
 pub fn from_v3(spec: &CodecSpec, element_size: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
-    Ok(match spec {
-        CodecSpec::Gzip(c) => Box::new(c.build()?),
-        CodecSpec::Zstd(c) => Box::new(c.build()?),
-        CodecSpec::Blosc(c) => Box::new(c.build(element_size)?),
-        CodecSpec::Crc32c => Box::new(crc32c::Crc32c::new()),
-        CodecSpec::Numcodecs(c) => from_numcodecs(&c.id, &c.configuration, element_size)?,
-        other => {
-            let name = other.name();
-            let reason = if matches!(other, CodecSpec::Extension(_)) {
-                "is an ignorable extension codec (\"must_understand\": false) with no implementation; \
-                 leave it out of the chain"
-            } else {
-                "is not a bytes -> bytes codec"
-            };
-            return Err(CodecError::new(name, reason));
-        }
-    })
+    if let Some(c) = spec.config::<NumcodecsConfig>() {
+        return from_numcodecs(&c.id, &c.configuration, element_size);
+    }
+    if !spec.is_extension() && spec.kind() != Some(CodecKind::BytesToBytes) {
+        return Err(CodecError::new(spec.name(), "is not a bytes -> bytes codec"));
+    }
+    // Bytes of `element_size`-byte elements enter the chain's bytes -> bytes codecs.
+    let size = element_size.max(1);
+    let entering = ChunkRepr { shape: vec![1], data_type: DataType::RawBits(size), fill_value: vec![0; size] };
+    match spec.build(&entering)? {
+        BuiltCodec::BytesToBytes(codec) => Ok(codec),
+        _ => Err(CodecError::new(spec.name(), "is not a bytes -> bytes codec")),
+    }
 }
 
 /// Builds the codec of a Zarr v2 `compressor` (or a bytes → bytes `filters`
@@ -122,8 +121,9 @@ pub fn from_v2(codec: &CodecV2, element_size: usize) -> CodecResult<Box<dyn Byte
 }
 
 /// Builds a numcodecs codec from its id and configuration (the members other
-/// than `id`), with numcodecs 0.16's defaults for absent members, through
-/// the constructor `numcodecs::NUMCODECS` lists for the id.
+/// than `id`), with numcodecs 0.16's defaults for absent members: checks the
+/// configuration ([`numcodecs::validate_config`]), then builds it through the
+/// constructor `numcodecs::NUMCODECS` lists for the id.
 ///
 /// # Errors
 ///
@@ -134,7 +134,26 @@ pub fn from_numcodecs(
     config: &Map<String, Value>,
     element_size: usize,
 ) -> CodecResult<Box<dyn BytesToBytesCodec>> {
-    let cfg = Config { codec: id, map: config };
+    numcodecs::validate_config(id, config, "")
+        .map_err(|e| CodecError::new(id, format!("configuration member \"{}\": {}", e.path, e.message)))?;
+    from_checked_numcodecs(id, config, element_size)
+}
+
+/// As [`from_numcodecs`], for a configuration that passed
+/// [`numcodecs::validate_config`] when its metadata was parsed (v3
+/// `numcodecs.<id>` entries, v2 `compressor` and `filters`): not checked
+/// again.
+///
+/// # Errors
+///
+/// An id zarrd does not implement as a bytes → bytes codec; a parameter the
+/// codec itself refuses.
+pub(crate) fn from_checked_numcodecs(
+    id: &str,
+    config: &Map<String, Value>,
+    element_size: usize,
+) -> CodecResult<Box<dyn BytesToBytesCodec>> {
+    let cfg = Config { map: config };
     match numcodecs::lookup(id).map(|c| c.build) {
         Some(Build::BytesToBytes(build)) => build(&cfg, element_size),
         _ => {
@@ -156,41 +175,32 @@ fn level_0_9(v: &Value, path: &str) -> crate::zarr::metadata::error::Result<u8> 
     Ok(u8::try_from(crate::zarr::metadata::json::int_in(v, path, 0, 9)?).unwrap_or_default())
 }
 
-/// A numcodecs configuration being read, for error messages naming the codec
-/// and member.
+/// A numcodecs configuration that passed [`numcodecs::validate_config`],
+/// being read by a constructor: members have the type and range the check
+/// allowed, so reading them cannot fail (an absent member, or JSON `null`,
+/// which numcodecs writes for "default", reads as the default).
 pub(crate) struct Config<'a> {
-    codec: &'a str,
     map: &'a Map<String, Value>,
 }
 
 impl Config<'_> {
-    /// A member, treating JSON `null` as absent (numcodecs writes `null` for
-    /// "default").
     fn get(&self, key: &str) -> Option<&Value> {
         numcodecs::member(self.map, key)
     }
 
-    fn bad(&self, key: &str, expected: &str, got: &Value) -> CodecError {
-        CodecError::new(self.codec, format!("configuration member \"{key}\": expected {expected}, got {got}"))
+    /// An integer member, `default` when absent.
+    fn int<T: TryFrom<i64>>(&self, key: &str, default: T) -> T {
+        self.get(key).and_then(Value::as_i64).and_then(|n| T::try_from(n).ok()).unwrap_or(default)
     }
 
-    /// An integer member in `lo..=hi`, `default` when absent.
-    fn int<T: TryFrom<i64>>(&self, key: &str, default: T, lo: i64, hi: i64) -> CodecResult<T> {
-        let Some(v) = self.get(key) else { return Ok(default) };
-        v.as_i64()
-            .filter(|n| (lo..=hi).contains(n))
-            .and_then(|n| T::try_from(n).ok())
-            .ok_or_else(|| self.bad(key, &format!("an integer {lo}..={hi}"), v))
+    /// A boolean member, `default` when absent.
+    fn bool(&self, key: &str, default: bool) -> bool {
+        self.get(key).and_then(Value::as_bool).unwrap_or(default)
     }
 
-    fn bool(&self, key: &str, default: bool) -> CodecResult<bool> {
-        let Some(v) = self.get(key) else { return Ok(default) };
-        v.as_bool().ok_or_else(|| self.bad(key, "true or false", v))
-    }
-
-    fn str(&self, key: &str) -> CodecResult<Option<&str>> {
-        let Some(v) = self.get(key) else { return Ok(None) };
-        v.as_str().map(Some).ok_or_else(|| self.bad(key, "a string", v))
+    /// A string member.
+    fn str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Value::as_str)
     }
 }
 
@@ -282,7 +292,7 @@ mod tests {
 
     fn v3(codecs: Value, dt: &DataType) -> Vec<Box<dyn BytesToBytesCodec>> {
         let chain = parse_codec_chain(&codecs, "codecs", dt, &[16]).unwrap();
-        chain.iter().skip(1).map(|c| from_v3(c, dt.item_size().unwrap_or(1)).unwrap()).collect()
+        chain.iter().skip(1).map(|c| from_v3(c, dt.size().unwrap_or(1)).unwrap()).collect()
     }
 
     #[test]

@@ -18,9 +18,10 @@
 use serde_json::{Map, Value};
 
 use super::array_to_array::{DeltaCodec, FixedScaleOffsetCodec};
-use super::bytes_to_bytes::{blosc, bz2, crc32c, gzip, lz4, zlib, zstd, Config};
-use super::registry::CodecKind;
-use super::{ArrayToArrayCodec, BytesToBytesCodec, CodecResult};
+use super::bytes_to_bytes::{self, blosc, bz2, crc32c, gzip, lz4, zlib, zstd, Config};
+use super::registry::{BuiltCodec, CodecConfig, CodecKind};
+use super::{ArrayToArrayCodec, BytesToBytesCodec, CodecError, CodecResult};
+use crate::zarr::chunk::ChunkRepr;
 use crate::zarr::metadata::error::{join, Result};
 use crate::zarr::metadata::json::{int_in, string};
 
@@ -61,7 +62,9 @@ pub const V2_CODEC_IDS: &[&str] = &[
 pub const V2_OBJECT_CODEC_IDS: &[&str] = &["vlen-utf8", "vlen-bytes", "vlen-array", "json2", "msgpack2"];
 
 /// Checks a numcodecs configuration; `path` is the object holding the
-/// parameters (`compressor` in v2, `codecs[i].configuration` in v3).
+/// parameters (`compressor` in v2, `codecs[i].configuration` in v3). This is
+/// the only check of a configuration: it runs when the metadata is parsed,
+/// and the constructors read what passed it.
 pub(crate) type ValidateFn = fn(&Map<String, Value>, &str) -> Result<()>;
 
 /// Builds an array -> array filter from its configuration.
@@ -118,7 +121,7 @@ pub(crate) const NUMCODECS: &[Numcodec] = &[
     row("blosc", B2B, false, Some(blosc::validate_numcodecs), Build::BytesToBytes(build_blosc)),
     row("bz2", B2B, false, Some(bz2::validate_numcodecs), Build::BytesToBytes(build_bz2)),
     row("crc32", B2B, true, None, Build::Unsupported),
-    row("crc32c", B2B, true, None, Build::BytesToBytes(build_crc32c)),
+    row("crc32c", B2B, true, Some(crc32c::validate_numcodecs), Build::BytesToBytes(build_crc32c)),
     row("delta", A2A, false, Some(dtype_members), Build::ArrayToArray(build_delta)),
     row("fixedscaleoffset", A2A, false, Some(dtype_members), Build::ArrayToArray(build_fixedscaleoffset)),
     row("fletcher32", B2B, true, None, Build::Unsupported),
@@ -144,7 +147,7 @@ fn build_bz2(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCode
 }
 
 fn build_crc32c(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
-    Ok(Box::new(crc32c::Crc32c::from_numcodecs(cfg)?))
+    Ok(Box::new(crc32c::Crc32c::from_numcodecs(cfg)))
 }
 
 fn build_gzip(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
@@ -169,6 +172,51 @@ fn build_delta(cfg: &Map<String, Value>) -> CodecResult<Box<dyn ArrayToArrayCode
 
 fn build_fixedscaleoffset(cfg: &Map<String, Value>) -> CodecResult<Box<dyn ArrayToArrayCodec>> {
     Ok(Box::new(FixedScaleOffsetCodec::from_config(cfg)?))
+}
+
+/// A `numcodecs.<id>` codec of a v3 chain: the id and its configuration,
+/// checked once when parsed ([`validate_config`]) and kept as written
+/// (numcodecs adds parameters between releases).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NumcodecsConfig {
+    /// The numcodecs id (`"zlib"` for `numcodecs.zlib`).
+    pub id: String,
+    /// Its configuration, as written.
+    pub configuration: Map<String, Value>,
+}
+
+impl NumcodecsConfig {
+    /// Checks the configuration of `id` at `path`.
+    pub(crate) fn parse(id: &str, configuration: Map<String, Value>, path: &str) -> Result<Self> {
+        validate_config(id, &configuration, path)?;
+        Ok(Self { id: id.to_owned(), configuration })
+    }
+}
+
+impl CodecConfig for NumcodecsConfig {
+    fn to_json(&self) -> Option<Value> {
+        Some(Value::Object(self.configuration.clone()))
+    }
+
+    fn is_fixed_size(&self) -> bool {
+        is_fixed_size(&self.id)
+    }
+
+    fn build(&self, entering: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        let id = self.id.as_str();
+        match lookup(id).map(|c| (c.kind, c.build)) {
+            Some((_, Build::ArrayToArray(build))) => build(&self.configuration).map(BuiltCodec::ArrayToArray),
+            Some((A2A, Build::Unsupported)) => Err(CodecError::new(
+                id,
+                "unsupported filter (zarrd implements the array filters delta and fixedscaleoffset)",
+            )),
+            Some((B2B, _)) => {
+                let size = entering.data_type.size().unwrap_or(1);
+                bytes_to_bytes::from_checked_numcodecs(id, &self.configuration, size).map(BuiltCodec::BytesToBytes)
+            }
+            _ => Err(CodecError::new(format!("numcodecs.{id}"), "unsupported codec")),
+        }
+    }
 }
 
 /// A member, treating JSON `null` as absent (numcodecs writes `null` for

@@ -14,10 +14,20 @@
 //! ([`order_problem`]), which both the metadata parser (errors with a
 //! document path) and the chain builder (v2 filters) apply.
 //!
-//! Adding a codec: write its file (configuration, codec, tests), add a
-//! variant to [`CodecSpec`] (the document's list stays an enum so callers
-//! such as the TensorStore spec can match on configurations; the compiler
-//! then points at its `name`, serialisation and build arms) and a row here.
+//! A parsed codec is a [`CodecSpec`]: its name, its kind and its
+//! configuration as a [`CodecConfig`] (the codec file's configuration type,
+//! which writes itself back to JSON and builds the codec). Nothing outside
+//! the codec's file matches on which codec it is; callers that need one
+//! codec's configuration (the TensorStore spec, the sharding planner) ask
+//! for it by type ([`CodecSpec::config`]).
+//!
+//! Adding a codec: write its file (configuration type implementing
+//! [`CodecConfig`], the codec, its tests) and add one row to `CODECS` (or,
+//! for a numcodecs id, to [`super::numcodecs`]'s table).
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -29,11 +39,52 @@ use super::bytes_to_bytes::blosc::BloscConfig;
 use super::bytes_to_bytes::crc32c::Crc32cConfig;
 use super::bytes_to_bytes::gzip::GzipConfig;
 use super::bytes_to_bytes::zstd::ZstdConfig;
-use super::numcodecs;
+use super::numcodecs::{self, NumcodecsConfig};
+use super::{ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, CodecResult};
+use crate::zarr::chunk::ChunkRepr;
 use crate::zarr::data_type::DataType;
-use crate::zarr::metadata::codec::{CodecSpec, NumcodecsCodec};
+use crate::zarr::metadata::codec::CodecSpec;
 use crate::zarr::metadata::error::Result;
 use crate::zarr::metadata::json::Obj;
+
+/// A codec built for the representation entering it, by kind.
+#[derive(Debug)]
+pub enum BuiltCodec {
+    /// An array -> array codec.
+    ArrayToArray(Box<dyn ArrayToArrayCodec>),
+    /// An array -> bytes codec.
+    ArrayToBytes(Box<dyn ArrayToBytesCodec>),
+    /// A bytes -> bytes codec.
+    BytesToBytes(Box<dyn BytesToBytesCodec>),
+}
+
+/// A codec's parsed and validated configuration, as a v3 `codecs` entry
+/// holds it ([`CodecSpec`]). Implemented by each codec's configuration type
+/// in the codec's own file.
+pub trait CodecConfig: Debug + Send + Sync + Any {
+    /// The `configuration` member written back (`None`: the entry has none).
+    fn to_json(&self) -> Option<Value>;
+
+    /// Whether the encoded size depends only on the decoded size (required
+    /// of sharding `index_codecs`).
+    fn is_fixed_size(&self) -> bool {
+        false
+    }
+
+    /// Builds the codec. `entering` is the representation entering it; for
+    /// a bytes -> bytes codec, the one entering the chain's array -> bytes
+    /// codec (blosc takes its default `typesize` from its element size).
+    ///
+    /// # Errors
+    /// The codec cannot encode `entering`, or zarrd does not implement it;
+    /// the error names the codec.
+    fn build(&self, entering: &ChunkRepr) -> CodecResult<BuiltCodec>;
+}
+
+/// The configuration `parse` produced, as a registry parser answers it.
+fn config<T: CodecConfig>(parsed: Result<T>) -> Result<Arc<dyn CodecConfig>> {
+    parsed.map(|c| Arc::new(c) as Arc<dyn CodecConfig>)
+}
 
 /// What a codec consumes and produces (Zarr v3 core, "Codecs").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -119,8 +170,8 @@ pub(crate) struct ParseContext<'a, 's> {
     pub(crate) state: &'s mut ChainState,
 }
 
-/// Parses one configuration into a [`CodecSpec`].
-type ParseFn = fn(&mut ParseContext<'_, '_>) -> Result<CodecSpec>;
+/// Parses one configuration into its [`CodecConfig`].
+type ParseFn = fn(&mut ParseContext<'_, '_>) -> Result<Arc<dyn CodecConfig>>;
 
 /// A codec known by a v3 name.
 pub(crate) struct Registered {
@@ -132,63 +183,32 @@ pub(crate) struct Registered {
     pub(crate) parse: ParseFn,
 }
 
-/// The v3 codecs, in the order messages list them.
+/// The v3 codecs, in the order messages list them: one row per codec.
 pub(crate) const CODECS: &[Registered] = &[
-    Registered {
-        name: "bytes",
-        kind: CodecKind::ArrayToBytes,
-        parse: |cx| BytesConfig::parse(cx).map(CodecSpec::Bytes),
-    },
-    Registered {
-        name: "transpose",
-        kind: CodecKind::ArrayToArray,
-        parse: |cx| TransposeConfig::parse(cx).map(CodecSpec::Transpose),
-    },
-    Registered {
-        name: "gzip",
-        kind: CodecKind::BytesToBytes,
-        parse: |cx| GzipConfig::parse(&mut cx.cfg).map(CodecSpec::Gzip),
-    },
-    Registered {
-        name: "zstd",
-        kind: CodecKind::BytesToBytes,
-        parse: |cx| ZstdConfig::parse(&mut cx.cfg).map(CodecSpec::Zstd),
-    },
-    Registered {
-        name: "blosc",
-        kind: CodecKind::BytesToBytes,
-        parse: |cx| BloscConfig::parse(&mut cx.cfg).map(CodecSpec::Blosc),
-    },
-    Registered {
-        name: "crc32c",
-        kind: CodecKind::BytesToBytes,
-        parse: |cx| Crc32cConfig::parse(&mut cx.cfg).map(|_| CodecSpec::Crc32c),
-    },
+    Registered { name: "bytes", kind: CodecKind::ArrayToBytes, parse: |cx| config(BytesConfig::parse(cx)) },
+    Registered { name: "transpose", kind: CodecKind::ArrayToArray, parse: |cx| config(TransposeConfig::parse(cx)) },
+    Registered { name: "gzip", kind: CodecKind::BytesToBytes, parse: |cx| config(GzipConfig::parse(&mut cx.cfg)) },
+    Registered { name: "zstd", kind: CodecKind::BytesToBytes, parse: |cx| config(ZstdConfig::parse(&mut cx.cfg)) },
+    Registered { name: "blosc", kind: CodecKind::BytesToBytes, parse: |cx| config(BloscConfig::parse(&mut cx.cfg)) },
+    Registered { name: "crc32c", kind: CodecKind::BytesToBytes, parse: |cx| config(Crc32cConfig::parse(&mut cx.cfg)) },
     Registered {
         name: "sharding_indexed",
         kind: CodecKind::ArrayToBytes,
-        parse: |cx| ShardingConfig::parse(cx).map(|c| CodecSpec::ShardingIndexed(Box::new(c))),
+        parse: |cx| config(ShardingConfig::parse(cx)),
     },
-    Registered { name: "vlen-utf8", kind: CodecKind::ArrayToBytes, parse: parse_vlen },
-    Registered { name: "vlen-bytes", kind: CodecKind::ArrayToBytes, parse: parse_vlen },
+    Registered { name: "vlen-utf8", kind: CodecKind::ArrayToBytes, parse: |cx| config(VlenKind::parse(cx)) },
+    Registered { name: "vlen-bytes", kind: CodecKind::ArrayToBytes, parse: |cx| config(VlenKind::parse(cx)) },
 ];
 
-fn parse_vlen(cx: &mut ParseContext<'_, '_>) -> Result<CodecSpec> {
-    Ok(match VlenKind::parse(cx)? {
-        VlenKind::Utf8 => CodecSpec::VlenUtf8,
-        VlenKind::Bytes => CodecSpec::VlenBytes,
-    })
-}
-
-/// A `numcodecs.<id>` codec: its numcodecs configuration checks, kept as
-/// written.
+/// A `numcodecs.<id>` codec: its numcodecs configuration, checked (once,
+/// here) and kept as written.
 fn parse_numcodecs(cx: &mut ParseContext<'_, '_>, id: &str, kind: CodecKind) -> Result<CodecSpec> {
     let configuration = cx.configuration.cloned().unwrap_or_default();
-    numcodecs::validate_config(id, &configuration, cx.configuration_path)?;
+    let parsed = NumcodecsConfig::parse(id, configuration, cx.configuration_path)?;
     if kind == CodecKind::ArrayToArray {
         cx.state.data_type = None;
     }
-    Ok(CodecSpec::Numcodecs(NumcodecsCodec { id: id.to_owned(), configuration }))
+    Ok(CodecSpec::new(cx.name, Some(kind), Arc::new(parsed)))
 }
 
 /// The v3 codec registered under `name`.
@@ -209,7 +229,7 @@ pub fn kind_of(name: &str) -> Option<CodecKind> {
 /// Parses a known codec's configuration; `None` for names zarrd does not know.
 pub(crate) fn parse(cx: &mut ParseContext<'_, '_>) -> Option<Result<CodecSpec>> {
     if let Some(c) = lookup(cx.name) {
-        return Some((c.parse)(cx));
+        return Some((c.parse)(cx).map(|config| CodecSpec::new(c.name, Some(c.kind), config)));
     }
     let id = cx.name.strip_prefix("numcodecs.")?;
     let kind = numcodecs::v3_kind(id)?;

@@ -8,9 +8,12 @@
 //!
 //! This module is the document side only: the entry envelope (`"name"` or
 //! `{"name", "configuration", "must_understand"}`), the walk along the chain
-//! and the [`CodecSpec`] list that serialises back to JSON. Each codec's
-//! configuration type (parse, validate, defaults, numcodecs alias) lives in
-//! the codec's own file under [`crate::zarr::codec`]; names map to them in
+//! and the [`CodecSpec`] list that serialises back to JSON. A [`CodecSpec`]
+//! is a name, a kind and a configuration: the codec file's configuration
+//! type (parse, validate, defaults, building the codec, numcodecs alias)
+//! under [`crate::zarr::codec`], behind the
+//! [`CodecConfig`](crate::zarr::codec::registry::CodecConfig) trait, so
+//! nothing here lists the codecs; names map to their parsers in
 //! [`crate::zarr::codec::registry`], which also states the order rule.
 //!
 //! Parsing checks each codec against the representation it receives (data
@@ -18,132 +21,137 @@
 //! such as a missing `endian` or an inner chunk shape that does not divide the
 //! shard come out at the codec that is wrong.
 
+use std::any::Any;
+use std::sync::Arc;
+
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::data_type::DataType;
 use super::error::{describe, index, MetadataError, Result};
 use super::json::{array, boolean, object, string, Obj};
-use crate::zarr::codec::registry::{self, order_problem, ChainState, ParseContext};
+use crate::zarr::chunk::ChunkRepr;
+use crate::zarr::codec::registry::{self, order_problem, BuiltCodec, ChainState, CodecConfig, ParseContext};
+use crate::zarr::codec::{CodecError, CodecResult};
 
 pub use crate::zarr::codec::array_to_array::transpose::TransposeConfig;
 pub use crate::zarr::codec::array_to_bytes::bytes::{BytesConfig, Endian};
 pub use crate::zarr::codec::array_to_bytes::sharding::{IndexLocation, ShardingConfig};
+pub use crate::zarr::codec::array_to_bytes::vlen::VlenKind;
 pub use crate::zarr::codec::bytes_to_bytes::blosc::{BloscCname, BloscConfig, BloscShuffle};
+pub use crate::zarr::codec::bytes_to_bytes::crc32c::Crc32cConfig;
 pub use crate::zarr::codec::bytes_to_bytes::gzip::GzipConfig;
 pub use crate::zarr::codec::bytes_to_bytes::zstd::ZstdConfig;
-pub use crate::zarr::codec::numcodecs;
+pub use crate::zarr::codec::numcodecs::{self, NumcodecsConfig};
 pub use crate::zarr::codec::registry::CodecKind;
 
-/// A `numcodecs.<id>` codec written by zarr-python 3.
+/// The configuration of an unknown codec marked `"must_understand": false`,
+/// kept as written.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NumcodecsCodec {
-    /// The numcodecs id (`"zlib"` for `numcodecs.zlib`).
-    pub id: String,
-    /// Its configuration, as written.
-    pub configuration: Map<String, Value>,
-}
-
-/// An unknown codec marked `"must_understand": false`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExtensionCodec {
-    /// Codec name.
-    pub name: String,
+pub struct ExtensionConfig {
     /// Configuration, as written.
     pub configuration: Option<Map<String, Value>>,
 }
 
-/// One entry of a v3 `codecs` list: a codec's name and its parsed
-/// configuration.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CodecSpec {
-    /// `bytes`.
-    Bytes(BytesConfig),
-    /// `transpose`.
-    Transpose(TransposeConfig),
-    /// `gzip`.
-    Gzip(GzipConfig),
-    /// `zstd`.
-    Zstd(ZstdConfig),
-    /// `blosc`.
-    Blosc(BloscConfig),
-    /// `crc32c` (no configuration).
-    Crc32c,
-    /// `sharding_indexed`.
-    ShardingIndexed(Box<ShardingConfig>),
-    /// `vlen-utf8`.
-    VlenUtf8,
-    /// `vlen-bytes`.
-    VlenBytes,
-    /// `numcodecs.<id>`.
-    Numcodecs(NumcodecsCodec),
-    /// An ignorable extension codec.
-    Extension(ExtensionCodec),
+impl CodecConfig for ExtensionConfig {
+    fn to_json(&self) -> Option<Value> {
+        self.configuration.clone().map(Value::Object)
+    }
+
+    fn build(&self, _: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        Err(CodecError::new(
+            "extension",
+            "is an ignorable extension codec (\"must_understand\": false) with no implementation; \
+             leave it out of the chain",
+        ))
+    }
+}
+
+/// One entry of a v3 `codecs` list: a codec's name, its kind and its parsed
+/// configuration (the codec file's configuration type, through
+/// [`registry`]). Two entries are equal when their names and the JSON they
+/// write back are.
+#[derive(Debug, Clone)]
+pub struct CodecSpec {
+    name: String,
+    /// `None` for an ignorable extension.
+    kind: Option<CodecKind>,
+    config: Arc<dyn CodecConfig>,
 }
 
 impl CodecSpec {
-    /// The codec's `name` in metadata.
+    /// An entry named `name` of `kind` (`None`: an ignorable extension).
+    pub(crate) fn new(name: &str, kind: Option<CodecKind>, config: Arc<dyn CodecConfig>) -> Self {
+        Self { name: name.to_owned(), kind, config }
+    }
+
+    /// The codec's `name` in metadata (`numcodecs.zlib` for numcodecs ids).
     #[must_use]
-    pub fn name(&self) -> String {
-        match self {
-            Self::Bytes(_) => "bytes".into(),
-            Self::Transpose(_) => "transpose".into(),
-            Self::Gzip(_) => "gzip".into(),
-            Self::Zstd(_) => "zstd".into(),
-            Self::Blosc(_) => "blosc".into(),
-            Self::Crc32c => "crc32c".into(),
-            Self::ShardingIndexed(_) => "sharding_indexed".into(),
-            Self::VlenUtf8 => "vlen-utf8".into(),
-            Self::VlenBytes => "vlen-bytes".into(),
-            Self::Numcodecs(c) => format!("numcodecs.{}", c.id),
-            Self::Extension(c) => c.name.clone(),
-        }
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The codec's kind; `None` for ignorable extensions.
     #[must_use]
     pub fn kind(&self) -> Option<CodecKind> {
-        match self {
-            Self::Numcodecs(c) => numcodecs::v3_kind(&c.id),
-            Self::Extension(_) => None,
-            other => registry::kind_of(&other.name()),
-        }
+        self.kind
+    }
+
+    /// Whether this is an ignorable extension (`"must_understand": false`)
+    /// zarrd does not know: readers skip it.
+    #[must_use]
+    pub fn is_extension(&self) -> bool {
+        self.kind.is_none()
     }
 
     /// Whether the encoded size depends only on the decoded size (required
     /// of sharding index codecs).
     #[must_use]
     pub fn is_fixed_size(&self) -> bool {
-        match self {
-            Self::Bytes(_) | Self::Transpose(_) | Self::Crc32c => true,
-            Self::Numcodecs(c) => numcodecs::is_fixed_size(&c.id),
-            _ => false,
-        }
+        self.config.is_fixed_size()
+    }
+
+    /// The configuration, when it is of type `T` (`ShardingConfig`,
+    /// `ZstdConfig`, ...).
+    #[must_use]
+    pub fn config<T: CodecConfig>(&self) -> Option<&T> {
+        let any: &dyn Any = self.config.as_ref();
+        any.downcast_ref::<T>()
+    }
+
+    /// The `configuration` member as written back.
+    #[must_use]
+    pub fn configuration(&self) -> Option<Value> {
+        self.config.to_json()
+    }
+
+    /// Builds the codec for the representation entering it (see
+    /// [`CodecConfig::build`]).
+    ///
+    /// # Errors
+    /// As [`CodecConfig::build`]; an ignorable extension has no codec.
+    pub fn build(&self, entering: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        self.config
+            .build(entering)
+            .map_err(|e| if self.is_extension() { CodecError::new(&self.name, e.reason) } else { e })
+    }
+}
+
+impl PartialEq for CodecSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.kind == other.kind && self.configuration() == other.configuration()
     }
 }
 
 impl Serialize for CodecSpec {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        let empty = Map::new();
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("name", &self.name())?;
-        match self {
-            Self::Bytes(c) if c.endian.is_some() => m.serialize_entry("configuration", c)?,
-            Self::Bytes(_) | Self::Crc32c => {}
-            Self::Transpose(c) => m.serialize_entry("configuration", c)?,
-            Self::Gzip(c) => m.serialize_entry("configuration", c)?,
-            Self::Zstd(c) => m.serialize_entry("configuration", c)?,
-            Self::Blosc(c) => m.serialize_entry("configuration", c)?,
-            Self::ShardingIndexed(c) => m.serialize_entry("configuration", c)?,
-            // zarr-python writes an empty configuration for these.
-            Self::VlenUtf8 | Self::VlenBytes => m.serialize_entry("configuration", &empty)?,
-            Self::Numcodecs(c) => m.serialize_entry("configuration", &c.configuration)?,
-            Self::Extension(c) => {
-                if let Some(cfg) = &c.configuration {
-                    m.serialize_entry("configuration", cfg)?;
-                }
-                m.serialize_entry("must_understand", &false)?;
-            }
+        m.serialize_entry("name", &self.name)?;
+        if let Some(cfg) = self.configuration() {
+            m.serialize_entry("configuration", &cfg)?;
+        }
+        if self.is_extension() {
+            m.serialize_entry("must_understand", &false)?;
         }
         m.end()
     }
@@ -297,10 +305,9 @@ fn codec(env: &Envelope<'_>, path: &str, state: &mut ChainState) -> Result<Codec
     };
     match registry::parse(&mut cx) {
         Some(spec) => spec,
-        None => Ok(CodecSpec::Extension(ExtensionCodec {
-            name: env.name.to_owned(),
-            configuration: env.configuration.cloned(),
-        })),
+        None => {
+            Ok(CodecSpec::new(env.name, None, Arc::new(ExtensionConfig { configuration: env.configuration.cloned() })))
+        }
     }
 }
 
@@ -346,7 +353,7 @@ mod tests {
             &[256, 256],
         )
         .unwrap();
-        let CodecSpec::ShardingIndexed(s) = &chain[0] else { panic!() };
+        let s = chain[0].config::<ShardingConfig>().expect("sharding");
         assert_eq!(s.index_location, IndexLocation::End);
     }
 

@@ -103,14 +103,6 @@ impl DataType {
         s.to_owned()
     }
 
-    /// Size of one element in bytes, or `None` for variable-length types
-    /// (the engine's [`DataType::size`], under the name the document code
-    /// uses).
-    #[must_use]
-    pub fn item_size(&self) -> Option<usize> {
-        self.size()
-    }
-
     /// Whether the `bytes` codec needs an `endian` for this type: multi-byte
     /// numbers, UTF-32 text and times. Single-byte and opaque byte types
     /// (`raw_bytes`, `null_terminated_bytes`, `structured`, `r*`) do not, which
@@ -156,7 +148,7 @@ impl DataType {
     /// than [`MAX_ELEMENT_BYTES`].
     pub fn from_v3_json(value: &Value, path: &str) -> Result<Self> {
         let parsed = Self::from_v3_json_unchecked(value, path)?;
-        check_element_size(parsed.item_size(), path)?;
+        check_element_size(parsed.size(), path)?;
         Ok(parsed)
     }
 
@@ -435,7 +427,7 @@ mod tests {
     #[test]
     fn core_names() {
         assert_eq!(parse(json!("float64")).unwrap(), DataType::Float64);
-        assert_eq!(parse(json!("bool")).unwrap().item_size(), Some(1));
+        assert_eq!(parse(json!("bool")).unwrap().size(), Some(1));
         assert_eq!(parse(json!("r16")).unwrap(), DataType::RawBits(2));
         assert!(parse(json!("r12")).is_err());
         assert!(parse(json!("r0")).is_err());
@@ -450,10 +442,10 @@ mod tests {
         assert_eq!(dt, DataType::FixedUtf32(7));
         assert!(dt.endianness_matters());
         let dt = parse(json!({"name":"numpy.datetime64","configuration":{"unit":"ms","scale_factor":1}})).unwrap();
-        assert_eq!(dt.item_size(), Some(8));
+        assert_eq!(dt.size(), Some(8));
         let dt = parse(json!({"name":"structured","configuration":{"fields":[["x","float32"],["y",{"name":"raw_bytes","configuration":{"length_bytes":2}}]]}}))
             .unwrap();
-        assert_eq!(dt.item_size(), Some(6));
+        assert_eq!(dt.size(), Some(6));
         assert!(!dt.endianness_matters());
     }
 
@@ -475,7 +467,7 @@ mod tests {
     fn float8_names() {
         for kind in Float8Kind::ALL {
             assert_eq!(parse(json!(kind.name())).unwrap(), DataType::Float8(kind));
-            assert_eq!(DataType::Float8(kind).item_size(), Some(1));
+            assert_eq!(DataType::Float8(kind).size(), Some(1));
             assert!(!DataType::Float8(kind).endianness_matters());
         }
         // TensorStore 0.1.86's zarr3 driver writes them in zarr.json too.

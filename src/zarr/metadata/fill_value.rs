@@ -92,8 +92,7 @@ impl FillValue {
         match dtype {
             DataTypeV2::Object => Ok(Self::Json(value.clone())),
             DataTypeV2::Structured(_) => {
-                let size =
-                    dtype.item_size().ok_or_else(|| MetadataError::new(path, "structured data type is too large"))?;
+                let size = dtype.size().ok_or_else(|| MetadataError::new(path, "structured data type is too large"))?;
                 base64_fill(value, path, Some(size), true)
             }
             // zarr-python writes `b"xy"` for `|S4` as "eHk="; TensorStore's zarr
@@ -203,7 +202,7 @@ fn parse(value: &Value, dt: &DataType, path: &str, version: Version) -> Result<F
         DataType::FixedBytes(length_bytes) => base64_fill(value, path, Some(*length_bytes), false)?,
         DataType::RawBytes(length_bytes) => base64_fill(value, path, Some(*length_bytes), true)?,
         DataType::Structured { .. } => {
-            let size = dt.item_size().ok_or_else(|| MetadataError::new(path, "structured data type is too large"))?;
+            let size = dt.size().ok_or_else(|| MetadataError::new(path, "structured data type is too large"))?;
             base64_fill(value, path, Some(size), true)?
         }
         DataType::DateTime64(_) | DataType::TimeDelta64(_) => {

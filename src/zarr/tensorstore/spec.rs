@@ -314,7 +314,7 @@ fn is_array_to_bytes(c: &Value) -> bool {
 }
 
 fn bytes_codec(dt: &DataType) -> Value {
-    if dt.item_size().is_some_and(|n| n > 1) {
+    if dt.size().is_some_and(|n| n > 1) {
         json!({"name": "bytes", "configuration": {"endian": "little"}})
     } else {
         json!({"name": "bytes"})
@@ -422,7 +422,7 @@ fn spec_v3(spec: &Map<String, Value>, s: &Schema<'_>) -> Result<NewArray, SpecEr
     let mut doc = Value::Object(doc);
     // TensorStore writes its codec defaults out (zstd level 3, gzip level 6, blosc typesize...).
     if let NodeMetadataV3::Array(meta) = NodeMetadataV3::from_json(&doc, "")? {
-        let item_size = meta.data_type.item_size();
+        let item_size = meta.data_type.size();
         doc["codecs"] = meta.codecs.iter().map(|c| codec_json(c, item_size)).collect();
     }
     NodeMetadataV3::from_json(&doc, "")?;

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
-use crate::zarr::codec::registry::ParseContext;
+use crate::zarr::codec::registry::{BuiltCodec, CodecConfig, ParseContext};
 use crate::zarr::codec::{ArrayToArrayCodec, CodecError, CodecResult};
 use crate::zarr::metadata::error::{MetadataError, Result};
 
@@ -46,6 +46,20 @@ impl TransposeConfig {
     /// `order` is not a permutation (not after parsing).
     pub fn build(&self) -> CodecResult<TransposeCodec> {
         TransposeCodec::new(self.order.clone())
+    }
+}
+
+impl CodecConfig for TransposeConfig {
+    fn to_json(&self) -> Option<Value> {
+        serde_json::to_value(self).ok()
+    }
+
+    fn is_fixed_size(&self) -> bool {
+        true
+    }
+
+    fn build(&self, _: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        Ok(BuiltCodec::ArrayToArray(Box::new(TransposeConfig::build(self)?)))
     }
 }
 
@@ -325,10 +339,9 @@ mod tests {
     #[test]
     fn configuration() {
         use crate::zarr::data_type::DataType as D;
-        use crate::zarr::metadata::CodecSpec;
         let entry = serde_json::json!({"name": "transpose", "configuration": {"order": [1, 0]}});
         let specs = chain(serde_json::json!([entry, "bytes"]), &D::UInt8, &[2, 3]).unwrap();
-        assert_eq!(specs[0], CodecSpec::Transpose(TransposeConfig { order: vec![1, 0] }));
+        assert_eq!(specs[0].config::<TransposeConfig>(), Some(&TransposeConfig { order: vec![1, 0] }));
         assert_eq!(serde_json::to_value(&specs[0]).unwrap(), entry);
         assert_eq!(TransposeConfig { order: vec![1, 0] }.build().unwrap().order(), [1, 0]);
         for bad in

@@ -15,7 +15,7 @@
 use serde::Serialize;
 
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
-use crate::zarr::codec::registry::ParseContext;
+use crate::zarr::codec::registry::{BuiltCodec, CodecConfig, ParseContext};
 use crate::zarr::codec::{ArrayToBytesCodec, CodecError, CodecResult};
 use crate::zarr::data_type::DataType;
 use crate::zarr::metadata::error::{MetadataError, Result};
@@ -86,6 +86,22 @@ impl BytesConfig {
     #[must_use]
     pub fn build(&self) -> BytesCodec {
         BytesCodec::new(self.endian)
+    }
+}
+
+impl CodecConfig for BytesConfig {
+    fn to_json(&self) -> Option<serde_json::Value> {
+        self.endian.and_then(|_| serde_json::to_value(self).ok())
+    }
+
+    fn is_fixed_size(&self) -> bool {
+        true
+    }
+
+    fn build(&self, entering: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        let codec = BytesConfig::build(self);
+        codec.validate(entering)?;
+        Ok(BuiltCodec::ArrayToBytes(Box::new(codec)))
     }
 }
 
@@ -364,10 +380,9 @@ mod tests {
     #[test]
     fn configuration() {
         use crate::zarr::data_type::DataType as D;
-        use crate::zarr::metadata::CodecSpec;
         let entry = serde_json::json!({"name": "bytes", "configuration": {"endian": "big"}});
         let specs = chain(serde_json::json!([entry]), &D::Float64, &[4]).unwrap();
-        assert_eq!(specs[0], CodecSpec::Bytes(BytesConfig { endian: Some(Endian::Big) }));
+        assert_eq!(specs[0].config::<BytesConfig>(), Some(&BytesConfig { endian: Some(Endian::Big) }));
         assert_eq!(serde_json::to_value(&specs[0]).unwrap(), entry);
         assert_eq!(BytesConfig { endian: Some(Endian::Big) }.build(), BytesCodec::new(Some(Endian::Big)));
         // One-byte types need no endian; multi-byte types do.

@@ -39,7 +39,7 @@ use crate::zarr::chunk::{ChunkData, ChunkRepr};
 use serde::Serialize;
 
 use crate::zarr::codec::build::chain_from_v3;
-use crate::zarr::codec::registry::{ChainState, ParseContext};
+use crate::zarr::codec::registry::{BuiltCodec, ChainState, CodecConfig, ParseContext};
 use crate::zarr::codec::{ArrayToBytesCodec, CodecChain, CodecError, CodecResult};
 use crate::zarr::data_type::DataType;
 use crate::zarr::metadata::codec::{parse_chain, CodecSpec, Role};
@@ -157,6 +157,16 @@ impl ShardingConfig {
         let index_repr = ChunkRepr { shape: index_shape, data_type: DataType::UInt64, fill_value: vec![0xff; 8] };
         let index = chain_from_v3(&self.index_codecs, &index_repr)?;
         ShardingCodec::new(self.chunk_shape.clone(), inner, index, self.index_location, shard)
+    }
+}
+
+impl CodecConfig for ShardingConfig {
+    fn to_json(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(self).ok()
+    }
+
+    fn build(&self, entering: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        Ok(BuiltCodec::ArrayToBytes(Box::new(ShardingConfig::build(self, entering)?)))
     }
 }
 

@@ -11,7 +11,7 @@
 //! not an allocation; `vlen-utf8` also checks that every item is UTF-8.
 
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
-use crate::zarr::codec::registry::ParseContext;
+use crate::zarr::codec::registry::{BuiltCodec, CodecConfig, ParseContext};
 use crate::zarr::codec::{ArrayToBytesCodec, CodecError, CodecResult};
 use crate::zarr::metadata::error::{MetadataError, Result};
 
@@ -42,6 +42,19 @@ impl VlenKind {
             ));
         }
         Ok(if cx.name == "vlen-utf8" { Self::Utf8 } else { Self::Bytes })
+    }
+}
+
+impl CodecConfig for VlenKind {
+    fn to_json(&self) -> Option<serde_json::Value> {
+        // zarr-python writes an empty configuration.
+        Some(serde_json::Value::Object(serde_json::Map::new()))
+    }
+
+    fn build(&self, entering: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        let codec = VlenCodec::new(*self);
+        codec.validate(entering)?;
+        Ok(BuiltCodec::ArrayToBytes(Box::new(codec)))
     }
 }
 
@@ -241,15 +254,14 @@ mod tests {
     #[test]
     fn configuration() {
         use crate::zarr::data_type::DataType as D;
-        use crate::zarr::metadata::CodecSpec;
         let specs = chain(serde_json::json!([{"name": "vlen-utf8", "configuration": {}}]), &D::String, &[4]).unwrap();
-        assert_eq!(specs[0], CodecSpec::VlenUtf8);
+        assert_eq!(specs[0].config::<VlenKind>(), Some(&VlenKind::Utf8));
         assert_eq!(
             serde_json::to_value(&specs[0]).unwrap(),
             serde_json::json!({"name": "vlen-utf8", "configuration": {}})
         );
         let specs = chain(serde_json::json!(["vlen-bytes"]), &D::Bytes, &[4]).unwrap();
-        assert_eq!(specs[0], CodecSpec::VlenBytes);
+        assert_eq!(specs[0].config::<VlenKind>(), Some(&VlenKind::Bytes));
         let e = chain(serde_json::json!(["vlen-utf8"]), &D::Int8, &[4]).unwrap_err();
         assert_eq!(e.path, "codecs[0]");
         assert!(e.message.contains("needs a variable-length data type"), "{e}");

@@ -28,7 +28,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::Config;
+use crate::zarr::chunk::ChunkRepr;
 use crate::zarr::codec::numcodecs::{check_int, member};
+use crate::zarr::codec::registry::{BuiltCodec, CodecConfig};
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
 use crate::zarr::metadata::error::{join, Result};
 use crate::zarr::metadata::json::{enum_str, uint_min, Obj};
@@ -153,19 +155,29 @@ impl BloscConfig {
     }
 }
 
+impl CodecConfig for BloscConfig {
+    fn to_json(&self) -> Option<Value> {
+        serde_json::to_value(self).ok()
+    }
+
+    fn build(&self, entering: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        let codec = BloscConfig::build(self, entering.data_type.size().unwrap_or(1))?;
+        Ok(BuiltCodec::BytesToBytes(Box::new(codec)))
+    }
+}
+
 /// Checks a numcodecs `blosc` configuration at `path` (`cname`, `clevel`,
 /// `shuffle` -1..=2 where -1 is AUTOSHUFFLE, which TensorStore writes too,
-/// `blocksize`).
+/// `typesize` and `blocksize` as c-blosc's `int`s take them): the only
+/// check; [`Blosc::from_numcodecs`] reads what passed it.
 pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
     if let Some(v) = member(config, "cname") {
         enum_str(v, &join(path, "cname"), BLOSC_CNAMES)?;
     }
     check_int(config, path, "clevel", 0, 9)?;
     check_int(config, path, "shuffle", -1, 2)?;
-    if let Some(v) = member(config, "blocksize") {
-        uint_min(v, &join(path, "blocksize"), 0)?;
-    }
-    Ok(())
+    check_int(config, path, "typesize", 1, i64::from(u32::MAX))?;
+    check_int(config, path, "blocksize", 0, i64::from(u32::MAX))
 }
 
 /// Header size (c-blosc's `BLOSC_MIN_HEADER_LENGTH`).
@@ -227,13 +239,9 @@ impl Blosc {
     /// blocksize 0; `typesize` from the configuration or else the array's
     /// item size, as numcodecs takes it from the buffer it is given).
     pub(crate) fn from_numcodecs(cfg: &Config<'_>, element_size: usize) -> CodecResult<Self> {
-        let cname = match cfg.str("cname")? {
-            None => BloscCname::Lz4,
-            Some(name) => BloscCname::parse(name)
-                .ok_or_else(|| cfg.bad("cname", &format!("one of {}", BLOSC_CNAMES.join(", ")), &Value::from(name)))?,
-        };
-        let typesize: usize = cfg.int("typesize", element_size.max(1), 1, i64::from(u32::MAX))?;
-        let shuffle = match cfg.int::<i8>("shuffle", 1, -1, 2)? {
+        let cname = cfg.str("cname").and_then(BloscCname::parse).unwrap_or(BloscCname::Lz4);
+        let typesize: usize = cfg.int("typesize", element_size.max(1));
+        let shuffle = match cfg.int::<i8>("shuffle", 1) {
             0 => BloscShuffle::Noshuffle,
             1 => BloscShuffle::Shuffle,
             2 => BloscShuffle::Bitshuffle,
@@ -241,13 +249,7 @@ impl Blosc {
             _ if typesize == 1 => BloscShuffle::Bitshuffle,
             _ => BloscShuffle::Shuffle,
         };
-        Self::new(
-            cname,
-            cfg.int("clevel", 5, 0, 9)?,
-            shuffle,
-            typesize,
-            cfg.int("blocksize", 0, 0, i64::from(u32::MAX))?,
-        )
+        Self::new(cname, cfg.int("clevel", 5), shuffle, typesize, cfg.int("blocksize", 0))
     }
 
     fn compressor(&self) -> &'static CStr {
@@ -531,7 +533,7 @@ mod tests {
         let cfg = |v: serde_json::Value| v.as_object().unwrap().clone();
         let build = |v, size| {
             let map = cfg(v);
-            Blosc::from_numcodecs(&Config { codec: "blosc", map: &map }, size).unwrap()
+            Blosc::from_numcodecs(&Config { map: &map }, size).unwrap()
         };
         let b = build(serde_json::json!({"cname":"zstd","clevel":3,"shuffle":-1,"blocksize":0}), 1);
         assert_eq!((b.cname, b.clevel, b.shuffle, b.typesize), (BloscCname::Zstd, 3, BloscShuffle::Bitshuffle, 1));
@@ -572,7 +574,6 @@ mod tests {
     #[test]
     fn configuration() {
         use crate::zarr::data_type::DataType as D;
-        use crate::zarr::metadata::CodecSpec;
         let entry = serde_json::json!({"name": "blosc", "configuration":
             {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}});
         let specs = chain(
@@ -581,7 +582,7 @@ mod tests {
             &[4],
         )
         .unwrap();
-        let CodecSpec::Blosc(c) = &specs[1] else { panic!("not blosc") };
+        let c = specs[1].config::<BloscConfig>().expect("blosc");
         assert_eq!(c.cname, Some(BloscCname::Lz4));
         assert_eq!(serde_json::to_value(&specs[1]).unwrap(), entry);
         // Defaults: zstd, clevel 5, typesize from the element size, shuffle by typesize.

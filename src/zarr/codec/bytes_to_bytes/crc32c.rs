@@ -5,12 +5,15 @@
 //! numcodecs' `crc32c` (a `Checksum32`) is the same with a `location`
 //! member: `"end"` (its default, and the v3 layout) or `"start"`.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::Config;
+use crate::zarr::chunk::ChunkRepr;
+use crate::zarr::codec::numcodecs::member;
+use crate::zarr::codec::registry::{BuiltCodec, CodecConfig};
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
-use crate::zarr::metadata::error::Result;
-use crate::zarr::metadata::json::Obj;
+use crate::zarr::metadata::error::{join, Result};
+use crate::zarr::metadata::json::{enum_str, Obj};
 
 const NAME: &str = "crc32c";
 
@@ -24,6 +27,30 @@ impl Crc32cConfig {
         cfg.deny_rest("no members")?;
         Ok(Self)
     }
+}
+
+impl CodecConfig for Crc32cConfig {
+    fn to_json(&self) -> Option<Value> {
+        None
+    }
+
+    fn is_fixed_size(&self) -> bool {
+        true
+    }
+
+    fn build(&self, _: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        Ok(BuiltCodec::BytesToBytes(Box::new(Crc32c::new())))
+    }
+}
+
+/// Checks a numcodecs `crc32c` configuration at `path` (`location`:
+/// `"start"` or `"end"`): the only check; [`Crc32c::from_numcodecs`] reads
+/// what passed it.
+pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
+    if let Some(v) = member(config, "location") {
+        enum_str(v, &join(path, "location"), &["start", "end"])?;
+    }
+    Ok(())
 }
 
 /// Where the checksum is stored.
@@ -56,14 +83,8 @@ impl Crc32c {
     }
 
     /// numcodecs' `crc32c` (`location`: `"end"`, its default, or `"start"`).
-    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
-        let location = match cfg.get("location") {
-            None => Location::End,
-            Some(Value::String(s)) if s == "end" => Location::End,
-            Some(Value::String(s)) if s == "start" => Location::Start,
-            Some(v) => return Err(cfg.bad("location", "\"start\" or \"end\"", v)),
-        };
-        Ok(Self::with_location(location))
+    pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> Self {
+        Self::with_location(if cfg.str("location") == Some("start") { Location::Start } else { Location::End })
     }
 }
 
@@ -182,10 +203,9 @@ mod tests {
     #[test]
     fn configuration() {
         use crate::zarr::data_type::DataType as D;
-        use crate::zarr::metadata::CodecSpec;
         let specs =
             chain(serde_json::json!(["bytes", {"name": "crc32c", "configuration": {}}]), &D::UInt8, &[4]).unwrap();
-        assert_eq!(specs[1], CodecSpec::Crc32c);
+        assert_eq!(specs[1].config::<Crc32cConfig>(), Some(&Crc32cConfig));
         assert_eq!(serde_json::to_value(&specs[1]).unwrap(), serde_json::json!({"name": "crc32c"}));
         let e = chain(
             serde_json::json!(["bytes", {"name": "crc32c", "configuration": {"location": "start"}}]),
@@ -196,9 +216,10 @@ mod tests {
         assert_eq!(e.path, "codecs[1].configuration.location");
         // The numcodecs alias has a location.
         let map = serde_json::json!({"location": "start"});
-        let c = Crc32c::from_numcodecs(&Config { codec: NAME, map: map.as_object().unwrap() }).unwrap();
+        let c = Crc32c::from_numcodecs(&Config { map: map.as_object().unwrap() });
         assert_eq!(c.location, Location::Start);
         let map = serde_json::json!({"location": "middle"});
-        assert!(Crc32c::from_numcodecs(&Config { codec: NAME, map: map.as_object().unwrap() }).is_err());
+        let e = validate_numcodecs(map.as_object().unwrap(), "compressor").unwrap_err();
+        assert_eq!(e.path, "compressor.location");
     }
 }

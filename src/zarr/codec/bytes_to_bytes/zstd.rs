@@ -21,7 +21,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::Config;
+use crate::zarr::chunk::ChunkRepr;
 use crate::zarr::codec::numcodecs::{check_int, member};
+use crate::zarr::codec::registry::{BuiltCodec, CodecConfig};
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
 use crate::zarr::metadata::error::{join, Result};
 use crate::zarr::metadata::json::{boolean, int_in, Obj};
@@ -68,6 +70,16 @@ impl ZstdConfig {
     }
 }
 
+impl CodecConfig for ZstdConfig {
+    fn to_json(&self) -> Option<Value> {
+        serde_json::to_value(self).ok()
+    }
+
+    fn build(&self, _: &ChunkRepr) -> CodecResult<BuiltCodec> {
+        Ok(BuiltCodec::BytesToBytes(Box::new(ZstdConfig::build(self)?)))
+    }
+}
+
 /// Checks a numcodecs `zstd` configuration at `path` (`level`, `checksum`).
 pub(crate) fn validate_numcodecs(config: &Map<String, Value>, path: &str) -> Result<()> {
     check_int(config, path, "level", LEVELS.0, LEVELS.1)?;
@@ -103,7 +115,7 @@ impl Zstd {
 
     /// numcodecs' `zstd` (defaults: level 0, no checksum).
     pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> CodecResult<Self> {
-        Self::new(cfg.int("level", 0, LEVELS.0, LEVELS.1)?, cfg.bool("checksum", false)?)
+        Self::new(cfg.int("level", 0), cfg.bool("checksum", false))
     }
 }
 
@@ -312,10 +324,9 @@ mod tests {
     #[test]
     fn configuration() {
         use crate::zarr::data_type::DataType as D;
-        use crate::zarr::metadata::CodecSpec;
         let entry = serde_json::json!({"name": "zstd", "configuration": {"level": 3, "checksum": true}});
         let specs = chain(serde_json::json!(["bytes", entry]), &D::UInt8, &[4]).unwrap();
-        assert_eq!(specs[1], CodecSpec::Zstd(ZstdConfig { level: Some(3), checksum: Some(true) }));
+        assert_eq!(specs[1].config::<ZstdConfig>(), Some(&ZstdConfig { level: Some(3), checksum: Some(true) }));
         assert_eq!(serde_json::to_value(&specs[1]).unwrap(), entry);
         let built = ZstdConfig { level: None, checksum: None }.build().unwrap();
         assert_eq!((built.level, built.checksum), (0, false));
@@ -329,7 +340,7 @@ mod tests {
             assert_eq!(e.path, path);
         }
         let map = serde_json::json!({"level": 1, "checksum": null});
-        let alias = Zstd::from_numcodecs(&Config { codec: NAME, map: map.as_object().unwrap() }).unwrap();
+        let alias = Zstd::from_numcodecs(&Config { map: map.as_object().unwrap() }).unwrap();
         assert_eq!((alias.level, alias.checksum), (1, false));
         assert!(validate_numcodecs(serde_json::json!({"checksum": "yes"}).as_object().unwrap(), "c").is_err());
     }

@@ -86,19 +86,19 @@ impl DataTypeV2 {
             }
         };
         // Before anything is built from it (the fill value is).
-        crate::zarr::metadata::data_type::check_element_size(parsed.item_size(), path)?;
+        crate::zarr::metadata::data_type::check_element_size(parsed.size(), path)?;
         Ok(parsed)
     }
 
     /// Element size in bytes (`None` for object arrays or on overflow).
     #[must_use]
-    pub fn item_size(&self) -> Option<usize> {
+    pub fn size(&self) -> Option<usize> {
         match self {
-            Self::Scalar { data_type, .. } => data_type.item_size(),
+            Self::Scalar { data_type, .. } => data_type.size(),
             Self::Object => None,
             Self::Structured(fields) => fields.iter().try_fold(0usize, |acc, f| {
                 let count = f.shape.iter().try_fold(1usize, |n, d| n.checked_mul(usize::try_from(*d).ok()?))?;
-                acc.checked_add(f.dtype.item_size()?.checked_mul(count)?)
+                acc.checked_add(f.dtype.size()?.checked_mul(count)?)
             }),
         }
     }
@@ -315,7 +315,7 @@ fn parse_structured(value: &Value, path: &str) -> Result<Vec<StructuredFieldV2>>
         };
         fields.push(StructuredFieldV2 { name: name.to_owned(), dtype, shape: field_shape });
     }
-    if DataTypeV2::Structured(fields.clone()).item_size().is_none() {
+    if DataTypeV2::Structured(fields.clone()).size().is_none() {
         return Err(MetadataError::new(path, "structured dtype is too large"));
     }
     Ok(fields)
@@ -397,7 +397,7 @@ mod tests {
             let dt = parse(json!(s)).unwrap();
             assert_eq!(dt.to_json(), json!(s), "{s}");
         }
-        assert_eq!(parse(json!("<U3")).unwrap().item_size(), Some(12));
+        assert_eq!(parse(json!("<U3")).unwrap().size(), Some(12));
     }
 
     #[test]
@@ -415,11 +415,11 @@ mod tests {
     fn structured() {
         let v = json!([["x", "<u2", [2, 3]], ["y", "<f4", [5]]]);
         let dt = parse(v.clone()).unwrap();
-        assert_eq!(dt.item_size(), Some(32));
+        assert_eq!(dt.size(), Some(32));
         assert_eq!(dt.to_json(), v);
         let v = json!([["r", "|u1"], ["g", "|u1"], ["b", "|u1"]]);
         let DataTypeV2::Structured(fields) = parse(v).unwrap() else { panic!() };
-        assert_eq!(structured_as_v3(&fields).unwrap().item_size(), Some(3));
+        assert_eq!(structured_as_v3(&fields).unwrap().size(), Some(3));
     }
 
     #[test]

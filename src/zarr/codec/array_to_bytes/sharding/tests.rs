@@ -5,13 +5,13 @@ use super::*;
 use crate::zarr::codec::array_to_bytes::bytes::Endian;
 use crate::zarr::codec::array_to_bytes::BytesCodec;
 use crate::zarr::codec::BytesToBytesCodec;
-use crate::zarr::metadata::codec::{parse_codec_chain, CodecSpec};
+use crate::zarr::metadata::codec::parse_codec_chain;
 
 /// Builds the sharding codec of a one-codec v3 chain through the real parser
 /// and builder.
 fn from_json(codec: Value, dt: &DataType, shard: &[u64], fill: Vec<u8>) -> (ShardingCodec, ChunkRepr) {
     let specs = parse_codec_chain(&json!([codec]), "codecs", dt, shard).unwrap();
-    let CodecSpec::ShardingIndexed(spec) = &specs[0] else { panic!("not sharding") };
+    let spec = specs[0].config::<ShardingConfig>().expect("sharding");
     let repr = ChunkRepr { shape: shard.to_vec(), data_type: dt.clone(), fill_value: fill };
     (spec.build(&repr).unwrap(), repr)
 }
