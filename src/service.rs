@@ -18,29 +18,29 @@
 //!     describe.rs       stats, children, TensorStore schema
 //!     create.rs  delete.rs  attributes.rs  resize.rs  consolidate.rs
 //!   keys.rs           raw keys of a mount: the store protocol and PROPFIND
-//!   read.rs, read/    slice and decoded-chunk reads (planning, streaming)
-//!   write.rs          slice writes (read-modify-write through the engine)
-//!   chunk_store.rs    the engine's chunk source and sink on a mount
+//!   array.rs, array/  operations on an array's data, through the engine
+//!     read.rs, read/    slice reads (open, checks, plan, produce);
+//!                       read/stream.rs: messages, answer budget, JSON pieces;
+//!                       read/chunk.rs: one decoded chunk
+//!     write.rs          slice writes (read-modify-write through the engine)
+//!     source.rs         the engine's chunk source and sink on a mount
 //!   wire.rs, wire/    the wire formats (raw, npy, JSON) of data in answers
 //!                     and request bodies: negotiation, encode, decode
-//!   cache.rs, cache/  metadata.rs: opened nodes, revalidated by ETag
-//!   chunk_cache.rs    decoded chunks (moves under cache/ with the read path)
+//!   cache.rs, cache/  metadata.rs: opened nodes, revalidated by ETag;
+//!                     chunk.rs: decoded units, the engine's UnitCache
 //!   locks.rs          per-mount node and key locks
 //!   cpu.rs            the CPU pool CPU-heavy work runs on
 //! ```
 
 pub mod app;
+pub mod array;
 pub mod cache;
-pub mod chunk_cache;
-pub mod chunk_store;
 pub mod cpu;
 pub mod error;
 pub mod keys;
 pub mod locks;
 pub mod node;
-pub mod read;
 pub mod wire;
-pub mod write;
 
 pub use app::{App, MountRef, NodeRef};
 pub use error::{ServiceError, ServiceResult};

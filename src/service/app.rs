@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::cache::metadata::MetadataCache;
-use super::chunk_cache::ChunkCache;
+use super::cache::chunk::ChunkCache;
 use super::locks::MountLocks;
 use super::node::NodePath;
 use super::{ServiceError, ServiceResult};

@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{json, Value};
-use zarrd::service::chunk_store::MountChunkStore;
+use zarrd::service::array::source::MountChunkStore;
 use zarrd::service::node::{self, Node, NodePath};
 use zarrd::service::App;
 use zarrd::storage::object::ObjectBackend;

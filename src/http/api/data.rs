@@ -29,7 +29,7 @@ use crate::http::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::extract::{ApiQuery, NodeTarget, TypedJsonBody};
 use crate::http::openapi::Binary;
 use crate::http::params;
-use crate::service::read::{self, ChunkParams, DataRead, ReadParams};
+use crate::service::array::read::{self, ChunkParams, DataRead, ReadParams};
 use crate::service::wire::{dtype_header, shape_header};
 use crate::service::App;
 use crate::zarr::selection::SelectionBody;
@@ -202,7 +202,7 @@ fn respond(read: DataRead) -> Response {
 }
 
 async fn read_with(app: Arc<App>, target: NodeTarget, params: ReadParams) -> ApiResult<Response> {
-    let read = read::read(&app, &target.mount, &target.path, params).await?;
+    let read = read::read(&app.node(&target.mount, &target.path)?, params).await?;
     Ok(respond(read))
 }
 
@@ -313,6 +313,6 @@ pub async fn get_chunk(
         format: params::answer_format(q.format.as_deref(), &headers)?,
         fill_missing: q.fill_missing,
     };
-    let read = read::read_chunk(&app, &target.mount, &target.path, params).await?;
+    let read = read::read_chunk(&app.node(&target.mount, &target.path)?, params).await?;
     Ok(respond(read))
 }

@@ -17,7 +17,7 @@ use crate::http::error::{ApiResult, ErrorBody};
 use crate::http::extract::{read_body, ApiQuery, NodeTarget};
 use crate::http::openapi::Binary;
 use crate::http::params;
-use crate::service::write::{self, WriteRequest};
+use crate::service::array::write::{self, WriteRequest};
 use crate::service::App;
 
 /// The query of a slice write.
@@ -80,9 +80,10 @@ pub async fn put_data(
     let selection = params::selection(query.sel.as_deref(), query.mode.as_deref())?;
     let format = params::body_format(query.format.as_deref(), &headers)?;
     // Refuse before reading the body.
-    app.mount_ref(&target.mount)?.writable()?;
+    let at = app.node(&target.mount, &target.path)?;
+    at.writable()?;
     let body = read_body(&headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes").await?;
     let request = WriteRequest { selection, format, body, write_empty_chunks: query.write_empty_chunks };
-    write::write(&app, &target.mount, &target.path, request).await?;
+    write::write(&at, request).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -20,10 +20,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::chunk_store::{region_error, MountChunkStore};
-use super::node::{self, ArrayNode, NodePath};
-use super::wire::{self as decode, WireFormat as BodyFormat};
-use super::{cpu, App, ServiceError, ServiceResult};
+use super::source::{region_error, MountChunkStore};
+use crate::service::node::{self, ArrayNode, NodePath};
+use crate::service::wire::{self as decode, WireFormat};
+use crate::service::{cpu, App, NodeRef, ServiceError, ServiceResult};
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::region::{write_plan_on, RegionOptions, WritePlan};
 use crate::zarr::selection::{Selection, SelectionMode, SelectionSpec, INLINE_LISTED, MAX_SELECTION_INDICES};
@@ -42,7 +42,7 @@ pub struct WriteRequest {
     /// What to write to.
     pub selection: SelectionSpec,
     /// How the body is encoded.
-    pub format: BodyFormat,
+    pub format: WireFormat,
     /// The body.
     pub body: Bytes,
     /// Store chunks equal to the fill value (`None`: as the array says).
@@ -133,7 +133,7 @@ async fn lock_keys(
     path: &NodePath,
     plan: &Arc<WritePlan<'static>>,
 ) -> ServiceResult<Option<Vec<String>>> {
-    if plan.chunk_count() >= super::locks::STRIPES as u64 {
+    if plan.chunk_count() >= crate::service::locks::STRIPES as u64 {
         return Ok(None);
     }
     let (node, path, plan) = (node.clone(), path.clone(), plan.clone());
@@ -144,7 +144,7 @@ async fn lock_keys(
             .map(Some)
     })
     .await
-    .map_err(|e| ServiceError::Internal(e.to_string()))?
+    .map_err(ServiceError::from)?
 }
 
 /// Writes a selection of the array at `path`.
@@ -154,12 +154,10 @@ async fn lock_keys(
 /// for a selection or body that does not fit the array (the message says
 /// what was expected); `WriteConflict` when other processes kept changing a
 /// chunk; storage failures.
-pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteRequest) -> ServiceResult<()> {
-    let m = app.mount(mount)?.clone();
-    if m.read_only() {
-        return Err(ServiceError::ReadOnly(mount.to_string()));
-    }
-    let mut node = node::open_array(&app.node(mount, path)?).await?;
+pub async fn write(at: &NodeRef<'_>, request: WriteRequest) -> ServiceResult<()> {
+    let m = at.writable()?.clone();
+    let (app, path) = (at.app(), at.path());
+    let mut node = node::open_array(at).await?;
     let request = Arc::new(request);
     for _ in 0..REPLANS {
         // Checking listed indices against the shape costs up to the lists.
@@ -168,26 +166,26 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
             req.selection.resolve(&desc.shape, desc.dimension_names.as_deref())
         })
         .await
-        .map_err(|e| ServiceError::Internal(e.to_string()))??;
+        .map_err(ServiceError::from)??;
         let shape = selection.result_shape();
         check_size(app, &node.desc.data_type, &shape)?;
         check_indices(&selection)?;
         let (req, dt) = (request.clone(), node.desc.data_type.clone());
         let decoded = cpu::run(move || decode::decode(req.format, &req.body, &dt, &shape))
             .await
-            .map_err(|e| ServiceError::Internal(e.to_string()))?
+            .map_err(ServiceError::from)?
             .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         let data: Arc<ChunkData> = Arc::new(decoded.data);
         let (desc, scalar) = (node.desc.clone(), decoded.scalar);
         // Planning lists the selection's indices: CPU work, off the async workers.
         let plan = cpu::run(move || WritePlan::for_selection_shared(&desc, &selection, data, scalar))
             .await
-            .map_err(|e| ServiceError::Internal(e.to_string()))?
+            .map_err(ServiceError::from)?
             .map_err(|e| region_error(path, e))?;
         check_chunks(app, &node, &plan)?;
         let plan = Arc::new(plan);
         let keys = lock_keys(&node, path, &plan).await?;
-        let locks = app.locks(mount)?;
+        let locks = at.mount().locks();
         let _guard = match &keys {
             Some(keys) => {
                 let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -195,7 +193,7 @@ pub async fn write(app: &App, mount: &str, path: &NodePath, request: WriteReques
             }
             None => locks.write_all_keys(path.as_str()).await,
         };
-        let current = node::open_array(&app.node(mount, path)?).await?;
+        let current = node::open_array(at).await?;
         if current.metadata != node.metadata || current.zattrs != node.zattrs {
             node = current;
             continue;

@@ -61,12 +61,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::chunk_cache::{ArrayCache, ChunkCache};
-use super::chunk_store::{region_error, MountChunkStore};
-use super::node::{self, ArrayNode, NodePath};
-use super::wire::json::{empty_size, JsonEncoder};
-use super::wire::{npy, numpy_descr, zarr_name, WireFormat as OutputFormat};
-use super::{cpu, App, ServiceError, ServiceResult};
+use crate::service::cache::chunk::{ArrayCache, ChunkCache};
+use super::source::{region_error, MountChunkStore};
+use crate::service::node::{self, ArrayNode, NodePath};
+use crate::service::wire::json::{empty_size, JsonEncoder};
+use crate::service::wire::{npy, numpy_descr, zarr_name, WireFormat};
+use crate::service::{cpu, App, NodeRef, ServiceError, ServiceResult};
 use crate::storage::Mount;
 use crate::zarr::data_type::DataType;
 use crate::zarr::field::FieldView;
@@ -103,7 +103,7 @@ pub struct ReadParams {
     /// A field of a structured array.
     pub field: Option<String>,
     /// The output format.
-    pub format: OutputFormat,
+    pub format: WireFormat,
     /// Overrides the mount's `fill_missing_data_reads`.
     pub fill_missing: Option<bool>,
 }
@@ -118,7 +118,7 @@ pub struct ChunkParams {
     /// A field of a structured array.
     pub field: Option<String>,
     /// The output format.
-    pub format: OutputFormat,
+    pub format: WireFormat,
     /// Overrides the mount's `fill_missing_data_reads`.
     pub fill_missing: Option<bool>,
 }
@@ -133,7 +133,7 @@ pub struct DataRead {
     /// Output element type.
     pub data_type: DataType,
     /// Output format.
-    pub format: OutputFormat,
+    pub format: WireFormat,
     /// Exact body length (raw and npy).
     pub content_length: Option<u64>,
     /// The first message of the body.
@@ -143,7 +143,7 @@ pub struct DataRead {
 }
 
 fn cpu_error(e: &cpu::CpuError) -> ServiceError {
-    ServiceError::Internal(e.to_string())
+    ServiceError::Cpu(e.clone())
 }
 
 /// An array opened for reading: the node, its mount, and whether missing
@@ -201,7 +201,7 @@ struct Plan {
     es: usize,
     variable: bool,
     field: Option<FieldView>,
-    format: OutputFormat,
+    format: WireFormat,
     out_type: DataType,
     out_shape: Vec<u64>,
     answer: AnswerLimits,
@@ -257,11 +257,12 @@ async fn encode_slab(
 }
 
 /// Opens the array for reading.
-async fn open(app: &Arc<App>, mount: &str, path: &NodePath, fill_missing: Option<bool>) -> ServiceResult<Opened> {
-    let array = node::open_array(&app.node(mount, path)?).await?;
-    let m = app.mount(mount)?.clone();
+async fn open(at: &NodeRef<'_>, fill_missing: Option<bool>) -> ServiceResult<Opened> {
+    let array = node::open_array(at).await?;
+    let m = at.mount().mount().clone();
+    let app = at.app();
     Ok(Opened {
-        mount_name: mount.into(),
+        mount_name: at.mount_name().into(),
         fill_missing: fill_missing.unwrap_or_else(|| m.fill_missing_data_reads()),
         mount: m,
         cache: app.chunk_cache().clone(),
@@ -288,7 +289,7 @@ fn output_of(
 }
 
 /// Checks the size limits; the exact body length for raw and npy.
-fn check_limits(app: &App, format: OutputFormat, out_type: &DataType, out_shape: &[u64]) -> ServiceResult<Option<u64>> {
+fn check_limits(app: &App, format: WireFormat, out_type: &DataType, out_shape: &[u64]) -> ServiceResult<Option<u64>> {
     let limits = &app.config().limits;
     let elements = out_shape.iter().fold(1u64, |a, &d| a.saturating_mul(d));
     // Variable-length elements: at least their JSON text `""` and a
@@ -302,7 +303,7 @@ fn check_limits(app: &App, format: OutputFormat, out_type: &DataType, out_shape:
             limits.max_selection_bytes
         )));
     }
-    if format == OutputFormat::Json {
+    if format == WireFormat::Json {
         let n = elements.max(empty_size(out_shape));
         if n > limits.max_json_elements {
             return Err(ServiceError::SelectionTooLarge(format!(
@@ -313,9 +314,9 @@ fn check_limits(app: &App, format: OutputFormat, out_type: &DataType, out_shape:
     }
     format.check(out_type).map_err(|e| ServiceError::UnsupportedFormat(e.0))?;
     Ok(match format {
-        OutputFormat::Raw => Some(bytes),
-        OutputFormat::Npy => Some(npy_header(out_type, out_shape).len() as u64 + bytes),
-        OutputFormat::Json => None,
+        WireFormat::Raw => Some(bytes),
+        WireFormat::Npy => Some(npy_header(out_type, out_shape).len() as u64 + bytes),
+        WireFormat::Json => None,
     })
 }
 
@@ -331,8 +332,9 @@ fn npy_header(dt: &DataType, shape: &[u64]) -> Vec<u8> {
 /// naming the dimension); an unknown field; a format that cannot hold the
 /// type; a selection over the limits (413); in the first slab: a missing
 /// chunk with `fill_missing=false`, a corrupt chunk, a storage failure.
-pub async fn read(app: &Arc<App>, mount: &str, path: &NodePath, params: ReadParams) -> ServiceResult<DataRead> {
-    let src = open(app, mount, path, params.fill_missing).await?;
+pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRead> {
+    let app = at.app();
+    let src = open(at, params.fill_missing).await?;
     // Checking listed indices against the shape costs up to the lists:
     // on the CPU pool (which also frees the parsed lists) unless they are short.
     let (spec, array) = (params.selection, src.array.clone());
@@ -401,7 +403,7 @@ fn variable_text(dt: &DataType, b: &[u8]) -> Vec<u8> {
 async fn start(plan: Arc<Plan>, content_length: Option<u64>) -> ServiceResult<DataRead> {
     let (tx, mut rx) = mpsc::channel::<ServiceResult<Pieces>>(1);
     let header = match plan.format {
-        OutputFormat::Npy => vec![Bytes::from(npy_header(&plan.out_type, &plan.out_shape))],
+        WireFormat::Npy => vec![Bytes::from(npy_header(&plan.out_type, &plan.out_shape))],
         _ => Vec::new(),
     };
     let producer = plan.clone();
@@ -464,7 +466,7 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
     let share = if plan.variable {
         full
     } else {
-        let per = if plan.format == OutputFormat::Json { JSON_TEXT_PER_BYTE } else { 1 };
+        let per = if plan.format == WireFormat::Json { JSON_TEXT_PER_BYTE } else { 1 };
         let answer = plan.plan.elements().saturating_mul(plan.es as u64).saturating_mul(per);
         full.min(answer.saturating_mul(4))
     };
@@ -475,7 +477,7 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
         out.share = Some(held);
     }
     let mut json =
-        (plan.format == OutputFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
+        (plan.format == WireFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
     let mut read_plan = plan.plan.clone();
     // Slabs are planned inline when that costs less than the hand-off: the
     // plan is the same for all of them (a variable-length read's new plans

@@ -14,11 +14,10 @@ use tokio::sync::mpsc;
 
 use super::stream::{first_message, json_fixed, json_variable, project, AnswerLimits, Out, VarItems, SMALL_ANSWER};
 use super::{check_limits, cpu_error, npy_header, open, output_of, variable_text, ChunkParams, DataRead, Pieces};
-use crate::service::chunk_store::region_error;
+use crate::service::array::source::region_error;
 use crate::service::wire::json::JsonEncoder;
-use crate::service::wire::WireFormat as OutputFormat;
-use crate::service::node::NodePath;
-use crate::service::{cpu, App, ServiceError, ServiceResult};
+use crate::service::wire::WireFormat;
+use crate::service::{cpu, NodeRef, ServiceError, ServiceResult};
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::data_type::DataType;
 use crate::zarr::field::FieldView;
@@ -49,8 +48,9 @@ fn check_coords(coords: &[u64], grid: &[u64], what: &str) -> ServiceResult<()> {
 /// # Errors
 /// As [`super::read`]; coordinates of the wrong rank or outside the grid (400
 /// naming the dimension); `inner` on an array that is not sharded.
-pub async fn read_chunk(app: &Arc<App>, mount: &str, path: &NodePath, params: ChunkParams) -> ServiceResult<DataRead> {
-    let src = open(app, mount, path, params.fill_missing).await?;
+pub async fn read_chunk(at: &NodeRef<'_>, params: ChunkParams) -> ServiceResult<DataRead> {
+    let app = at.app();
+    let src = open(at, params.fill_missing).await?;
     let desc = &src.array.desc;
     check_coords(&params.coords, &desc.grid().grid_shape(), "coords")?;
     let shape = match (&params.inner, &desc.sharding) {
@@ -178,7 +178,7 @@ struct ChunkJob {
     elements: u64,
     per: u64,
     field: Option<FieldView>,
-    format: OutputFormat,
+    format: WireFormat,
     out_type: DataType,
     out_shape: Vec<u64>,
     /// The share of the answer budget a large answer takes.
@@ -213,11 +213,11 @@ async fn produce_chunk(job: &Arc<ChunkJob>, out: &mut Out) -> ServiceResult<bool
         };
         out.share = Some(held);
     }
-    if job.format == OutputFormat::Npy {
+    if job.format == WireFormat::Npy {
         out.push(Bytes::from(npy_header(&job.out_type, &job.out_shape)));
     }
     let mut json =
-        (job.format == OutputFormat::Json).then(|| JsonEncoder::new(job.out_type.clone(), job.out_shape.clone()));
+        (job.format == WireFormat::Json).then(|| JsonEncoder::new(job.out_type.clone(), job.out_shape.clone()));
     if job.variable {
         let Some(enc) = json.as_mut() else {
             return Err(ServiceError::UnsupportedFormat(

@@ -38,8 +38,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use super::chunk_store::classify;
-use super::node::NodePath;
+use crate::service::array::source::classify;
+use crate::service::node::NodePath;
 use crate::storage::mount::RecheckPolicy;
 use crate::storage::{Mount, StorageError, StoreKey};
 use crate::zarr::chunk::ChunkData;

@@ -25,8 +25,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::node::NodePath;
-use super::ServiceError;
+use crate::service::node::NodePath;
+use crate::service::ServiceError;
 use crate::storage::request::ByteRange;
 use crate::storage::{Mount, Preconditions, PutCondition, ReadRequest, StorageError, StoreKey};
 use crate::zarr::byte_range::ByteRangeRequest;
