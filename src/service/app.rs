@@ -89,7 +89,7 @@ impl App {
         &self.read_answers
     }
 
-    /// The decoded chunk cache (see [`super::chunk_cache`]); writers that
+    /// The decoded chunk cache (see [`super::cache::chunk`]); writers that
     /// bypass `Mount::put`/`Mount::delete` must call [`ChunkCache::invalidate`].
     #[must_use]
     pub fn chunk_cache(&self) -> &Arc<ChunkCache> {

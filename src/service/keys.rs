@@ -1,7 +1,7 @@
 //! Operations on the raw keys of a mount: the Zarr store protocol
 //! (`/store/...`: keys read, written, deleted and listed) and WebDAV's
 //! PROPFIND. (Named for its unit, the key, to tell it from `storage/`, the
-//! backends, and from `chunk_store.rs`, the engine's chunk source on a
+//! backends, and from `array/source.rs`, the engine's chunk source on a
 //! mount.)
 //!
 //! Metadata documents (`zarr.json`, `.zarray`, `.zgroup`, `.zattrs`,
