@@ -219,7 +219,6 @@ async fn prepare_room(mut buf: BytesMut, ready: usize, declared: Option<usize>) 
     .map_err(|e| ApiError::from(ServiceError::Internal(format!("receiving the request body: {e}"))))
 }
 
-
 /// A request body sent nothing for `limits.body_read_timeout_seconds`.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body sent nothing for {0} s (limits.body_read_timeout_seconds)")]

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::cache::metadata::MetadataCache;
 use super::cache::chunk::ChunkCache;
+use super::cache::metadata::MetadataCache;
 use super::locks::MountLocks;
 use super::node::NodePath;
 use super::{ServiceError, ServiceResult};

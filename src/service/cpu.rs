@@ -58,6 +58,19 @@ where
 /// The CPU pool as the region engine's [`Offload`]: slice reads decode and
 /// copy each unit here, slice writes decode, place and encode each chunk. A job that panics is dropped (the
 /// engine reports it as an internal error).
+/// Drops `value` on the CPU pool instead of the calling (async) thread.
+///
+/// Freeing a large buffer is not free: glibc returns allocations of more
+/// than a few MiB to the kernel with `munmap`, which unmaps and frees every
+/// page on the calling thread (tens of milliseconds for a 256 MiB body).
+/// A slice write holds its request body and its decoded elements until it
+/// ends; dropped on an async worker they stalled every other connection of
+/// that worker, `/healthz` included, for up to 300 ms
+/// (`bench/write_health.py`).
+pub fn drop_on_pool<T: Send + 'static>(value: T) {
+    rayon::spawn(move || drop(value));
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pool;
 
@@ -89,6 +102,20 @@ fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, CpuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_values_are_dropped_on_the_pool() {
+        struct Noted(std::sync::mpsc::Sender<std::thread::ThreadId>);
+        impl Drop for Noted {
+            fn drop(&mut self) {
+                let _ = self.0.send(std::thread::current().id());
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        drop_on_pool(Noted(tx));
+        let dropped_on = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        assert_ne!(dropped_on, std::thread::current().id());
+    }
 
     #[tokio::test]
     async fn runs_work_off_the_async_thread_and_reports_panics() {

@@ -61,8 +61,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::service::cache::chunk::{ArrayCache, ChunkCache};
 use super::source::{region_error, MountChunkStore};
+use crate::service::cache::chunk::{ArrayCache, ChunkCache};
 use crate::service::node::{self, ArrayNode, NodePath};
 use crate::service::wire::json::{empty_size, JsonEncoder};
 use crate::service::wire::{npy, numpy_descr, zarr_name, WireFormat};

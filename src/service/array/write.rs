@@ -206,9 +206,12 @@ pub async fn write(at: &NodeRef<'_>, request: WriteRequest) -> ServiceResult<()>
         let store = MountChunkStore::new(m.clone(), path.clone());
         // Every key written or deleted went through `Mount::put`/`delete`,
         // which invalidate the decoded chunk cache (`service::cache::chunk`).
-        return write_plan_on(&node.desc, &store, &store, &plan, &options, &cpu::Pool)
+        let written = write_plan_on(&node.desc, &store, &store, &plan, &options, &cpu::Pool)
             .await
             .map_err(|e| region_error(path, e));
+        // The body and the decoded elements are freed off the async worker.
+        cpu::drop_on_pool((plan, request));
+        return written;
     }
     Err(ServiceError::WriteConflict {
         key: path.to_string(),

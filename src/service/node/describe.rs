@@ -225,9 +225,8 @@ pub struct ArrayFacts {
 /// CPU work (the document is parsed again): run it on the CPU pool.
 #[must_use]
 pub fn describe(array: &ArrayNode) -> ArrayFacts {
-    use crate::zarr::metadata::v2::Order;
     use crate::zarr::codec::array_to_bytes::sharding::ShardingConfig;
-    
+    use crate::zarr::metadata::v2::Order;
 
     let desc = &array.desc;
     let (sharded, schema, v2_order) = match desc.zarr_format {
