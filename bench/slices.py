@@ -47,13 +47,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 from pathlib import Path
 
 import numpy as np
 import tensorstore as ts
+from bench_server import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -64,7 +64,6 @@ REPEATS = int(os.environ.get("REPEATS", "3"))
 WRK_SECONDS = int(os.environ.get("WRK_SECONDS", "10"))
 SHAPE = (1024, 1024, 256)
 CHUNKS = (32, 128, 256)
-LISTENING = re.compile(r".*?(http://[0-9.]+:[0-9]+)")
 
 SELECTIONS = [
     ("whole array", (slice(None), slice(None), slice(None)), ":,:,:"),
@@ -112,37 +111,6 @@ def write_array(path: Path) -> None:
             np.float32
         )
         arr[z0 : z0 + step].write(block.astype(np.float32)).result()
-
-
-class Server:
-    def __init__(self, data: Path, env: dict[str, str], binary: Path = BIN) -> None:
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith("ZARRD_")}
-        child_env.update({"RUST_LOG": "warn"} | env)
-        self.proc = subprocess.Popen(
-            [str(binary), "serve", "--bind", "127.0.0.1:0", "--mount", f"bench={data}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL,
-            env=child_env,
-        )
-        line: list[bytes] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(30)
-        m = LISTENING.match(line[0].decode()) if line else None
-        if not m:
-            self.stop()
-            raise RuntimeError(f"zarrd did not start: {line!r}")
-        self.url = m.group(1)
-        u = urllib.parse.urlsplit(self.url)
-        self.host, self.port = u.hostname, u.port
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def read_raw(conn: http.client.HTTPConnection, sel: str, out: memoryview) -> int:
@@ -211,7 +179,7 @@ def main() -> None:
         arr = ts.open(spec(data / "a")).result()
         bins = [BIN] if BASELINE is None else [BASELINE, BIN]
         cold_env = {"ZARRD_CACHE__CHUNK_BYTES": "0", "ZARRD_CACHE__OBJECT_BYTES": "0"}
-        colds = [Server(data, cold_env, b) for b in bins]
+        colds = [Server(b, data, cold_env) for b in bins]
         rows = []
         try:
             conns = [http.client.HTTPConnection(c.host, c.port, timeout=300) for c in colds]
@@ -235,7 +203,7 @@ def main() -> None:
         finally:
             for c in colds:
                 c.stop()
-        hots = [Server(data, {}, b) for b in bins]
+        hots = [Server(b, data, {}) for b in bins]
         tiles: list[list[tuple[float, str]]] = [[] for _ in bins]
         try:
             for h in hots:

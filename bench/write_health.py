@@ -47,10 +47,8 @@ import io
 import json
 import multiprocessing
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -59,6 +57,7 @@ import urllib.parse
 from pathlib import Path
 
 import numpy as np
+from bench_server import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -69,7 +68,6 @@ MAX_PUT_BYTES = int(os.environ.get("MAX_PUT_BYTES", str(256 * 1024 * 1024)))
 CASES = os.environ.get("CASES", "")  # e.g. "0,2": only those cases (0-based, table order)
 IDLE_SECONDS = 3.0
 POLL_INTERVAL_S = 0.02
-LISTENING = re.compile(r".*?(http://[0-9.]+:[0-9]+)")
 
 
 def log(msg: str) -> None:
@@ -221,48 +219,6 @@ def cases(limit: int) -> list[Case]:
 # ---- the server ---------------------------------------------------------------------------
 
 
-class Server:
-    def __init__(self, data: Path, env: dict[str, str]) -> None:
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith("ZARRD_")}
-        child_env.update({"RUST_LOG": "warn"} | env)
-        self.proc = subprocess.Popen(
-            [str(BIN), "serve", "--bind", "127.0.0.1:0", "--mount", f"bench={data}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL,
-            env=child_env,
-        )
-        line: list[bytes] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(30)
-        m = LISTENING.match(line[0].decode()) if line else None
-        if not m:
-            self.stop()
-            raise RuntimeError(f"zarrd did not start: {line!r}")
-        u = urllib.parse.urlsplit(m.group(1))
-        self.host, self.port = u.hostname, u.port
-
-    def conn(self, timeout: float = 600) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-
-    def peak_rss_mib(self) -> float:
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return float("nan")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 def request(conn: http.client.HTTPConnection, method: str, path: str, body=None, headers=None) -> bytes:
     conn.request(method, path, body=body, headers=headers or {})
     resp = conn.getresponse()
@@ -394,7 +350,7 @@ def main() -> None:
         c.build(MAX_PUT_BYTES)
         log(f"  {c.name}: {c.fmt} body {len(c.bodies[0]) / 2**20:.1f} MiB, sel {c.sel} ({time.perf_counter() - t0:.1f} s)")
     tmp = Path(tempfile.mkdtemp(prefix="zarrd-bench-write-health-"))
-    server = Server(tmp / "data", {"ZARRD_LIMITS__MAX_PUT_BYTES": str(MAX_PUT_BYTES)})
+    server = Server(BIN, tmp / "data", {"ZARRD_LIMITS__MAX_PUT_BYTES": str(MAX_PUT_BYTES)})
     try:
         conn = server.conn()
         chosen = [all_cases[int(i)] for i in CASES.split(",")] if CASES else all_cases
