@@ -12,6 +12,10 @@
 //!
 //! The parts:
 //!
+//! - `projection`: a selection projected onto a chunk grid, per dimension
+//!   (the touched units in order, and each one's runs of positions), one
+//!   module for both directions: the read plan's axes and a write's
+//!   touched chunks come from it;
 //! - [`plan`]: a selection projected onto the unit grid (chunks, or inner
 //!   chunks of shards) and split into slabs, lazily ([`plan_read`]);
 //! - [`read`]: reading a slab's units (cache, whole chunks, shard indexes
@@ -76,9 +80,11 @@ use super::subset::{ArraySubset, RegularChunkGrid, SubsetError};
 pub mod copy;
 mod placement;
 pub mod plan;
+mod projection;
 pub mod read;
 
-use placement::{DataRef, Placement, TouchedChunks};
+use placement::{DataRef, Placement};
+use projection::TouchedChunks;
 
 pub use copy::{SlabData, VarSlab};
 pub use plan::{plan_read, PlanError, ReadPlan, Slab, Slabs};

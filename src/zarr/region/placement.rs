@@ -6,7 +6,10 @@
 //! The write path asks three questions of a placement for any box of the
 //! array (a chunk, or an inner chunk of a shard): does the write touch it,
 //! does it cover every element of it (then nothing needs reading), and —
-//! given the decoded buffer of that box — put the elements there.
+//! given the decoded buffer of that box — put the elements there. Which
+//! chunks (or inner chunks) a write touches is not worked out here: it is
+//! the selection projected onto the grid by `super::projection`, the code
+//! the read plan uses ([`Placement::touched_chunks`]).
 //!
 //! Repeated indices follow numpy's assignment: the later position in the
 //! data wins.
@@ -15,6 +18,7 @@ use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
 
+use super::projection::{point_unit, TouchedChunks};
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 use crate::zarr::subset::{ArraySubset, SubsetError};
@@ -46,7 +50,17 @@ pub(crate) enum Placement<'a> {
     /// sorted (by index, then position, so a repeated index is written last
     /// from its last position), and the distinct indices, sorted; `data` is
     /// C order over the selected lengths, `lens` (or one element).
-    Outer { dims: Vec<Vec<(u64, u64)>>, distinct: Vec<Vec<u64>>, lens: Vec<u64>, data: DataRef<'a>, scalar: bool },
+    /// `indexers` is what the chunks touched are projected from: per
+    /// dimension the selection's own slice (or index), or its distinct
+    /// indices as a list.
+    Outer {
+        dims: Vec<Vec<(u64, u64)>>,
+        distinct: Vec<Vec<u64>>,
+        indexers: Vec<DimIndexer>,
+        lens: Vec<u64>,
+        data: DataRef<'a>,
+        scalar: bool,
+    },
     /// Point `i` receives element `i` of `data` (or its one element).
     /// `by_chunk` buckets the point numbers by the grid chunk holding them.
     Points {
@@ -89,8 +103,7 @@ impl<'a> Placement<'a> {
             let points: Vec<Vec<u64>> = (0..n).map(|i| selection.dims.iter().map(|d| d.get(i)).collect()).collect();
             let mut by_chunk: HashMap<Vec<u64>, Vec<usize>> = HashMap::new();
             for (i, p) in points.iter().enumerate() {
-                let chunk = p.iter().zip(chunk_shape).map(|(x, c)| x / c).collect();
-                by_chunk.entry(chunk).or_default().push(i);
+                by_chunk.entry(point_unit(p.iter().copied(), chunk_shape)).or_default().push(i);
             }
             return Self::Points { points, by_chunk, chunk_shape: chunk_shape.to_vec(), data, scalar };
         }
@@ -101,7 +114,7 @@ impl<'a> Placement<'a> {
             }
         }
         let dims: Vec<Vec<(u64, u64)>> = selection.dims.iter().map(dim_entries).collect();
-        let distinct = dims
+        let distinct: Vec<Vec<u64>> = dims
             .iter()
             .map(|d| {
                 let mut v: Vec<u64> = d.iter().map(|e| e.0).collect();
@@ -109,8 +122,17 @@ impl<'a> Placement<'a> {
                 v
             })
             .collect();
+        let indexers = selection
+            .dims
+            .iter()
+            .zip(&distinct)
+            .map(|(ix, v)| match ix {
+                DimIndexer::List(_) => DimIndexer::List(v.clone()),
+                _ => ix.clone(),
+            })
+            .collect();
         let lens = selection.dims.iter().map(DimIndexer::len).collect();
-        Self::Outer { dims, distinct, lens, data, scalar }
+        Self::Outer { dims, distinct, indexers, lens, data, scalar }
     }
 
     /// The smallest box holding every written element; `None` when nothing
@@ -148,46 +170,31 @@ impl<'a> Placement<'a> {
     }
 
     /// The grid coordinates of every chunk (of `chunk_shape`) holding a
-    /// written element, without looking at chunks the write does not touch.
-    /// Lazy: per dimension the touched chunk indices (a range, or the list
-    /// the selection's own indices give), their outer product enumerated on
-    /// demand, so a plan costs memory in the selection's length, never in
-    /// the number of chunks it touches.
+    /// written element, without looking at chunks the write does not touch:
+    /// the selection projected onto the chunk grid by the code the read
+    /// plan uses ([`TouchedChunks`]; a slice or box dimension arithmetic,
+    /// a list its distinct chunks), enumerated on demand, so a plan costs
+    /// memory in the selection's length, never in the number of chunks it
+    /// touches.
     pub(crate) fn touched_chunks(&self, chunk_shape: &[u64]) -> TouchedChunks {
-        let dims: Vec<DimChunks> = match self {
+        match self {
             Self::Box { region, .. } => {
                 if region.is_empty() {
                     return TouchedChunks::empty();
                 }
-                let end = region.end();
-                (0..region.rank())
-                    .map(|d| {
-                        let first = region.start()[d] / chunk_shape[d];
-                        let last = (end[d] - 1) / chunk_shape[d];
-                        DimChunks::Range { first, len: last - first + 1 }
-                    })
-                    .collect()
+                let dims: Vec<DimIndexer> = region
+                    .start()
+                    .iter()
+                    .zip(region.shape())
+                    .map(|(&start, &len)| DimIndexer::Slice { start, step: 1, len })
+                    .collect();
+                TouchedChunks::outer(&dims, chunk_shape)
             }
-            Self::Outer { distinct, .. } => distinct
-                .iter()
-                .zip(chunk_shape)
-                .map(|(v, c)| {
-                    let mut out: Vec<u64> = v.iter().map(|x| x / c).collect();
-                    out.dedup();
-                    DimChunks::List(out)
-                })
-                .collect(),
+            Self::Outer { indexers, .. } => TouchedChunks::outer(indexers, chunk_shape),
             Self::Points { points, .. } => {
-                let mut chunks: Vec<Vec<u64>> =
-                    points.iter().map(|p| p.iter().zip(chunk_shape).map(|(x, c)| x / c).collect()).collect();
-                chunks.sort_unstable();
-                chunks.dedup();
-                let count = chunks.len() as u64;
-                return TouchedChunks { dims: Vec::new(), points: Some(chunks), count };
+                TouchedChunks::points(points.iter().map(|p| point_unit(p.iter().copied(), chunk_shape)).collect())
             }
-        };
-        let count = dims.iter().fold(1u64, |acc, d| acc.saturating_mul(d.len()));
-        TouchedChunks { dims, points: None, count }
+        }
     }
 
     /// Whether any written element lies in `area`.
@@ -231,7 +238,7 @@ impl<'a> Placement<'a> {
         let Self::Points { points, by_chunk, chunk_shape, .. } = self else {
             return Box::new(std::iter::empty());
         };
-        let chunk: Vec<u64> = area.start().iter().zip(chunk_shape).map(|(x, c)| x / c).collect();
+        let chunk = point_unit(area.start().iter().copied(), chunk_shape);
         let end = area.end();
         let inside = move |p: &Vec<u64>| p.iter().zip(area.start()).zip(&end).all(|((x, s), e)| s <= x && x < e);
         match by_chunk.get(&chunk) {
@@ -314,71 +321,6 @@ impl<'a> Placement<'a> {
                 Ok(())
             }
         }
-    }
-}
-
-/// The chunk indices a write touches along one dimension.
-#[derive(Debug)]
-pub(crate) enum DimChunks {
-    /// `first .. first + len`.
-    Range { first: u64, len: u64 },
-    /// These indices, sorted and distinct.
-    List(Vec<u64>),
-}
-
-impl DimChunks {
-    fn len(&self) -> u64 {
-        match self {
-            Self::Range { len, .. } => *len,
-            Self::List(v) => v.len() as u64,
-        }
-    }
-
-    fn get(&self, i: u64) -> u64 {
-        match self {
-            Self::Range { first, .. } => first + i,
-            Self::List(v) => v[to_usize(i)],
-        }
-    }
-}
-
-/// The chunks a write touches, in grid (C) order, enumerated on demand.
-#[derive(Debug)]
-pub(crate) struct TouchedChunks {
-    dims: Vec<DimChunks>,
-    /// For coordinate selections: the distinct chunks, sorted.
-    points: Option<Vec<Vec<u64>>>,
-    count: u64,
-}
-
-impl TouchedChunks {
-    fn empty() -> Self {
-        Self { dims: Vec::new(), points: Some(Vec::new()), count: 0 }
-    }
-
-    /// How many chunks (saturating at `u64::MAX`).
-    pub(crate) fn len(&self) -> u64 {
-        self.count
-    }
-
-    /// The grid coordinates of the `i`-th touched chunk (`i < len()`).
-    pub(crate) fn get(&self, i: u64) -> Vec<u64> {
-        if let Some(points) = &self.points {
-            return points[to_usize(i)].clone();
-        }
-        let mut out = vec![0u64; self.dims.len()];
-        let mut rest = i;
-        for (d, dim) in self.dims.iter().enumerate().rev() {
-            let n = dim.len();
-            out[d] = dim.get(rest % n);
-            rest /= n;
-        }
-        out
-    }
-
-    /// Every touched chunk, in order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = Vec<u64>> + '_ {
-        (0..self.count).map(|i| self.get(i))
     }
 }
 

@@ -6,7 +6,8 @@
 //! whole selection touches. A plan keeps the selection and, for the
 //! dimensions after the split dimension, their projection onto the unit grid
 //! (computed arithmetically for slices, stored only for lists, which are
-//! part of the request already). A slab keeps its own dimension's projection
+//! part of the request already; [`Axis`], from `super::projection`, the
+//! projection a write's touched chunks come from too). A slab keeps its own dimension's projection
 //! (bounded by the slab's rows) or, for coordinate selections, its points in
 //! unit order (4 bytes per point, the slab's points bounded by the budget).
 //! Units are enumerated one at a time, by an odometer over the per-dimension
@@ -26,6 +27,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::projection::{at, point_unit, touched_along};
+pub use super::projection::{Axis, Run};
 use crate::zarr::array::ArrayDescription;
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 
@@ -33,212 +36,6 @@ use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 /// (its index in the sort, the unit coordinates compared while sorting):
 /// a points slab holds at most `budget / max(element size, this)` points.
 const POINT_COST: u64 = 64;
-
-/// One run of a dimension's selected indices inside one unit: output
-/// positions `out .. out + len` take unit indices `inn, inn + step, ...`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Run {
-    /// First output position (relative to the slab).
-    pub out: u64,
-    /// First index inside the unit.
-    pub inn: u64,
-    /// How many positions.
-    pub len: u64,
-    /// Distance between consecutive indices inside the unit.
-    pub step: i64,
-}
-
-/// One dimension of a slab projected onto the unit grid: a sequence of
-/// groups (one per touched unit along the dimension, in monotonic unit
-/// order), each with its runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Axis {
-    /// Positions `0..len` take indices `start + step * p` (units of extent
-    /// `c`); groups are computed, never stored.
-    Slice {
-        /// First index.
-        start: u64,
-        /// Distance between indices (never 0 when `len > 1`).
-        step: i64,
-        /// Positions.
-        len: u64,
-        /// Unit extent along this dimension.
-        c: u64,
-    },
-    /// Stored groups (list selections): group `g` is unit `units[g]`, runs
-    /// `runs[bounds[g]..bounds[g + 1]]`; units ascending.
-    Groups {
-        /// Unit of each group.
-        units: Vec<u64>,
-        /// Group `g`'s runs start at `bounds[g]` (one more entry at the end).
-        bounds: Vec<usize>,
-        /// Every group's runs.
-        runs: Vec<Run>,
-    },
-}
-
-fn at(start: u64, step: i64, p: u64) -> u64 {
-    // In the dimension by construction (the indexer's indices are).
-    u64::try_from(i128::from(start) + i128::from(step) * i128::from(p)).unwrap_or(0)
-}
-
-impl Axis {
-    /// The projection of positions `positions` of `ix` onto units of
-    /// extent `c` (positions in the result are relative to
-    /// `positions.start`).
-    #[must_use]
-    pub fn of(ix: &DimIndexer, positions: Range<u64>, c: u64) -> Self {
-        let c = c.max(1);
-        let len = positions.end.saturating_sub(positions.start);
-        match ix {
-            DimIndexer::Index(x) => Self::Slice { start: *x, step: 1, len: len.min(1), c },
-            DimIndexer::Slice { start, step, .. } => {
-                Self::Slice { start: at(*start, *step, positions.start), step: *step, len, c }
-            }
-            DimIndexer::List(_) => {
-                let mut runs_out: Vec<Run> = Vec::new();
-                // Sort positions by unit, keeping output order within one.
-                let mut order: Vec<u64> = positions.clone().collect();
-                order.sort_by_key(|&p| ix.get(p) / c);
-                let mut units = Vec::new();
-                let mut bounds = Vec::new();
-                for p in order {
-                    let idx = ix.get(p);
-                    let (unit, inn, out) = (idx / c, idx % c, p - positions.start);
-                    if units.last() != Some(&unit) {
-                        units.push(unit);
-                        bounds.push(runs_out.len());
-                    } else if let Some(r) = runs_out.last_mut() {
-                        if r.out + r.len == out {
-                            let delta = i128::from(inn) - i128::from(r.inn);
-                            if r.len == 1 {
-                                if let Ok(step) = i64::try_from(delta) {
-                                    r.step = step;
-                                    r.len = 2;
-                                    continue;
-                                }
-                            } else if delta == i128::from(r.step) * i128::from(r.len) {
-                                r.len += 1;
-                                continue;
-                            }
-                        }
-                    }
-                    runs_out.push(Run { out, inn, len: 1, step: 1 });
-                }
-                bounds.push(runs_out.len());
-                Self::Groups { units, bounds, runs: runs_out }
-            }
-        }
-    }
-
-    /// Whether consecutive positions of a slice never skip a unit (then
-    /// groups are units, else positions).
-    fn dense(step: i64, len: u64, c: u64) -> bool {
-        len <= 1 || step.unsigned_abs() <= c
-    }
-
-    /// How many groups (touched units along this dimension).
-    #[must_use]
-    pub fn groups(&self) -> u64 {
-        match self {
-            Self::Slice { len: 0, .. } => 0,
-            Self::Slice { start, step, len, c } => {
-                if Self::dense(*step, *len, *c) {
-                    let (a, b) = (start / c, at(*start, *step, len - 1) / c);
-                    a.abs_diff(b) + 1
-                } else {
-                    *len
-                }
-            }
-            Self::Groups { units, .. } => units.len() as u64,
-        }
-    }
-
-    /// The unit of group `g` (monotonic in `g`).
-    #[must_use]
-    pub fn unit(&self, g: u64) -> u64 {
-        match self {
-            Self::Slice { start, step, len, c } => {
-                if Self::dense(*step, *len, *c) {
-                    if *step >= 0 {
-                        start / c + g
-                    } else {
-                        start / c - g
-                    }
-                } else {
-                    at(*start, *step, g) / c
-                }
-            }
-            #[allow(clippy::cast_possible_truncation)] // g < groups()
-            Self::Groups { units, .. } => units[g as usize],
-        }
-    }
-
-    /// Appends group `g`'s runs to `out`.
-    pub fn runs(&self, g: u64, out: &mut Vec<Run>) {
-        match self {
-            Self::Slice { start, step, len, c } => {
-                if !Self::dense(*step, *len, *c) {
-                    let idx = at(*start, *step, g);
-                    out.push(Run { out: g, inn: idx % c, len: 1, step: 1 });
-                    return;
-                }
-                let (start, c, s) = (u128::from(*start), u128::from(*c), u128::from(step.unsigned_abs().max(1)));
-                let u = u128::from(self.unit(g));
-                let (lo, hi) = if *step >= 0 {
-                    let first = u * c;
-                    let lo = if first <= start { 0 } else { (first - start).div_ceil(s) };
-                    (lo, ((u + 1) * c - 1 - start) / s + 1)
-                } else {
-                    let top = (u + 1) * c - 1;
-                    let lo = if start <= top { 0 } else { (start - top).div_ceil(s) };
-                    (lo, (start - u * c) / s + 1)
-                };
-                let hi = hi.min(u128::from(*len));
-                #[allow(clippy::cast_possible_truncation)] // positions < len, indices < the dimension
-                let (lo, hi) = (lo as u64, hi as u64);
-                let inn = u128::from(at(start as u64, *step, lo)) - u * c;
-                #[allow(clippy::cast_possible_truncation)]
-                out.push(Run { out: lo, inn: inn as u64, len: hi - lo, step: if hi - lo > 1 { *step } else { 1 } });
-            }
-            #[allow(clippy::cast_possible_truncation)]
-            Self::Groups { bounds, runs, .. } => {
-                out.extend_from_slice(&runs[bounds[g as usize]..bounds[g as usize + 1]]);
-            }
-        }
-    }
-
-    /// The first group after `g` whose unit is in another block of `n`
-    /// units (a shard), or `groups()`.
-    #[must_use]
-    pub fn block_end(&self, g: u64, n: u64) -> u64 {
-        let n = n.max(1);
-        let block = self.unit(g) / n;
-        let (mut lo, mut hi) = (g + 1, self.groups());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.unit(mid) / n == block {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
-    }
-}
-
-/// Units touched along one dimension by the whole selection.
-fn touched_along(ix: &DimIndexer, c: u64) -> u64 {
-    match ix {
-        DimIndexer::List(v) => {
-            let mut u: Vec<u64> = v.iter().map(|i| i / c.max(1)).collect();
-            u.sort_unstable();
-            u.dedup();
-            u.len() as u64
-        }
-        _ => Axis::of(ix, 0..ix.len(), c).groups(),
-    }
-}
 
 /// Bytes a variable-length element is planned at (slabs of
 /// `budget / 64` elements), until the real sizes say otherwise (the
@@ -769,7 +566,7 @@ impl Slab {
     fn point_unit(&self, o: u32) -> Vec<u64> {
         let SlabKind::Points { start, .. } = &self.kind else { return Vec::new() };
         let p = start + u64::from(o);
-        self.plan.sel.dims.iter().zip(&self.plan.unit).map(|(ix, &c)| ix.get(p) / c).collect()
+        point_unit(self.plan.sel.dims.iter().map(|ix| ix.get(p)), &self.plan.unit)
     }
 }
 
@@ -1100,43 +897,6 @@ mod tests {
     ) -> Arc<ReadPlan> {
         let sel = SelectionSpec::parse(sel, mode).unwrap().resolve(shape, None).unwrap();
         Arc::new(ReadPlan::new(sel, unit.to_vec(), shards.map(<[u64]>::to_vec), 1, budget).unwrap())
-    }
-
-    #[test]
-    fn axes_project_slices_arithmetically() {
-        let ix = DimIndexer::Slice { start: 2, step: 1, len: 8 };
-        let a = Axis::of(&ix, 0..8, 4);
-        assert_eq!(a.groups(), 3);
-        let mut r = Vec::new();
-        for g in 0..3 {
-            a.runs(g, &mut r);
-        }
-        assert_eq!(
-            r,
-            vec![
-                Run { out: 0, inn: 2, len: 2, step: 1 },
-                Run { out: 2, inn: 0, len: 4, step: 1 },
-                Run { out: 6, inn: 0, len: 2, step: 1 }
-            ]
-        );
-        let ix = DimIndexer::Slice { start: 9, step: -3, len: 4 }; // 9, 6, 3, 0
-        let a = Axis::of(&ix, 0..4, 5);
-        assert_eq!((a.groups(), a.unit(0), a.unit(1)), (2, 1, 0));
-        let mut r = Vec::new();
-        a.runs(0, &mut r);
-        a.runs(1, &mut r);
-        assert_eq!(r, vec![Run { out: 0, inn: 4, len: 2, step: -3 }, Run { out: 2, inn: 3, len: 2, step: -3 }]);
-        let ix = DimIndexer::List(vec![7, 0, 7, 7, 1]);
-        let a = Axis::of(&ix, 1..5, 4);
-        let mut r = Vec::new();
-        a.runs(0, &mut r);
-        assert_eq!(r, vec![Run { out: 0, inn: 0, len: 1, step: 1 }, Run { out: 3, inn: 1, len: 1, step: 1 }]);
-        r.clear();
-        a.runs(1, &mut r);
-        assert_eq!(r, vec![Run { out: 1, inn: 3, len: 2, step: 0 }]);
-        // Sparse: each position its own unit.
-        let a = Axis::of(&DimIndexer::Slice { start: 1, step: 7, len: 3 }, 0..3, 3);
-        assert_eq!((a.groups(), a.unit(0), a.unit(1), a.unit(2)), (3, 0, 2, 5));
     }
 
     #[test]
