@@ -114,9 +114,17 @@ async fn data_api_answers_503_and_504_on_a_failing_backend() {
         assert_eq!(r.status, status, "{fault:?}: {r}");
         assert_eq!(r.json()["error"]["code"], code, "{fault:?}: {r}");
     }
-    s.plan.set(vec![FaultRule::new(Fault::Unavailable).ops(&[StorageOp::Put]).prefix("a/c/")]);
-    let r = s.write_chunk(1, 9).await;
-    assert_eq!(r.status, 503, "{r}");
+    // Slice writes keep the storage meaning too: unavailable is 503, a
+    // timeout 504 (it was 503 while engine errors were strings).
+    for (fault, status, code) in [
+        (Fault::Unavailable, 503, "storage_unavailable"),
+        (Fault::Timeout(Duration::from_millis(20)), 504, "storage_timeout"),
+    ] {
+        s.plan.set(vec![FaultRule::new(fault.clone()).ops(&[StorageOp::Put]).prefix("a/c/")]);
+        let r = s.write_chunk(1, 9).await;
+        assert_eq!(r.status, status, "{fault:?}: {r}");
+        assert_eq!(r.json()["error"]["code"], code, "{fault:?}: {r}");
+    }
     s.plan.clear();
     let r = s.read_all().await;
     r.expect_status(200);
