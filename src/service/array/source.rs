@@ -265,6 +265,42 @@ mod tests {
         Arc::new(Mount::build("m", &spec).expect("memory mount"))
     }
 
+    /// A storage failure under an engine read or write reaches the service
+    /// with its kind (so its status: 501, 503, 504, 403, 409, ...) and the
+    /// chunk's key in the mount; the three the engine gives a meaning of its
+    /// own become that meaning.
+    #[test]
+    fn storage_failures_keep_their_kind_through_the_engine() {
+        let path = NodePath::new("a/b").unwrap();
+        let through =
+            |e: StorageError| region_error(&path, RegionError::Source { key: "c/0".into(), source: classify(e) });
+        let reason = || "r".to_string();
+        for e in [
+            StorageError::NotFound { key: "k".into() },
+            StorageError::PermissionDenied { key: "k".into(), reason: reason() },
+            StorageError::Conflict { key: "k".into(), reason: reason() },
+            StorageError::NotSupported { reason: reason() },
+            StorageError::Unavailable { reason: reason() },
+            StorageError::Timeout { reason: reason() },
+        ] {
+            let kind = e.kind();
+            match through(e) {
+                ServiceError::Storage(s) => {
+                    assert_eq!(s.kind(), kind);
+                    if let StorageError::NotFound { key } | StorageError::PermissionDenied { key, .. } = &s {
+                        assert_eq!(key, "a/b/c/0", "{kind}");
+                    }
+                }
+                other => panic!("{kind}: {other:?}"),
+            }
+        }
+        let precondition = StorageError::PreconditionFailed { key: "k".into(), reason: reason() };
+        assert!(matches!(through(precondition), ServiceError::WriteConflict { key, .. } if key == "a/b/c/0"));
+        assert!(matches!(through(StorageError::InvalidKey { reason: reason() }), ServiceError::BadRequest(_)));
+        let short = StorageError::RangeNotSatisfiable { key: "k".into(), size: 3 };
+        assert!(matches!(through(short), ServiceError::Storage(StorageError::Unavailable { .. })));
+    }
+
     #[tokio::test]
     async fn reads_ranges_and_reports_missing_keys_as_none() {
         let mount = memory_mount();
