@@ -103,7 +103,8 @@ fn main() -> ExitCode {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    zarrd::service::cpu::init_pool();
+    Ok(tokio::runtime::Builder::new_multi_thread().thread_name("zarrd-worker").enable_all().build()?)
 }
 
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {

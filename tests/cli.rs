@@ -146,6 +146,27 @@ async fn serve_answers_health_and_stops_cleanly_on_sigterm() {
     server.stop().await;
 }
 
+/// The CPU pool's threads and the async workers carry names (`top -H`,
+/// `perf`): rayon's default pool would take the name of whichever thread
+/// first used it.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn threads_are_named_by_their_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = format!("data={}", path_str(dir.path()));
+    let server = Server::start(serve_cmd(&["--mount", &mount])).await;
+    let pid = server.child.id().expect("running");
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    assert!(names.iter().any(|n| n == "zarrd-cpu-0"), "{names:?}");
+    assert!(names.iter().any(|n| n == "zarrd-worker"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("rayon")), "{names:?}");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn sigterm_right_after_the_listening_line_is_a_clean_shutdown() {
     // Scripts stop zarrd as soon as it says it listens: the signal must

@@ -58,6 +58,19 @@ where
 /// The CPU pool as the region engine's [`Offload`]: slice reads decode and
 /// copy each unit here, slice writes decode, place and encode each chunk. A job that panics is dropped (the
 /// engine reports it as an internal error).
+/// The names of the CPU pool's threads: `zarrd-cpu-0`, `zarrd-cpu-1`, ...
+/// (what `top -H`, `perf` and `/proc/<pid>/task/*/comm` show).
+pub const THREAD_PREFIX: &str = "zarrd-cpu-";
+
+/// Builds the CPU pool (one thread per core, named [`THREAD_PREFIX`]`N`).
+/// The binary calls it once, before any CPU work; where the pool already
+/// exists (a test, an embedding program) it stays as it is. Without it, the
+/// pool is rayon's default, built on first use with unnamed threads that
+/// inherit the name of whichever thread first used it.
+pub fn init_pool() {
+    let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("{THREAD_PREFIX}{i}")).build_global();
+}
+
 /// Drops `value` on the CPU pool instead of the calling (async) thread.
 ///
 /// Freeing a large buffer is not free: glibc returns allocations of more
