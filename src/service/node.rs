@@ -33,7 +33,7 @@ pub use attributes::{update_attributes, AttributeUpdate};
 pub use consolidate::consolidate;
 pub use create::{create, parse_create_body, Created, NewNode, OpenMode};
 pub use delete::{delete, DELETE_CONCURRENCY};
-pub use describe::{children, describe, stats, tensorstore_schema, ArrayFacts, Child, Children, Stats};
+pub use describe::{children, describe, stats, ArrayFacts, Child, Children, Stats};
 pub use documents::{json_len, node_of_document_key, DocumentGate, DOCUMENT_NAMES, PARSE_COST_FACTOR};
 pub use open::{
     array_limits, load, open, open_array, open_in, open_in_with, read_optional, ArrayNode, GroupNode, Node, Validator,

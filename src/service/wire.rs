@@ -111,12 +111,6 @@ impl WireFormat {
         }
     }
 
-    /// The format of a body's `Content-Type` (parameters ignored).
-    #[must_use]
-    pub fn from_content_type(value: &str) -> Option<Self> {
-        Self::from_media_type(value)
-    }
-
     /// The first media type in an `Accept` header that names a format
     /// (quality values are not weighed: clients of this API send one type).
     #[must_use]
@@ -146,9 +140,7 @@ impl WireFormat {
             return Self::from_name(name).ok_or_else(|| BodyFormatError::UnknownName(name.trim().to_string()));
         }
         match content_type {
-            Some(ct) => {
-                Self::from_content_type(ct).ok_or_else(|| BodyFormatError::UnsupportedMediaType(ct.to_string()))
-            }
+            Some(ct) => Self::from_media_type(ct).ok_or_else(|| BodyFormatError::UnsupportedMediaType(ct.to_string())),
             None => Err(BodyFormatError::Missing),
         }
     }

@@ -1,7 +1,8 @@
 //! Describing an opened node: the stored objects under it ([`stats`]), a
 //! group's descendants ([`children`], from consolidated metadata when the
-//! group has it, else by listing) and an array's TensorStore schema
-//! ([`tensorstore_schema`]).
+//! group has it, else by listing) and what a description reports of an
+//! array beyond its documents ([`describe`]: chunk grid, sharding, element
+//! order, TensorStore schema).
 
 use serde_json::Value;
 
@@ -10,18 +11,6 @@ use crate::service::{ServiceError, ServiceResult};
 use crate::zarr::array::ZarrFormat;
 use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
 use crate::zarr::tensorstore;
-
-/// The TensorStore schema of an array (`None` for types TensorStore lacks).
-#[must_use]
-pub fn tensorstore_schema(array: &ArrayNode) -> Option<Value> {
-    match array.format() {
-        ZarrFormat::V3 => match NodeMetadataV3::from_json(&array.metadata, "").ok()? {
-            NodeMetadataV3::Array(meta) => tensorstore::schema_v3(&meta),
-            NodeMetadataV3::Group(_) => None,
-        },
-        ZarrFormat::V2 => tensorstore::schema_v2(&ArrayMetadataV2::from_json(&array.metadata, "").ok()?),
-    }
-}
 
 /// Stored objects of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
