@@ -103,3 +103,29 @@ def pytest_runtest_makereport(item, call):
         return
     for server in RUNNING:
         report.sections.append((f"zarrd log {server.log_path.name} (tail)", server.log_tail(30)))
+
+
+# --- Azurite (Azure Blob emulator) for the replica and store-fault tests ---------------------
+
+
+@pytest.fixture(scope="session")
+def azurite_endpoint():
+    """The Azurite blob endpoint: the one scripts/test-all started (ZARRD_TEST_AZURITE_ENDPOINT),
+    else one started (and stopped) here."""
+    from azurite import Azurite, endpoint_from_env
+
+    given = endpoint_from_env()
+    if given:
+        yield given
+        return
+    server = Azurite().start()
+    yield server.endpoint
+    server.stop()
+
+
+@pytest.fixture
+def blob(azurite_endpoint):
+    """A direct (Shared Key signed) client of Azurite."""
+    from azurite import BlobClient
+
+    return BlobClient(azurite_endpoint)
