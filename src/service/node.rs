@@ -12,12 +12,16 @@
 //! | [`attributes`] | replace or merge a node's attributes |
 //! | [`resize`] | change an array's shape, deleting chunks wholly outside it |
 //! | [`consolidate`] | write a group's consolidated metadata |
+//! | [`versioned`] | conditional rewrites of documents, retried when another process wins |
 //!
 //! Each mutation does what zarr-python does to the store for the same call,
 //! so a zarr-python user sees the same keys and documents (the files say
 //! how). Concurrency: every mutation holds the node's exclusive lock
 //! ([`super::locks::MountLocks::exclusive`]) for its whole duration, and
-//! invalidates the metadata cache for the paths it writes.
+//! invalidates the metadata cache for the paths it writes; across
+//! processes every document it rewrites is written on the condition that
+//! it is still the version read, and the operation is retried from a
+//! fresh read when another process won ([`versioned`]).
 
 pub mod attributes;
 pub mod consolidate;
@@ -28,6 +32,7 @@ pub mod documents;
 pub mod open;
 pub mod path;
 pub mod resize;
+pub mod versioned;
 
 pub use attributes::{update_attributes, AttributeUpdate};
 pub use consolidate::consolidate;

@@ -1,16 +1,22 @@
 //! Consolidating a group's metadata, as zarr-python's
 //! `consolidate_metadata` does: v3 inline `consolidated_metadata` in the
 //! group's `zarr.json` (descendant groups carry an empty inline block), or
-//! a v2 `.zmetadata` (`zarr_consolidated_format: 1`).
+//! a v2 `.zmetadata` (`zarr_consolidated_format: 1`). The document is
+//! written on the condition that it is still the version read before the
+//! hierarchy was listed, so a consolidation never undoes a concurrent
+//! attribute change of the group nor replaces a newer consolidation made
+//! by another process ([`super::versioned`]).
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map};
 
 use super::documents::put_doc;
-use super::open::existing;
+use super::open::{existing, existing_versioned};
+use super::versioned::retry;
 use super::{Node, NodePath};
 use crate::service::{NodeRef, ServiceError, ServiceResult};
+use crate::storage::{Mount, StorageError, StoreKey};
 use crate::zarr::array::ZarrFormat;
 
 /// Every node below `group` (any depth), with its documents.
@@ -42,9 +48,28 @@ async fn descendants(group: &NodeRef<'_>) -> ServiceResult<Vec<(NodePath, Node)>
 /// `ReadOnly`, `NodeNotFound`, `NotAGroup` for an array, storage failures.
 pub async fn consolidate(node: &NodeRef<'_>) -> ServiceResult<usize> {
     let m = node.writable()?;
+    let _guard = node.mount().locks().exclusive(node.path().as_str()).await;
+    retry(|| consolidate_once(node, m)).await
+}
+
+/// The version of `key` now (`None`: absent).
+pub(super) async fn version_of(mount: &Mount, key: &StoreKey) -> ServiceResult<Option<String>> {
+    match mount.storage().head(key).await {
+        Ok(meta) => Ok(Some(meta.etag)),
+        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One consolidation: the group's document (v3) or `.zmetadata` (v2)
+/// written on the condition that it is still the version read before the
+/// descendants were listed ([`super::versioned`]).
+async fn consolidate_once(node: &NodeRef<'_>, m: &Mount) -> ServiceResult<usize> {
     let path = node.path();
-    let _guard = node.mount().locks().exclusive(path.as_str()).await;
-    let group = match existing(node).await? {
+    let (found, mut versions) = existing_versioned(node).await?;
+    let zmetadata = path.key(".zmetadata")?;
+    versions.record(zmetadata.clone(), version_of(m, &zmetadata).await?);
+    let group = match found {
         Some(Node::Group(g)) => g,
         Some(Node::Array(_)) => {
             return Err(ServiceError::NotAGroup { mount: node.mount_name().to_string(), path: path.to_string() })
@@ -77,7 +102,7 @@ pub async fn consolidate(node: &NodeRef<'_>) -> ServiceResult<usize> {
                     json!({"kind": "inline", "must_understand": false, "metadata": docs}),
                 );
             }
-            put_doc(node, m, "zarr.json", &doc).await?;
+            put_doc(node, m, "zarr.json", &doc, &versions).await?;
             Ok(docs.len())
         }
         ZarrFormat::V2 => {
@@ -105,7 +130,7 @@ pub async fn consolidate(node: &NodeRef<'_>) -> ServiceResult<usize> {
                 }
             }
             let doc = json!({"metadata": docs, "zarr_consolidated_format": 1});
-            put_doc(node, m, ".zmetadata", &doc).await?;
+            put_doc(node, m, ".zmetadata", &doc, &versions).await?;
             Ok(count)
         }
     }

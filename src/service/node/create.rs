@@ -2,13 +2,18 @@
 //! as zarr-python does: the node's documents and, for every missing
 //! ancestor up to the mount root, a group (`zarr.json`
 //! `{"attributes": {}, ...}`, or v2 `.zgroup` + empty `.zattrs`); a v2 array
-//! gets an empty `.zattrs`.
+//! gets an empty `.zattrs`. Documents are written only where they are
+//! still absent (`If-None-Match: *`), so processes creating the same node
+//! or parent at once cannot overwrite each other ([`super::versioned`]).
+
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
 use super::delete::delete_all;
 use super::documents::{json_len, put_doc, DocumentGate};
-use super::open::existing;
+use super::open::existing_versioned;
+use super::versioned::{retry, Versions};
 use super::{open_in_with, ArrayNode, Node};
 use crate::service::{NodeRef, ServiceError, ServiceResult};
 use crate::storage::Mount;
@@ -161,27 +166,35 @@ async fn create_parents(node: &NodeRef<'_>, mount: &Mount, format: ZarrFormat) -
     }
     for a in ancestors.into_iter().rev() {
         let ancestor = node.at(a);
-        match existing(&ancestor).await? {
-            Some(Node::Group(_)) => {}
-            Some(Node::Array(_)) => {
+        match existing_versioned(&ancestor).await? {
+            (Some(Node::Group(_)), _) => {}
+            (Some(Node::Array(_)), _) => {
                 let a = ancestor.path();
                 return Err(ServiceError::Conflict(format!("cannot create `{path}`: its ancestor `{a}` is an array")));
             }
-            None => write_group(&ancestor, mount, format, &Value::Object(Map::new())).await?,
+            (None, versions) => write_group(&ancestor, mount, format, &Value::Object(Map::new()), &versions).await?,
         }
     }
     Ok(())
 }
 
-async fn write_group(node: &NodeRef<'_>, mount: &Mount, format: ZarrFormat, doc: &Value) -> ServiceResult<()> {
+/// Writes a group's documents, each on the condition `versions` gives (a
+/// document absent when read must still be absent).
+async fn write_group(
+    node: &NodeRef<'_>,
+    mount: &Mount,
+    format: ZarrFormat,
+    doc: &Value,
+    versions: &Versions,
+) -> ServiceResult<()> {
     match format {
         ZarrFormat::V3 => {
             let doc = if doc.get("zarr_format").is_some() { doc.clone() } else { group_doc_v3() };
-            put_doc(node, mount, "zarr.json", &doc).await
+            put_doc(node, mount, "zarr.json", &doc, versions).await
         }
         ZarrFormat::V2 => {
-            put_doc(node, mount, ".zgroup", &json!({"zarr_format": 2})).await?;
-            put_doc(node, mount, ".zattrs", doc).await
+            put_doc(node, mount, ".zgroup", &json!({"zarr_format": 2}), versions).await?;
+            put_doc(node, mount, ".zattrs", doc, versions).await
         }
     }
 }
@@ -206,11 +219,21 @@ async fn create_scoped(node: &NodeRef<'_>, new: &NewNode, mode: OpenMode) -> Ser
     if !mode.create && !mode.open {
         return Err(ServiceError::InvalidOpenMode);
     }
+    let _guard = node.mount().locks().exclusive(node.path().as_str()).await;
+    retry(|| create_once(node, m, new, mode)).await
+}
+
+/// One attempt at a create: the node's documents (and its missing parent
+/// groups') written only where they are still absent, so of several
+/// processes creating the same node one creates it and the others find it
+/// on their next attempt ([`super::versioned`]).
+async fn create_once(node: &NodeRef<'_>, m: &Arc<Mount>, new: &NewNode, mode: OpenMode) -> ServiceResult<Created> {
     let (mount, path) = (node.mount_name(), node.path());
-    let _guard = node.mount().locks().exclusive(path.as_str()).await;
-    if let Some(old) = existing(node).await? {
+    let (found, mut versions) = existing_versioned(node).await?;
+    if let Some(old) = found {
         if mode.delete_existing && mode.create {
             delete_all(node, m).await?;
+            versions = Versions::default();
         } else if mode.open {
             let same_kind =
                 matches!((&old, new), (Node::Array(_), NewNode::Array(_)) | (Node::Group(_), NewNode::Group { .. }));
@@ -240,12 +263,12 @@ async fn create_scoped(node: &NodeRef<'_>, new: &NewNode, mode: OpenMode) -> Ser
     };
     create_parents(node, m, format).await?;
     match new {
-        NewNode::Array(NewArray::V3(doc)) => put_doc(node, m, "zarr.json", doc).await?,
+        NewNode::Array(NewArray::V3(doc)) => put_doc(node, m, "zarr.json", doc, &versions).await?,
         NewNode::Array(NewArray::V2 { zarray, zattrs }) => {
-            put_doc(node, m, ".zarray", zarray).await?;
-            put_doc(node, m, ".zattrs", &Value::Object(zattrs.clone().unwrap_or_default())).await?;
+            put_doc(node, m, ".zarray", zarray, &versions).await?;
+            put_doc(node, m, ".zattrs", &Value::Object(zattrs.clone().unwrap_or_default()), &versions).await?;
         }
-        NewNode::Group { format, document } => write_group(node, m, *format, document).await?,
+        NewNode::Group { format, document } => write_group(node, m, *format, document, &versions).await?,
     }
     let opened = open_in_with(m.clone(), path, &DocumentGate::of(node.app())).await?;
     Ok(Created { node: opened, created: true })

@@ -5,10 +5,11 @@
 use serde_json::Value;
 
 use super::documents::{put_doc, DocumentGate, DOCUMENT_NAMES};
-use super::open::existing;
-use super::{read_optional, Node};
+use super::open::{existing, existing_versioned};
+use super::versioned::retry;
+use super::Node;
 use crate::service::{NodeRef, ServiceError, ServiceResult};
-use crate::storage::{KeyPrefix, Mount};
+use crate::storage::{KeyPrefix, Mount, ReadRequest, StorageError};
 use crate::zarr::array::ZarrFormat;
 
 /// Deletes keys (relative to `prefix`), in batches of [`DELETE_CONCURRENCY`].
@@ -70,20 +71,23 @@ pub async fn delete(node: &NodeRef<'_>, recursive: bool) -> ServiceResult<()> {
         }
     }
     delete_all(node, m).await?;
-    forget_in_consolidated(node, m).await
+    retry(|| forget_in_consolidated(node, m)).await
 }
 
 /// Drops a deleted node (and its descendants) from the consolidated
 /// metadata of every ancestor that has some, so clients opening the
 /// hierarchy from it do not see a node that is gone. (zarr-python does this
-/// only for a direct child of the group it deletes from.)
+/// only for a direct child of the group it deletes from.) Each document is
+/// rewritten on the condition that it is still the version read
+/// ([`super::versioned`]); the caller retries the whole pass, which is
+/// idempotent.
 async fn forget_in_consolidated(node: &NodeRef<'_>, mount: &Mount) -> ServiceResult<()> {
     let path = node.path();
     let mut ancestor = path.parent();
     while let Some(a) = ancestor {
         ancestor = a.parent();
         let a = node.at(a);
-        let Some(Node::Group(g)) = existing(&a).await? else { continue };
+        let (Some(Node::Group(g)), mut versions) = existing_versioned(&a).await? else { continue };
         let rel = path.relative_to(a.path());
         let gone = |k: &str| k == rel || k.starts_with(&format!("{rel}/"));
         match g.format {
@@ -96,18 +100,24 @@ async fn forget_in_consolidated(node: &NodeRef<'_>, mount: &Mount) -> ServiceRes
                 let before = docs.len();
                 docs.retain(|k, _| !gone(k));
                 if docs.len() != before {
-                    put_doc(&a, mount, "zarr.json", &doc).await?;
+                    put_doc(&a, mount, "zarr.json", &doc, &versions).await?;
                 }
             }
             ZarrFormat::V2 => {
                 let key = a.path().key(".zmetadata")?;
-                let Some(bytes) = read_optional(mount, &key).await? else { continue };
+                let read = match mount.storage().read(&key, &ReadRequest::default()).await {
+                    Ok(read) => read,
+                    Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                versions.record(key.clone(), Some(read.meta.etag));
+                let bytes = read.body;
                 let Ok(mut doc) = DocumentGate::of(node.app()).parse(&key, bytes).await else { continue };
                 let Some(docs) = doc.get_mut("metadata").and_then(Value::as_object_mut) else { continue };
                 let before = docs.len();
                 docs.retain(|k, _| !k.starts_with(&format!("{rel}/")));
                 if docs.len() != before {
-                    put_doc(&a, mount, ".zmetadata", &doc).await?;
+                    put_doc(&a, mount, ".zmetadata", &doc, &versions).await?;
                 }
             }
         }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use super::versioned::Versions;
 use super::{array_limits, NodePath};
 use crate::service::{cpu, App, NodeRef, ServiceError, ServiceResult};
-use crate::storage::{Mount, PutCondition, StoreKey};
+use crate::storage::{Mount, StoreKey};
 use crate::zarr::array::{ArrayDescription, ArrayLimits};
 use crate::zarr::metadata::v2::attributes_from_json;
 use crate::zarr::metadata::{
@@ -230,10 +231,18 @@ fn to_bytes(v: &Value, max_pretty: u64) -> Bytes {
 /// with the parser and limits that will read them back
 /// ([`DocumentGate::check_document`]): a rewrite zarrd could not read again
 /// (too large, nested too deep, an array over the limits) writes nothing.
-/// `mount` is the node's mount as [`NodeRef::writable`] gave it.
-pub(super) async fn put_doc(node: &NodeRef<'_>, mount: &Mount, name: &str, doc: &Value) -> ServiceResult<()> {
+/// `mount` is the node's mount as [`NodeRef::writable`] gave it; the write
+/// is made on the condition [`Versions::condition`] gives for the key (see
+/// [`super::versioned`]).
+pub(super) async fn put_doc(
+    node: &NodeRef<'_>,
+    mount: &Mount,
+    name: &str,
+    doc: &Value,
+    versions: &Versions,
+) -> ServiceResult<()> {
     let (key, bytes) = checked_doc(node, name, doc).await?;
-    put_checked(node, mount, &key, bytes).await
+    put_checked(node, mount, &key, bytes, versions).await
 }
 
 /// The bytes of a metadata document, checked as [`put_doc`] checks them,
@@ -246,10 +255,20 @@ pub(super) async fn checked_doc(node: &NodeRef<'_>, name: &str, doc: &Value) -> 
     Ok((key, bytes))
 }
 
-/// Stores document bytes [`checked_doc`] checked.
-pub(super) async fn put_checked(node: &NodeRef<'_>, mount: &Mount, key: &StoreKey, bytes: Bytes) -> ServiceResult<()> {
-    mount.put(key, bytes, &PutCondition::None).await?;
+/// Stores document bytes [`checked_doc`] checked, on the condition
+/// `versions` gives for the key.
+pub(super) async fn put_checked(
+    node: &NodeRef<'_>,
+    mount: &Mount,
+    key: &StoreKey,
+    bytes: Bytes,
+    versions: &Versions,
+) -> ServiceResult<()> {
+    let result = mount.put(key, bytes, &versions.condition(key)).await;
+    // A lost conditional write changed nothing here, but it says another
+    // process changed the document: what is cached of it is stale too.
     node.app().metadata_cache().invalidate(mount.name(), node.path());
+    result?;
     Ok(())
 }
 

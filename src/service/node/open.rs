@@ -17,6 +17,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use super::documents::{invalid, DocumentGate};
+use super::versioned::Versions;
 use super::NodePath;
 use crate::service::{App, NodeRef, ServiceError, ServiceResult};
 use crate::storage::{Mount, ReadRequest, StorageError, StoreKey};
@@ -193,12 +194,35 @@ pub(super) async fn existing(node: &NodeRef<'_>) -> ServiceResult<Option<Node>> 
     }
 }
 
+/// As [`existing`], with the version of every document read (also when
+/// there is no node: the documents were then absent), for a conditional
+/// rewrite ([`super::versioned`]).
+pub(super) async fn existing_versioned(node: &NodeRef<'_>) -> ServiceResult<(Option<Node>, Versions)> {
+    let gate = DocumentGate::of(node.app());
+    let (found, read) = load_or_absent(node.mount().mount().clone(), node.path(), &gate).await?;
+    Ok((found, Versions::new(read)))
+}
+
 /// Reads and parses a node's documents; also returns what to revalidate
 /// them by (each document key read and its ETag).
 ///
 /// # Errors
 /// As [`open()`].
 pub async fn load(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> ServiceResult<(Node, Vec<Validator>)> {
+    let name = mount.name().to_string();
+    match load_or_absent(mount, path, gate).await? {
+        (Some(node), read) => Ok((node, read)),
+        (None, _) => Err(ServiceError::NodeNotFound { mount: name, path: path.to_string() }),
+    }
+}
+
+/// [`load`], answering `None` (with the documents' absence as their
+/// versions) where there is no node.
+async fn load_or_absent(
+    mount: Arc<Mount>,
+    path: &NodePath,
+    gate: &DocumentGate,
+) -> ServiceResult<(Option<Node>, Vec<Validator>)> {
     let v3_key = path.key("zarr.json")?;
     let (v3, v3_validator) = read_validated(&mount, &v3_key, gate.max_bytes()).await?;
     let mut validators = vec![v3_validator];
@@ -208,10 +232,10 @@ pub async fn load(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> Se
             NodeMetadataV3::Array(meta) => {
                 let desc = ArrayDescription::from_v3(&meta).map_err(|e| unsupported(&v3_key, &e))?;
                 let node = ArrayNode { mount, path: path.clone(), desc: Arc::new(desc), metadata: value, zattrs: None };
-                Ok((Node::Array(Arc::new(node)), validators))
+                Ok((Some(Node::Array(Arc::new(node))), validators))
             }
             NodeMetadataV3::Group(group) => Ok((
-                Node::Group(Arc::new(GroupNode {
+                Some(Node::Group(Arc::new(GroupNode {
                     gate: gate.clone(),
                     mount,
                     path: path.clone(),
@@ -219,7 +243,7 @@ pub async fn load(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> Se
                     attributes: group.attributes,
                     metadata: value,
                     zattrs: None,
-                })),
+                }))),
                 validators,
             )),
         };
@@ -243,7 +267,7 @@ pub async fn load(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> Se
         let meta = ArrayMetadataV2::from_json(&value, "").map_err(invalid(&zarray_key))?;
         let desc = ArrayDescription::from_v2(&meta, attributes).map_err(|e| unsupported(&zarray_key, &e))?;
         let node = ArrayNode { mount, path: path.clone(), desc: Arc::new(desc), metadata: value, zattrs: zattrs_value };
-        return Ok((Node::Array(Arc::new(node)), validators));
+        return Ok((Some(Node::Array(Arc::new(node))), validators));
     }
     if let Some(bytes) = zgroup {
         let value = gate.parse(&zgroup_key, bytes).await?;
@@ -257,9 +281,9 @@ pub async fn load(mount: Arc<Mount>, path: &NodePath, gate: &DocumentGate) -> Se
             metadata: value,
             zattrs: zattrs_value,
         };
-        return Ok((Node::Group(Arc::new(node)), validators));
+        return Ok((Some(Node::Group(Arc::new(node))), validators));
     }
-    Err(ServiceError::NodeNotFound { mount: mount.name().to_string(), path: path.to_string() })
+    Ok((None, validators))
 }
 
 /// The limits every array must keep to (`limits.max_decoded_chunk_bytes`,

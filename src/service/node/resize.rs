@@ -1,6 +1,9 @@
 //! Resizing an array, as zarr-python and TensorStore do: `shape` is
 //! rewritten and the chunks wholly outside the new shape are deleted
-//! (chunks straddling the boundary keep their bytes).
+//! (chunks straddling the boundary keep their bytes). The document is
+//! rewritten on the condition that it is still the version read, and the
+//! resize runs again from a fresh read when another process changed it
+//! meanwhile ([`super::versioned`]).
 
 use std::sync::Arc;
 
@@ -8,9 +11,11 @@ use serde_json::json;
 
 use super::delete::delete_keys;
 use super::documents::{checked_doc, put_checked, DocumentGate};
-use super::open::existing;
+use super::open::existing_versioned;
+use super::versioned::retry;
 use super::{open_in_with, ArrayNode, Node};
 use crate::service::{NodeRef, ServiceError, ServiceResult};
+use crate::storage::Mount;
 use crate::zarr::array::ZarrFormat;
 use crate::zarr::metadata::MAX_EXTENT;
 
@@ -38,9 +43,21 @@ pub struct Resize {
 /// dimension (rank, extent, guards), storage failures.
 pub async fn resize(node: &NodeRef<'_>, req: &Resize) -> ServiceResult<(Arc<ArrayNode>, u64)> {
     let m = node.writable()?;
+    let _guard = node.mount().locks().exclusive(node.path().as_str()).await;
+    let deleted = retry(|| resize_once(node, m, req)).await?;
+    match open_in_with(m.clone(), node.path(), &DocumentGate::of(node.app())).await? {
+        Node::Array(a) => Ok((a, deleted)),
+        Node::Group(_) => Err(node.not_an_array()),
+    }
+}
+
+/// One read-modify-write of the array's document (the chunks outside the
+/// new shape deleted first), conditional on the version read
+/// ([`super::versioned`]); returns how many chunks were deleted.
+async fn resize_once(node: &NodeRef<'_>, m: &Mount, req: &Resize) -> ServiceResult<u64> {
     let path = node.path();
-    let _guard = node.mount().locks().exclusive(path.as_str()).await;
-    let array = match existing(node).await? {
+    let (found, versions) = existing_versioned(node).await?;
+    let array = match found {
         Some(Node::Array(a)) => a,
         Some(Node::Group(_)) => return Err(node.not_an_array()),
         None => return Err(node.not_found()),
@@ -101,9 +118,6 @@ pub async fn resize(node: &NodeRef<'_>, req: &Resize) -> ServiceResult<(Arc<Arra
             .collect();
         deleted = delete_keys(m, &prefix, outside.iter()).await?;
     }
-    put_checked(node, m, &key, bytes).await?;
-    match open_in_with(m.clone(), path, &DocumentGate::of(node.app())).await? {
-        Node::Array(a) => Ok((a, deleted)),
-        Node::Group(_) => Err(node.not_an_array()),
-    }
+    put_checked(node, m, &key, bytes, &versions).await?;
+    Ok(deleted)
 }
