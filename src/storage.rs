@@ -19,6 +19,7 @@ pub mod measured;
 pub mod mount;
 pub mod object;
 pub mod request;
+pub mod retry;
 
 use std::time::SystemTime;
 

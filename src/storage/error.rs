@@ -87,6 +87,7 @@ impl StorageError {
             E::NotImplemented { operation, implementer } => {
                 Self::NotSupported { reason: format!("{operation} is not implemented by {implementer}") }
             }
+            other if timed_out(&other) => Self::Timeout { reason: other.to_string() },
             other => Self::Unavailable { reason: other.to_string() },
         }
     }
@@ -114,4 +115,18 @@ impl StorageError {
             _ => Self::Unavailable { reason: format!("{key}: {err}") },
         }
     }
+}
+
+/// True when an `object_store` error was, at its root, a request that
+/// timed out (after its retries): the store did not answer in time, which
+/// zarrd answers 504 rather than 503.
+fn timed_out(err: &object_store::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(http) = e.downcast_ref::<object_store::client::HttpError>() {
+            return http.kind() == object_store::client::HttpErrorKind::Timeout;
+        }
+        source = e.source();
+    }
+    false
 }

@@ -30,6 +30,7 @@ use tokio::sync::Mutex;
 use super::local::{LocalBackend, ObjectCacheSettings};
 use super::measured::Measured;
 use super::object::ObjectBackend;
+pub use super::retry::RetrySpec;
 use super::{KeyPrefix, PutCondition, PutOutcome, Storage, StorageError, StorageResult, StoreKey};
 use crate::metrics::StorageMetrics;
 
@@ -70,6 +71,11 @@ pub struct MountSpec {
     /// `fill_missing_data_reads`). A request may override it.
     #[serde(default = "default_true")]
     pub fill_missing_data_reads: bool,
+    /// How an object store mount retries failed requests
+    /// ([`RetrySpec`]); absent: `object_store`'s defaults. Refused for
+    /// local and memory mounts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
 }
 
 const fn default_true() -> bool {
@@ -193,6 +199,7 @@ impl MountSpec {
             recheck_cached_metadata: RecheckPolicy::Always,
             recheck_cached_data: None,
             fill_missing_data_reads: true,
+            retry: None,
         }
     }
 }
@@ -281,6 +288,7 @@ impl Mount {
                     return Err(bad(format!("{scheme}:// needs a bucket: {scheme}://bucket/prefix")));
                 }
                 let prefix = url.path().trim_matches('/').to_string();
+                let retry = spec.retry.unwrap_or_default().to_config().map_err(bad)?;
                 let opts = |option: &str| MountError::UnknownOption {
                     mount: name.into(),
                     option: option.into(),
@@ -288,7 +296,7 @@ impl Mount {
                 };
                 let store: Arc<dyn object_store::ObjectStore> = match scheme {
                     "s3" => {
-                        let mut b = AmazonS3Builder::from_env().with_url(spec.url.as_str());
+                        let mut b = AmazonS3Builder::from_env().with_url(spec.url.as_str()).with_retry(retry);
                         for (k, v) in &spec.options {
                             let key = AmazonS3ConfigKey::from_str(&k.to_ascii_lowercase()).map_err(|_| opts(k))?;
                             b = b.with_config(key, v);
@@ -296,7 +304,7 @@ impl Mount {
                         Arc::new(b.build().map_err(|e| bad(e.to_string()))?)
                     }
                     "gs" => {
-                        let mut b = GoogleCloudStorageBuilder::from_env().with_url(spec.url.as_str());
+                        let mut b = GoogleCloudStorageBuilder::from_env().with_url(spec.url.as_str()).with_retry(retry);
                         for (k, v) in &spec.options {
                             let key = GoogleConfigKey::from_str(&k.to_ascii_lowercase()).map_err(|_| opts(k))?;
                             b = b.with_config(key, v);
@@ -304,7 +312,7 @@ impl Mount {
                         Arc::new(b.build().map_err(|e| bad(e.to_string()))?)
                     }
                     _ => {
-                        let mut b = MicrosoftAzureBuilder::from_env().with_url(spec.url.as_str());
+                        let mut b = MicrosoftAzureBuilder::from_env().with_url(spec.url.as_str()).with_retry(retry);
                         for (k, v) in &spec.options {
                             let key = AzureConfigKey::from_str(&k.to_ascii_lowercase()).map_err(|_| opts(k))?;
                             b = b.with_config(key, v);
@@ -390,6 +398,13 @@ impl Mount {
     }
 
     fn reject_options(name: &str, spec: &MountSpec, scheme: &str) -> Result<(), MountError> {
+        if spec.retry.is_some() {
+            return Err(MountError::UnknownOption {
+                mount: name.into(),
+                option: "retry".into(),
+                scheme: scheme.into(),
+            });
+        }
         match spec.options.keys().next() {
             Some(option) => {
                 Err(MountError::UnknownOption { mount: name.into(), option: option.clone(), scheme: scheme.into() })
@@ -554,6 +569,24 @@ mod tests {
         let e = Mount::build("m", &spec).unwrap_err().to_string();
         assert!(e.contains("option `colour`"), "{e}");
         assert!(Mount::build("../x", &MountSpec::from_url("memory://")).is_err());
+    }
+
+    #[test]
+    fn retry_settings_apply_to_object_stores_only() {
+        let mut spec: MountSpec = toml::from_str(
+            "url = \"az://c/p\"\nretry = { max_retries = 2, timeout_ms = 3000 }\n[options]\naccount_name = \"a\"\n\
+             access_key = \"a2V5\"\nendpoint = \"http://127.0.0.1:9/a\"\nallow_http = \"true\"\ntimeout = \"2s\"",
+        )
+        .unwrap();
+        assert_eq!(spec.retry.unwrap().max_retries, Some(2));
+        assert!(Mount::build("az", &spec).is_ok());
+        spec.retry = Some(RetrySpec { max_retries: Some(1000), ..RetrySpec::default() });
+        let e = Mount::build("az", &spec).unwrap_err().to_string();
+        assert!(e.contains("retry.max_retries"), "{e}");
+        let mut spec = MountSpec::from_url("memory://");
+        spec.retry = Some(RetrySpec::default());
+        let e = Mount::build("m", &spec).unwrap_err().to_string();
+        assert!(e.contains("option `retry`"), "{e}");
     }
 
     #[test]

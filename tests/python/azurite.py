@@ -208,6 +208,8 @@ def mount_options(endpoint: str) -> dict[str, str]:
 
 
 def toml_value(v: object) -> str:
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -244,7 +246,8 @@ def start_replicas(
 ) -> list[Zarrd]:
     """`n` zarrd processes, each mounting `az://container/prefix` on this Azurite as `name`."""
     url = f"az://{container}/{prefix}".rstrip("/")
-    spec = {"url": url, "options": mount_options(endpoint), **(mount or {})}
+    mount = dict(mount or {})
+    spec = {"url": url, "options": {**mount_options(endpoint), **mount.pop("options", {})}, **mount}
     servers: list[Zarrd] = []
     try:
         for i in range(n):
