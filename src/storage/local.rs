@@ -35,6 +35,15 @@
 //! [`RESERVED_PREFIX`] are refused (400). Where the filesystem has no
 //! `O_TMPFILE`, the file is written under a name in the staging directory.
 //!
+//! Conditional writes hold across processes sharing the directory: a
+//! create (`If-None-Match: *`) links or renames without replacing, which
+//! fails when the name exists; every replacing rename happens under an
+//! exclusive `flock` of the key's directory, and an `If-Match` write
+//! compares the name's current version with the expected one under that
+//! lock, so another zarrd process cannot replace the key between the
+//! check and the rename. (Deletes do not take the lock; on a network
+//! filesystem `flock` is as good as its lock manager.)
+//!
 //! # Reads
 //!
 //! Reads are the hot path of the store protocol, and a local directory is
@@ -283,18 +292,58 @@ fn link_fd(file: &File, dir: BorrowedFd<'_>, name: &str) -> rustix::io::Result<(
     }
 }
 
-/// Renames `from_dir/from` to `to_dir/to`, removing the source when that fails.
+/// How a write puts its file under the key's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement<'a> {
+    /// Only where the name is free (`If-None-Match: *`): `linkat` or
+    /// `RENAME_NOREPLACE`, atomic across processes.
+    Create,
+    /// Over whatever is there, under the directory's lock ([`lock_dir`]).
+    Replace,
+    /// Over the version with one of these ETags only (`If-Match`): checked
+    /// and renamed under the directory's lock, so no other process writing
+    /// the directory through zarrd can slip between the check and the rename.
+    ReplaceIf(&'a [String]),
+}
+
+/// The error a [`Placement::ReplaceIf`] answers when the name no longer
+/// holds the expected version (`ESTALE`: nothing the calls involved return
+/// for a local file; an NFS `ESTALE` there would be retried the same way).
+const CHANGED: Errno = Errno::STALE;
+
+/// An exclusive `flock` on the directory `dir`, held while the returned
+/// descriptor lives. Every process writing the directory through zarrd
+/// takes it around its check and rename; readers never do.
+fn lock_dir(dir: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
+    let fd = rustix::fs::openat(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)?;
+    Ok(fd)
+}
+
+/// Renames `from_dir/from` to `to_dir/to` as `how` says, removing the
+/// source when that fails.
 fn place(
     from_dir: BorrowedFd<'_>,
     from: &str,
     to_dir: BorrowedFd<'_>,
     to: &str,
-    no_replace: bool,
+    how: Placement<'_>,
 ) -> rustix::io::Result<()> {
-    let result = if no_replace {
-        rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE)
-    } else {
-        rustix::fs::renameat(from_dir, from, to_dir, to)
+    let result = match how {
+        Placement::Create => rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE),
+        Placement::Replace | Placement::ReplaceIf(_) => lock_dir(to_dir).and_then(|_lock| {
+            if let Placement::ReplaceIf(expected) = how {
+                let current = match rustix::fs::statat(to_dir, to, AtFlags::empty()) {
+                    Ok(st) => Some(Validator::of(&st).meta().etag),
+                    Err(Errno::NOENT) => None,
+                    Err(e) => return Err(e),
+                };
+                if !current.is_some_and(|etag| etag_matches(expected, &etag)) {
+                    return Err(CHANGED);
+                }
+            }
+            rustix::fs::renameat(from_dir, from, to_dir, to)
+        }),
     };
     if result.is_err() {
         let _ = rustix::fs::unlinkat(from_dir, from, AtFlags::empty());
@@ -525,8 +574,10 @@ impl LocalBackend {
     }
 
     /// Writes `body` as `parent/name`, atomically (see the module
-    /// documentation); `no_replace` fails with `EEXIST` when the name exists.
-    fn write_in(&self, parent: &OwnedFd, name: &str, body: &[u8], no_replace: bool) -> rustix::io::Result<Validator> {
+    /// documentation), placed as `how` says: [`Placement::Create`] fails
+    /// with `EEXIST` when the name exists, [`Placement::ReplaceIf`] with
+    /// [`CHANGED`] when it holds another version.
+    fn write_in(&self, parent: &OwnedFd, name: &str, body: &[u8], how: Placement<'_>) -> rustix::io::Result<Validator> {
         let tmp = match rustix::fs::openat(
             parent,
             ".",
@@ -534,13 +585,11 @@ impl LocalBackend {
             Mode::from_raw_mode(0o666),
         ) {
             Ok(fd) => File::from(fd),
-            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
-                return self.write_named(parent, name, body, no_replace)
-            }
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => return self.write_named(parent, name, body, how),
             Err(e) => return Err(e),
         };
         (&tmp).write_all(body).map_err(|e| io_errno(&e))?;
-        if no_replace {
+        if how == Placement::Create {
             link_fd(&tmp, parent.as_fd(), name)?;
         } else {
             let mut placed = false;
@@ -548,7 +597,7 @@ impl LocalBackend {
                 let staged = staging_name();
                 match link_fd(&tmp, staging.as_fd(), &staged) {
                     Ok(()) => {
-                        place(staging.as_fd(), &staged, parent.as_fd(), name, false)?;
+                        place(staging.as_fd(), &staged, parent.as_fd(), name, how)?;
                         placed = true;
                     }
                     // The key's directory is on another filesystem.
@@ -559,7 +608,7 @@ impl LocalBackend {
             if !placed {
                 let staged = format!("{RESERVED_PREFIX}-{}", staging_name());
                 link_fd(&tmp, parent.as_fd(), &staged)?;
-                place(parent.as_fd(), &staged, parent.as_fd(), name, false)?;
+                place(parent.as_fd(), &staged, parent.as_fd(), name, how)?;
             }
         }
         rustix::fs::fstat(&tmp).map(|st| Validator::of(&st))
@@ -572,7 +621,7 @@ impl LocalBackend {
         parent: &OwnedFd,
         name: &str,
         body: &[u8],
-        no_replace: bool,
+        how: Placement<'_>,
     ) -> rustix::io::Result<Validator> {
         let staging = self.staging_dir();
         let mut places: Vec<(BorrowedFd<'_>, String)> = Vec::with_capacity(2);
@@ -588,7 +637,7 @@ impl LocalBackend {
                 let _ = rustix::fs::unlinkat(dir, staged.as_str(), AtFlags::empty());
                 return Err(io_errno(&e));
             }
-            match place(dir, &staged, parent.as_fd(), name, no_replace) {
+            match place(dir, &staged, parent.as_fd(), name, how) {
                 Ok(()) => return rustix::fs::fstat(&file).map(|st| Validator::of(&st)),
                 Err(Errno::XDEV) => last = Errno::XDEV,
                 Err(e) => return Err(e),
@@ -597,20 +646,26 @@ impl LocalBackend {
         Err(last)
     }
 
-    fn write_blocking(&self, key: &StoreKey, body: &[u8], no_replace: bool) -> StorageResult<ObjectMeta> {
+    fn write_blocking(&self, key: &StoreKey, body: &[u8], how: Placement<'_>) -> StorageResult<ObjectMeta> {
         let (dir, name) = split_key(key);
         let mut attempt = 0;
         loop {
             attempt += 1;
             let parent = self.make_dirs(key, dir)?;
-            match self.write_in(&parent, name, body, no_replace) {
+            match self.write_in(&parent, name, body, how) {
                 Ok(v) => return Ok(v.meta()),
                 // A concurrent delete removed the (empty) directory.
                 Err(Errno::NOENT) if attempt < WRITE_RETRIES => {}
-                Err(Errno::EXIST) if no_replace => {
+                Err(Errno::EXIST) if how == Placement::Create => {
                     return Err(StorageError::PreconditionFailed {
                         key: key.to_string(),
                         reason: "If-None-Match: * but the key was created meanwhile".into(),
+                    })
+                }
+                Err(CHANGED) if matches!(how, Placement::ReplaceIf(_)) => {
+                    return Err(StorageError::PreconditionFailed {
+                        key: key.to_string(),
+                        reason: "If-Match: the key was changed meanwhile (by another process)".into(),
                     })
                 }
                 Err(Errno::ISDIR | Errno::NOTEMPTY) => {
@@ -828,11 +883,17 @@ impl Storage for LocalBackend {
             Err(e) => return Err(e),
         };
         check_condition(key, condition, current.as_ref())?;
-        let no_replace = *condition == PutCondition::IfAbsent;
-        let (this, owned) = (self.clone(), key.clone());
-        let meta = tokio::task::spawn_blocking(move || this.write_blocking(&owned, &body, no_replace))
-            .await
-            .map_err(|e| join_error(&e))??;
+        let (this, owned, condition) = (self.clone(), key.clone(), condition.clone());
+        let meta = tokio::task::spawn_blocking(move || {
+            let how = match &condition {
+                PutCondition::IfAbsent => Placement::Create,
+                PutCondition::None => Placement::Replace,
+                PutCondition::IfMatch(list) => Placement::ReplaceIf(list),
+            };
+            this.write_blocking(&owned, &body, how)
+        })
+        .await
+        .map_err(|e| join_error(&e))??;
         Ok(PutOutcome { created: current.is_none(), etag: Some(meta.etag) })
     }
 
@@ -886,6 +947,44 @@ mod tests {
 
     fn key(k: &str) -> StoreKey {
         StoreKey::new(k).unwrap()
+    }
+
+    /// The `If-Match` check that holds across processes is the one made
+    /// under the directory's lock, right before the rename: a version
+    /// written after the writer's own check (by another process) makes the
+    /// rename fail, and the lock excludes every other holder meanwhile.
+    #[test]
+    fn if_match_is_checked_again_under_the_directory_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = |p: &std::path::Path| rustix::fs::open(p, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let d = fd(dir.path());
+        std::fs::write(dir.path().join("k"), b"one").unwrap();
+        let read = Validator::of(&rustix::fs::statat(&d, "k", AtFlags::empty()).unwrap()).meta().etag;
+        // Another process replaces the key after this writer read it.
+        std::fs::write(dir.path().join("other"), b"two").unwrap();
+        std::fs::rename(dir.path().join("other"), dir.path().join("k")).unwrap();
+        std::fs::write(dir.path().join("mine"), b"three").unwrap();
+        let expected = [read];
+        assert_eq!(place(d.as_fd(), "mine", d.as_fd(), "k", Placement::ReplaceIf(&expected)), Err(CHANGED));
+        assert_eq!(std::fs::read(dir.path().join("k")).unwrap(), b"two");
+        assert!(!dir.path().join("mine").exists(), "the staged file is removed");
+        // With the current version it replaces.
+        let now = [Validator::of(&rustix::fs::statat(&d, "k", AtFlags::empty()).unwrap()).meta().etag];
+        std::fs::write(dir.path().join("mine"), b"three").unwrap();
+        place(d.as_fd(), "mine", d.as_fd(), "k", Placement::ReplaceIf(&now)).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("k")).unwrap(), b"three");
+        // Absent: If-Match fails.
+        std::fs::write(dir.path().join("mine"), b"x").unwrap();
+        assert_eq!(place(d.as_fd(), "mine", d.as_fd(), "gone", Placement::ReplaceIf(&now)), Err(CHANGED));
+        // The lock excludes another open description of the directory (another process).
+        let held = lock_dir(d.as_fd()).unwrap();
+        let other = rustix::fs::openat(&d, ".", OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        assert_eq!(
+            rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive),
+            Err(Errno::WOULDBLOCK)
+        );
+        drop(held);
+        rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
     }
 
     #[tokio::test]
@@ -964,9 +1063,9 @@ mod tests {
         assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
         // The fallback without O_TMPFILE: named in the staging directory, then renamed.
         let parent = b.make_dirs(&key("a/c/2"), "a/c").unwrap();
-        b.write_named(&parent, "2", b"named", false).unwrap();
+        b.write_named(&parent, "2", b"named", Placement::Replace).unwrap();
         assert_eq!(std::fs::read(dir.path().join("a/c/2")).unwrap(), b"named");
-        assert_eq!(b.write_named(&parent, "2", b"again", true).unwrap_err(), Errno::EXIST);
+        assert_eq!(b.write_named(&parent, "2", b"again", Placement::Create).unwrap_err(), Errno::EXIST);
         assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
         // What a crash left: a dead process's file goes, this process's stays.
         std::fs::write(staging.join("999999999-0-1"), b"debris").unwrap();

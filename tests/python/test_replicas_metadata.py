@@ -4,7 +4,9 @@
 Every request goes to the next replica in turn, many at once: attribute merges of distinct keys
 (v3 `zarr.json` and v2 `.zattrs`), resizes racing merges on one array, consolidation racing child
 creation and group attribute merges, and 32 creates of one node. The stored documents are then read
-straight from Azurite (not through zarrd) and every acknowledged change must be in them.
+straight from Azurite (not through zarrd) and every acknowledged change must be in them. The merges
+also run through three processes sharing one local directory (`If-Match` under the directory's
+lock there).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 import requests
 
 from azurite import BlobClient, start_replicas
+from zarrd_harness import start_zarrd
 
 REPLICAS = 3
 MERGES = 160
@@ -202,3 +205,29 @@ def test_creates_of_one_node_have_one_winner(replicas, blob, container):
     winner = next(i for i, r in enumerate(answers) if r.status_code == 201)
     assert stored_json(blob, container, f"{base}/a/zarr.json")["shape"] == [winner + 1]
     assert all(r.json()["error"]["code"] == "already_exists" for r in answers if r.status_code == 409)
+
+
+def test_attribute_merges_through_three_processes_on_one_directory(tmp_path):
+    data = tmp_path / "shared"
+    data.mkdir()
+    servers = []
+    try:
+        for i in range(REPLICAS):
+            servers.append(start_zarrd({"d": str(data)}, log_path=tmp_path / f"zarrd-dir-{i}.log"))
+        api = RoundRobin(servers)
+        for path, body, doc in [
+            ("v3", array_doc([10], [5]), "v3/zarr.json"),
+            ("v2", {"zarr_format": 2, "attributes": {"kept": True}}, "v2/.zattrs"),
+        ]:
+            assert api("PUT", f"nodes/d/{path}", json=body).status_code == 201
+            answers = run_all([lambda i=i, path=path: api("PATCH", f"attributes/d/{path}", json={f"k{i:03}": i})
+                               for i in range(MERGES)])  # fmt: skip
+            assert [r.status_code for r in answers].count(200) == MERGES, {r.status_code for r in answers}
+            stored = json.loads((data / doc).read_text())
+            attrs = stored["attributes"] if path == "v3" else stored
+            lost = {f"k{i:03}" for i in range(MERGES)} - attrs.keys()
+            print(f"\n{path} on one directory, {REPLICAS} processes: {MERGES} merges, {len(lost)} lost")
+            assert not lost, f"{len(lost)} acknowledged merges lost on a shared directory"
+    finally:
+        for s in servers:
+            s.stop()

@@ -46,6 +46,11 @@ impl Slow {
         let inner = Arc::new(ObjectBackend::new(store, "").expect("memory backend"));
         Arc::new(Self { inner, pause, refused: AtomicU32::new(0) })
     }
+
+    /// `inner` (any backend) whose reads take `pause`.
+    pub fn over(inner: Arc<dyn Storage>, pause: Duration) -> Arc<Self> {
+        Arc::new(Self { inner, pause, refused: AtomicU32::new(0) })
+    }
 }
 
 #[async_trait]

@@ -53,7 +53,7 @@ pub async fn consolidate(node: &NodeRef<'_>) -> ServiceResult<usize> {
 }
 
 /// The version of `key` now (`None`: absent).
-pub(super) async fn version_of(mount: &Mount, key: &StoreKey) -> ServiceResult<Option<String>> {
+async fn version_of(mount: &Mount, key: &StoreKey) -> ServiceResult<Option<String>> {
     match mount.storage().head(key).await {
         Ok(meta) => Ok(Some(meta.etag)),
         Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
@@ -67,8 +67,6 @@ pub(super) async fn version_of(mount: &Mount, key: &StoreKey) -> ServiceResult<O
 async fn consolidate_once(node: &NodeRef<'_>, m: &Mount) -> ServiceResult<usize> {
     let path = node.path();
     let (found, mut versions) = existing_versioned(node).await?;
-    let zmetadata = path.key(".zmetadata")?;
-    versions.record(zmetadata.clone(), version_of(m, &zmetadata).await?);
     let group = match found {
         Some(Node::Group(g)) => g,
         Some(Node::Array(_)) => {
@@ -76,6 +74,10 @@ async fn consolidate_once(node: &NodeRef<'_>, m: &Mount) -> ServiceResult<usize>
         }
         None => return Err(node.not_found()),
     };
+    if group.format == ZarrFormat::V2 {
+        let zmetadata = path.key(".zmetadata")?;
+        versions.record(zmetadata.clone(), version_of(m, &zmetadata).await?);
+    }
     let nodes = descendants(node).await?;
     let empty_inline = json!({"kind": "inline", "must_understand": false, "metadata": {}});
     match group.format {

@@ -16,8 +16,8 @@
 //! How much the store guarantees depends on the backend: S3, GCS, Azure and
 //! memory apply the condition atomically (`object_store`'s
 //! `PutMode::Update` / `PutMode::Create`); a local directory creates
-//! atomically (`RENAME_NOREPLACE`) but checks `If-Match` only within one
-//! process.
+//! without replacing and checks `If-Match` again under its directory's
+//! `flock` ([`crate::storage::local`]).
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
