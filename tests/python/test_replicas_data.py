@@ -31,6 +31,7 @@ WRITERS = 32
 ROWS, COLS, BLOCKS = 32, 64, 4
 HTTP_TIMEOUT_S = 60
 RECHECK_S = 3.0
+SLACK_S = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -215,11 +216,12 @@ def test_with_timed_rechecks_other_replicas_catch_up_within_the_setting(timed_re
                 fresh_at = now
                 break
             assert (got == rnd - 1).all(), got.tolist()
-            assert now < warmed + RECHECK_S + 1.0, f"still stale {now - warmed:.1f} s after b's last check"
+            # (Slack for the answer's own time on a loaded machine.)
+            assert now < warmed + RECHECK_S + SLACK_S, f"still stale {now - warmed:.1f} s after b's last check"
             stale_seen += 1
             time.sleep(0.1)
         assert fresh_at is not None, "b never caught up"
-        assert fresh_at - warmed < RECHECK_S + 1.0
+        assert fresh_at - warmed < RECHECK_S + SLACK_S
     # With a 3 s setting and a read right after each write, b did serve the old data for a while:
     # the setting is what made it catch up, not a revalidation on every read.
     assert stale_seen > 0
