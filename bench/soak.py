@@ -101,12 +101,14 @@ class Stats:
         self.lock = threading.Lock()
         self.lat: dict[str, list[float]] = defaultdict(list)
         self.errors: dict[str, int] = defaultdict(int)
+        self.seen: dict[str, int] = defaultdict(int)  # every error by kind, status and code
 
-    def add(self, kind: str, seconds: float, ok: bool) -> None:
+    def add(self, kind: str, seconds: float, ok: bool, what: str = "") -> None:
         with self.lock:
             self.lat[kind].append(seconds)
             if not ok:
                 self.errors[kind] += 1
+                self.seen[f"{kind}: {what}"] += 1
 
     def take(self) -> tuple[dict[str, list[float]], dict[str, int]]:
         with self.lock:
@@ -177,6 +179,7 @@ def run(servers) -> int:
             name = rng.choice(("plain", "sharded"))
             roll = rng.random()
             t0 = time.perf_counter()
+            r, what = None, ""
             try:
                 if roll < 0.45:
                     kind = "read"
@@ -206,9 +209,15 @@ def run(servers) -> int:
                     kind = "attrs"
                     r = session.patch(f"{base}/api/v1/attributes/az/{name}", json={f"w{w}": n}, timeout=TIMEOUT_S)
                     ok = r.status_code == 200
-            except requests.RequestException:
-                ok = False
-            stats.add(kind, time.perf_counter() - t0, ok)
+            except requests.RequestException as e:
+                ok, r = False, None
+                what = type(e).__name__
+            if not ok and r is not None:
+                try:
+                    what = f"{r.status_code} {r.json()['error']['code']}"
+                except (ValueError, KeyError, TypeError):
+                    what = str(r.status_code)
+            stats.add(kind, time.perf_counter() - t0, ok, what if not ok else "")
         for name, expected in own.items():
             for base in urls:
                 r = requests.get(f"{base}/api/v1/data/az/{name}", timeout=TIMEOUT_S,
@@ -268,6 +277,8 @@ def run(servers) -> int:
         print(f"| {label} | {w['rps']:.0f} | {w['p50']:.1f} | {w['p99']:.1f} | {w['errors']} | "
               + " | ".join(f"{x:.0f}" for x in w["rss"]) + " |")  # fmt: skip
     total_errors = sum(r["errors"] for r in rows)
+    if stats.seen:
+        print("\nerrors by request kind, status and code: " + ", ".join(f"{k} x{v}" for k, v in sorted(stats.seen.items())))
     print(f"\nerrors: {total_errors}; bands checked through every replica: "
           f"{'all intact' if not failures else '; '.join(failures)}")  # fmt: skip
     return 1 if failures else 0

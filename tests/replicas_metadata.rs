@@ -21,8 +21,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use write_common::{v3_meta, Shared, Slow, WriteServer};
+use zarrd::storage::error::StorageResult;
 use zarrd::storage::local::LocalBackend;
-use zarrd::storage::Storage;
+use zarrd::storage::object::ObjectBackend;
+use zarrd::storage::{
+    KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage, StorageError,
+    StoreKey,
+};
 
 use common::Backend;
 
@@ -196,6 +201,103 @@ async fn attribute_merges_through_two_servers_on_one_directory_all_land() {
         let refused = slow_a.refused.load(Ordering::Relaxed) + slow_b.refused.load(Ordering::Relaxed);
         println!("64 merges through two servers on one directory: 0 lost, {refused} conditional writes refused");
         assert!(refused > 0, "the servers' merges never overlapped; the test proves nothing");
+    })
+    .await
+    .expect("the test finishes in time");
+}
+
+/// Attribute merges through one server do not make slice writes through
+/// the other start over until they give up: a write re-plans only when the
+/// array's layout changed, not its attributes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slice_writes_racing_attribute_merges_all_land() {
+    let (_slow, servers) = servers().await;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        servers[0].create("w", &v3_meta("uint8", &[64], &[4], None)).await;
+        let writer = {
+            let s = servers[1].clone();
+            tokio::spawn(async move {
+                for i in 0..16u8 {
+                    let path = format!("/api/v1/data/data/w?sel={}:{}", i * 4, i * 4 + 4);
+                    let r = s.put(&path, "application/octet-stream", vec![i + 1; 4]).await;
+                    assert_eq!(r.status, 204, "write {i}: {r}");
+                }
+            })
+        };
+        let only_a = vec![servers[0].clone()];
+        for round in 0..8 {
+            merges(&only_a, "w", &format!("r{round}-"), 8).await;
+        }
+        writer.await.expect("writer");
+        let got = servers[0].get("/api/v1/data/data/w?format=raw").await;
+        let want: Vec<u8> = (0..16u8).flat_map(|i| [i + 1; 4]).collect();
+        assert_eq!(got.body, want);
+    })
+    .await
+    .expect("the test finishes in time");
+}
+
+/// A store whose first create of each `zarr.json` takes effect but is
+/// reported as refused, as when the store's answer is lost and the storage
+/// client's retry of the create is refused because the first one landed.
+#[derive(Debug)]
+struct AnswerLost {
+    inner: Arc<dyn Storage>,
+    lost: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+#[async_trait::async_trait]
+impl Storage for AnswerLost {
+    async fn read(&self, key: &StoreKey, request: &ReadRequest) -> StorageResult<ReadOutcome> {
+        self.inner.read(key, request).await
+    }
+    async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {
+        self.inner.head(key).await
+    }
+    async fn put(&self, key: &StoreKey, body: bytes::Bytes, condition: &PutCondition) -> StorageResult<PutOutcome> {
+        let first = key.name() == "zarr.json" && self.lost.lock().unwrap().insert(key.to_string());
+        let r = self.inner.put(key, body, condition).await;
+        if first && *condition == PutCondition::IfAbsent && r.is_ok() {
+            return Err(StorageError::AlreadyExists { key: key.to_string() });
+        }
+        r
+    }
+    async fn delete(&self, key: &StoreKey) -> StorageResult<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>> {
+        self.inner.list(prefix).await
+    }
+    async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
+        self.inner.list_recursive(prefix, limit).await
+    }
+    async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
+        self.inner.is_prefix(key).await
+    }
+    async fn probe(&self) -> StorageResult<()> {
+        self.inner.probe().await
+    }
+}
+
+#[tokio::test]
+async fn a_create_whose_answer_was_lost_answers_created() {
+    let memory = Arc::new(ObjectBackend::new(Arc::new(object_store::memory::InMemory::new()), "").unwrap());
+    let storage = Arc::new(AnswerLost { inner: memory, lost: std::sync::Mutex::default() });
+    let s = WriteServer::over(Arc::new(Shared::Memory(storage)), Backend::Memory).await;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        // The array and its parent group: each first write landed, its answer "lost".
+        let (status, body) = send(&s, "PUT", "/api/v1/nodes/data/g/a", &v3_meta("uint8", &[4], &[2], None)).await;
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(stored(&s, "g/a/zarr.json").await["shape"], json!([4]));
+        // Another create of it is refused: it exists now.
+        let (status, body) = send(&s, "PUT", "/api/v1/nodes/data/g/a", &v3_meta("uint8", &[4], &[2], None)).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("already_exists")));
+        // A create that finds another document than it asked for is refused too.
+        let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {"mine": 1}});
+        let (status, _) = send(&s, "PUT", "/api/v1/nodes/data/h", &group).await;
+        assert_eq!(status, 201);
+        let other = json!({"zarr_format": 3, "node_type": "group", "attributes": {"mine": 2}});
+        assert_eq!(send(&s, "PUT", "/api/v1/nodes/data/h", &other).await.0, 409);
     })
     .await
     .expect("the test finishes in time");

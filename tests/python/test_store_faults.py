@@ -208,3 +208,29 @@ def test_a_store_that_stops_answering_is_a_timeout_not_a_hang(server, proxy):
     proxy.set(0.0)
     wait_ready(server)
     assert requests.get(f"{server.url}/zarr/az/{path}/zarr.json", timeout=HTTP_TIMEOUT_S).status_code == 200
+
+
+def test_creates_whose_answer_is_lost_still_answer_created(server, proxy, blob, container):
+    """A create's write that reaches the store but whose answer is lost (reset after the store
+    acted) is retried by the storage client and refused as existing; zarrd then finds the node
+    stored exactly as asked and answers 201, never 409 for a node nobody else created."""
+    base = f"create-{uuid.uuid4().hex[:6]}"
+    proxy.set(0.35, ("reset_after", "503"))
+    codes: Counter = Counter()
+    created = []
+    for i in range(30):
+        r = requests.put(f"{server.url}/api/v1/nodes/az/{base}/n{i:02}", json=array_doc([i + 1], [4]),
+                         timeout=HTTP_TIMEOUT_S)  # fmt: skip
+        codes[r.status_code] += 1
+        if r.status_code == 201:
+            created.append(i)
+        else:
+            check_error(r, Counter())
+    injected = {k: v for k, v in proxy.counts.items() if k in ("reset_after", "503")}
+    proxy.set(0.0)
+    print(f"\ncreates under lost answers: {dict(codes)}; faults injected so far {injected}")
+    assert codes[409] == 0, f"a create answered 409 for a node only it created: {dict(codes)}"
+    wait_ready(server)
+    for i in created:
+        got = blob.get(container, f"{base}/n{i:02}/zarr.json")
+        assert got.status_code == 200 and got.json()["shape"] == [i + 1], f"n{i:02}: acknowledged create lost"

@@ -194,8 +194,10 @@ pub async fn write(at: &NodeRef<'_>, request: WriteRequest) -> ServiceResult<()>
             None => locks.write_all_keys(path.as_str()).await,
         };
         let current = node::open_array(at).await?;
-        if current.metadata != node.metadata || current.zattrs != node.zattrs {
-            node = current;
+        // Attributes changed meanwhile (another replica's merge) leave the plan valid.
+        let replan = !current.same_layout(&node);
+        node = current;
+        if replan {
             continue;
         }
         let options = RegionOptions {

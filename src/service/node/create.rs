@@ -5,7 +5,12 @@
 //! gets an empty `.zattrs`. Documents are written only where they are
 //! still absent (`If-None-Match: *`), so processes creating the same node
 //! or parent at once cannot overwrite each other ([`super::versioned`]).
+//! A create whose own write was reported lost and which then finds the
+//! node stored exactly as it asked (its write landed, the answer did not)
+//! answers created: so does every one of several concurrent creates of
+//! identical documents that lost that way, the outcome being the same.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
@@ -13,7 +18,7 @@ use serde_json::{json, Map, Value};
 use super::delete::delete_all;
 use super::documents::{json_len, put_doc, DocumentGate};
 use super::open::existing_versioned;
-use super::versioned::{retry, Versions};
+use super::versioned::{is_lost_race, retry, Versions};
 use super::{open_in_with, ArrayNode, Node};
 use crate::service::{NodeRef, ServiceError, ServiceResult};
 use crate::storage::Mount;
@@ -220,17 +225,49 @@ async fn create_scoped(node: &NodeRef<'_>, new: &NewNode, mode: OpenMode) -> Ser
         return Err(ServiceError::InvalidOpenMode);
     }
     let _guard = node.mount().locks().exclusive(node.path().as_str()).await;
-    retry(|| create_once(node, m, new, mode)).await
+    let tried = AtomicBool::new(false);
+    retry(|| create_once(node, m, new, mode, &tried)).await
+}
+
+/// True when the stored node is exactly what `new` writes: after an
+/// attempt whose own write was reported lost, that is the attempt's write
+/// having landed (its answer lost on the way back, the store then refusing
+/// the client's retry of it), not another creator's node.
+fn stored_as_requested(old: &Node, new: &NewNode) -> bool {
+    match (old, new) {
+        (Node::Array(a), NewNode::Array(NewArray::V3(doc))) => a.metadata == *doc,
+        (Node::Array(a), NewNode::Array(NewArray::V2 { zarray, zattrs })) => {
+            a.metadata == *zarray && a.zattrs == Some(Value::Object(zattrs.clone().unwrap_or_default()))
+        }
+        (Node::Group(g), NewNode::Group { format: ZarrFormat::V3, document }) => {
+            let written = if document.get("zarr_format").is_some() { document.clone() } else { group_doc_v3() };
+            g.format == ZarrFormat::V3 && g.metadata == written
+        }
+        (Node::Group(g), NewNode::Group { format: ZarrFormat::V2, document }) => {
+            g.format == ZarrFormat::V2 && g.zattrs.as_ref() == Some(document)
+        }
+        _ => false,
+    }
 }
 
 /// One attempt at a create: the node's documents (and its missing parent
 /// groups') written only where they are still absent, so of several
 /// processes creating the same node one creates it and the others find it
-/// on their next attempt ([`super::versioned`]).
-async fn create_once(node: &NodeRef<'_>, m: &Arc<Mount>, new: &NewNode, mode: OpenMode) -> ServiceResult<Created> {
+/// on their next attempt ([`super::versioned`]). `tried` is set when this
+/// create's own documents were written and the write was reported lost.
+async fn create_once(
+    node: &NodeRef<'_>,
+    m: &Arc<Mount>,
+    new: &NewNode,
+    mode: OpenMode,
+    tried: &AtomicBool,
+) -> ServiceResult<Created> {
     let (mount, path) = (node.mount_name(), node.path());
     let (found, mut versions) = existing_versioned(node).await?;
     if let Some(old) = found {
+        if tried.load(Ordering::Relaxed) && mode.create && stored_as_requested(&old, new) {
+            return Ok(Created { node: old, created: true });
+        }
         if mode.delete_existing && mode.create {
             delete_all(node, m).await?;
             versions = Versions::default();
@@ -262,14 +299,21 @@ async fn create_once(node: &NodeRef<'_>, m: &Arc<Mount>, new: &NewNode, mode: Op
         NewNode::Group { format, .. } => *format,
     };
     create_parents(node, m, format).await?;
-    match new {
-        NewNode::Array(NewArray::V3(doc)) => put_doc(node, m, "zarr.json", doc, &versions).await?,
-        NewNode::Array(NewArray::V2 { zarray, zattrs }) => {
-            put_doc(node, m, ".zarray", zarray, &versions).await?;
-            put_doc(node, m, ".zattrs", &Value::Object(zattrs.clone().unwrap_or_default()), &versions).await?;
+    let written = async {
+        match new {
+            NewNode::Array(NewArray::V3(doc)) => put_doc(node, m, "zarr.json", doc, &versions).await,
+            NewNode::Array(NewArray::V2 { zarray, zattrs }) => {
+                put_doc(node, m, ".zarray", zarray, &versions).await?;
+                put_doc(node, m, ".zattrs", &Value::Object(zattrs.clone().unwrap_or_default()), &versions).await
+            }
+            NewNode::Group { format, document } => write_group(node, m, *format, document, &versions).await,
         }
-        NewNode::Group { format, document } => write_group(node, m, *format, document, &versions).await?,
     }
+    .await;
+    if written.as_ref().is_err_and(is_lost_race) {
+        tried.store(true, Ordering::Relaxed);
+    }
+    written?;
     let opened = open_in_with(m.clone(), path, &DocumentGate::of(node.app())).await?;
     Ok(Created { node: opened, created: true })
 }

@@ -57,6 +57,26 @@ impl ArrayNode {
     pub fn chunk_key(&self, coords: &[u64]) -> ServiceResult<StoreKey> {
         self.path.key(&self.desc.chunk_key(coords))
     }
+
+    /// True when `other` is the same array but for its attributes: the
+    /// same document apart from v3 `attributes` (v2 keeps them in
+    /// `.zattrs`), and the same dimension names. A write planned against one is
+    /// valid for the other; an attribute merge by another process in
+    /// between must not make a slice write start over.
+    #[must_use]
+    pub fn same_layout(&self, other: &ArrayNode) -> bool {
+        if self.format() != other.format() || self.desc.dimension_names != other.desc.dimension_names {
+            return false;
+        }
+        match (self.metadata.as_object(), other.metadata.as_object()) {
+            (Some(a), Some(b)) => {
+                let layout = |m: &'_ Map<String, Value>| m.iter().filter(|(k, _)| k.as_str() != "attributes").count();
+                layout(a) == layout(b)
+                    && a.iter().filter(|(k, _)| k.as_str() != "attributes").all(|(k, v)| b.get(k) == Some(v))
+            }
+            _ => self.metadata == other.metadata,
+        }
+    }
 }
 
 /// An opened group.
@@ -319,5 +339,46 @@ pub async fn open_array(node: &NodeRef<'_>) -> ServiceResult<Arc<ArrayNode>> {
             Ok(a)
         }
         Node::Group(_) => Err(node.not_an_array()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::storage::MountSpec;
+
+    fn array(doc: &Value, zattrs: Option<Value>) -> ArrayNode {
+        let mount = Arc::new(Mount::build("m", &MountSpec::from_url("memory://")).unwrap());
+        let desc = if doc["zarr_format"] == 3 {
+            let NodeMetadataV3::Array(meta) = NodeMetadataV3::from_json(doc, "").unwrap() else { panic!("a group") };
+            ArrayDescription::from_v3(&meta).unwrap()
+        } else {
+            let attrs = zattrs.clone().and_then(|z| z.as_object().cloned()).unwrap_or_default();
+            ArrayDescription::from_v2(&ArrayMetadataV2::from_json(doc, "").unwrap(), attrs).unwrap()
+        };
+        ArrayNode { mount, path: NodePath::root(), desc: Arc::new(desc), metadata: doc.clone(), zattrs }
+    }
+
+    #[test]
+    fn attributes_do_not_change_the_layout() {
+        let v3 = |shape: u64, attrs: Value| {
+            json!({"zarr_format": 3, "node_type": "array", "shape": [shape], "data_type": "uint8",
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+                "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}],
+                "attributes": attrs})
+        };
+        let a = array(&v3(4, json!({"x": 1})), None);
+        assert!(a.same_layout(&array(&v3(4, json!({"x": 2, "y": 3})), None)));
+        assert!(!a.same_layout(&array(&v3(5, json!({"x": 1})), None)));
+        let v2 = json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1", "compressor": null,
+            "fill_value": 0, "order": "C", "filters": null});
+        let b = array(&v2, Some(json!({"_ARRAY_DIMENSIONS": ["x"], "note": 1})));
+        assert!(b.same_layout(&array(&v2, Some(json!({"_ARRAY_DIMENSIONS": ["x"], "note": 2})))));
+        let mut grown = v2.clone();
+        grown["shape"] = json!([6]);
+        assert!(!b.same_layout(&array(&grown, Some(json!({"_ARRAY_DIMENSIONS": ["x"], "note": 1})))));
+        assert!(!a.same_layout(&b));
     }
 }

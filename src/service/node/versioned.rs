@@ -67,7 +67,15 @@ impl Versions {
     }
 }
 
-/// True when `e` says a conditional write lost to another writer.
+/// True when `e` says a conditional write lost to another writer (or to
+/// itself: a write that landed but whose answer was lost, retried by the
+/// storage client).
+#[must_use]
+pub fn is_lost_race(e: &ServiceError) -> bool {
+    lost_race(e).is_some()
+}
+
+/// The key of the document whose conditional write lost, if `e` says so.
 fn lost_race(e: &ServiceError) -> Option<&str> {
     match e {
         ServiceError::Storage(
