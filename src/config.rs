@@ -282,6 +282,11 @@ pub struct Limits {
     /// stops reading cannot hold an answer's memory for longer.
     #[serde(default = "default_send_stall_timeout")]
     pub send_stall_timeout_seconds: u64,
+    /// Most pixels one rendered image (`format=png`, previews) may have
+    /// (413 beyond): the selection is rendered in memory, up to 32 bytes a
+    /// pixel (four channels of 8-byte values).
+    #[serde(default = "default_max_image_pixels")]
+    pub max_image_pixels: u64,
 }
 
 /// Caches.
@@ -356,6 +361,9 @@ const fn default_read_answer_budget() -> u64 {
 }
 const fn default_send_stall_timeout() -> u64 {
     60
+}
+const fn default_max_image_pixels() -> u64 {
+    16 * 1024 * 1024
 }
 const fn default_slab() -> u64 {
     32 * 1024 * 1024
@@ -444,6 +452,7 @@ impl Default for Limits {
             document_parse_budget_bytes: default_document_budget(),
             read_answer_budget_bytes: default_read_answer_budget(),
             send_stall_timeout_seconds: default_send_stall_timeout(),
+            max_image_pixels: default_max_image_pixels(),
         }
     }
 }
@@ -558,6 +567,7 @@ impl Config {
             ("document_parse_budget_bytes", l.document_parse_budget_bytes),
             ("read_answer_budget_bytes", l.read_answer_budget_bytes),
             ("send_stall_timeout_seconds", l.send_stall_timeout_seconds),
+            ("max_image_pixels", l.max_image_pixels),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             bail!("limits.{name}: must be greater than 0");

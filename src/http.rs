@@ -61,6 +61,7 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
     let router = api::node_routes(router, routes!(api::consolidate::consolidate));
     let router = api::node_routes(router, routes!(api::data::get_data, api::data::post_data, api::write::put_data));
     let router = api::node_routes(router, routes!(api::data::get_chunk));
+    let router = api::node_routes(router, routes!(api::image::get_preview));
     router
         .routes(routes!(
             api::attributes::get_attributes,

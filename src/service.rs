@@ -28,6 +28,8 @@
 //!                     and request bodies: negotiation, encode, decode
 //!   cache.rs, cache/  metadata.rs: opened nodes, revalidated by ETag;
 //!                     chunk.rs: decoded units, the engine's UnitCache
+//!   render.rs, render/ rendered images: format=png (image.rs: layout,
+//!                     range, colormaps, PNG) and previews (preview.rs)
 //!   locks.rs          per-mount node and key locks
 //!   cpu.rs            the CPU pool CPU-heavy work runs on
 //! ```
@@ -40,6 +42,7 @@ pub mod error;
 pub mod keys;
 pub mod locks;
 pub mod node;
+pub mod render;
 pub mod wire;
 
 pub use app::{App, MountRef, NodeRef};

@@ -80,9 +80,11 @@ const NODE_PARAMS: Params = Params::Only(&[
 /// Slice reads by `GET`/`HEAD`, writes by `PUT` (`POST` reads take their
 /// options in the body).
 const DATA_PARAMS: Params = Params::Only(&[
-    ("GET", &["sel", "mode", "field", "format", "fill_missing"]),
+    ("GET", &["sel", "mode", "field", "format", "fill_missing", "rescale", "colormap", "transparent_fill"]),
     ("PUT", &["sel", "mode", "format", "write_empty_chunks"]),
 ]);
+/// Previews (`GET`/`HEAD`).
+const PREVIEW_PARAMS: Params = Params::Only(&[("GET", &["size", "colormap", "rescale", "transparent_fill"])]);
 const CHUNK_PARAMS: Params = Params::Only(&[("GET", &["coords", "inner", "field", "format", "fill_missing"])]);
 
 const READ: Need = Need::Mount(Scope::Read);
@@ -125,6 +127,8 @@ pub const RULES: &[Rule] = &[
     Rule { template: "/api/v1/data/{mount}/{*path}", methods: DATA, params: DATA_PARAMS },
     Rule { template: "/api/v1/chunks/{mount}", methods: CHUNKS, params: CHUNK_PARAMS },
     Rule { template: "/api/v1/chunks/{mount}/{*path}", methods: CHUNKS, params: CHUNK_PARAMS },
+    Rule { template: "/api/v1/preview/{mount}", methods: CHUNKS, params: PREVIEW_PARAMS },
+    Rule { template: "/api/v1/preview/{mount}/{*path}", methods: CHUNKS, params: PREVIEW_PARAMS },
     Rule { template: "/healthz", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/readyz", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/openapi.json", methods: PUBLIC, params: NO_PARAMS },
