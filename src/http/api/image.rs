@@ -9,7 +9,7 @@
 //! `not_acceptable`. The rendering rules (layout, `rescale=`, `colormap=`,
 //! `transparent_fill=`) are [`crate::service::render::image`]'s, the
 //! thumbnails [`crate::service::render::preview`]'s. `rescale`, `colormap`
-//! and `transparent_fill` without a PNG answer are 400 `invalid_query`:
+//! and `transparent_fill` without a PNG answer are 400 `unsupported_format`:
 //! they would be silently ignored otherwise.
 
 use std::sync::Arc;
@@ -87,7 +87,7 @@ pub fn render_options(
 /// Refuses rendering options on a read that is not answered as an image.
 ///
 /// # Errors
-/// 400 `invalid_query` naming the first option given.
+/// 400 `unsupported_format` naming the first option given.
 pub fn no_render_options(
     rescale: Option<&str>,
     colormap: Option<&str>,
@@ -99,10 +99,8 @@ pub fn no_render_options(
         ("transparent_fill", transparent_fill.is_some()),
     ];
     match given.iter().find(|(_, g)| *g) {
-        Some((name, _)) => {
-            Err(ErrorCode::InvalidQuery
-                .error(format!("{name}: applies to images only (format=png or Accept: image/png)")))
-        }
+        Some((name, _)) => Err(ErrorCode::UnsupportedFormat
+            .error(format!("{name}: applies to images only (format=png or Accept: image/png)"))),
         None => Ok(()),
     }
 }
