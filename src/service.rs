@@ -18,6 +18,8 @@
 //!     describe.rs       stats, children, TensorStore schema
 //!     create.rs  delete.rs  attributes.rs  resize.rs  consolidate.rs
 //!   keys.rs           raw keys of a mount: the store protocol and PROPFIND
+//!   browse.rs         the browser's pages: the node at a path, one page of
+//!                     its entries classified
 //!   array.rs, array/  operations on an array's data, through the engine
 //!     read.rs, read/    slice reads (open, checks, plan, produce);
 //!                       read/stream.rs: messages, answer budget, JSON pieces;
@@ -36,6 +38,7 @@
 
 pub mod app;
 pub mod array;
+pub mod browse;
 pub mod cache;
 pub mod cpu;
 pub mod error;

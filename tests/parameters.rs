@@ -70,6 +70,7 @@ fn value_for(name: &str) -> &'static str {
         "colormap" => "gray",
         "transparent_fill" => "true",
         "size" => "16",
+        "page" => "0",
         other => panic!("no test value for the parameter `{other}`: add one"),
     }
 }

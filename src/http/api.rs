@@ -134,7 +134,7 @@ mod tests {
                 assert_eq!(names(root_op), expected, "{template}");
             }
         }
-        // nodes (GET, PUT, DELETE), data (GET, POST, PUT), chunks, consolidate, preview.
-        assert_eq!(twins, 9);
+        // nodes (GET, PUT, DELETE), data (GET, POST, PUT), chunks, consolidate, preview, browse.
+        assert_eq!(twins, 10);
     }
 }

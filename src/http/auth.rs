@@ -83,6 +83,8 @@ const DATA_PARAMS: Params = Params::Only(&[
     ("GET", &["sel", "mode", "field", "format", "fill_missing", "rescale", "colormap", "transparent_fill"]),
     ("PUT", &["sel", "mode", "format", "write_empty_chunks"]),
 ]);
+/// Browser pages of a place in a mount.
+const BROWSE_PARAMS: Params = Params::Only(&[("GET", &["page", "stats"])]);
 /// Previews (`GET`/`HEAD`).
 const PREVIEW_PARAMS: Params = Params::Only(&[("GET", &["size", "colormap", "rescale", "transparent_fill"])]);
 const CHUNK_PARAMS: Params = Params::Only(&[("GET", &["coords", "inner", "field", "format", "fill_missing"])]);
@@ -127,6 +129,10 @@ pub const RULES: &[Rule] = &[
     Rule { template: "/api/v1/data/{mount}/{*path}", methods: DATA, params: DATA_PARAMS },
     Rule { template: "/api/v1/chunks/{mount}", methods: CHUNKS, params: CHUNK_PARAMS },
     Rule { template: "/api/v1/chunks/{mount}/{*path}", methods: CHUNKS, params: CHUNK_PARAMS },
+    Rule { template: "/", methods: &[("GET", Need::Caller), ("HEAD", Need::Caller)], params: NO_PARAMS },
+    Rule { template: "/browse/{mount}", methods: CHUNKS, params: BROWSE_PARAMS },
+    Rule { template: "/browse/{mount}/", methods: CHUNKS, params: BROWSE_PARAMS },
+    Rule { template: "/browse/{mount}/{*path}", methods: CHUNKS, params: BROWSE_PARAMS },
     Rule { template: "/api/v1/preview/{mount}", methods: CHUNKS, params: PREVIEW_PARAMS },
     Rule { template: "/api/v1/preview/{mount}/{*path}", methods: CHUNKS, params: PREVIEW_PARAMS },
     Rule { template: "/healthz", methods: PUBLIC, params: NO_PARAMS },
