@@ -28,6 +28,9 @@ use crate::service::render::image::{parse_rescale, Colormap, RenderOptions};
 use crate::service::render::preview::{self, PreviewParams, DEFAULT_SIZE, MAX_SIZE};
 use crate::service::App;
 
+/// `X-Zarr-Selection`: the `sel=` a preview is.
+pub const X_ZARR_SELECTION: axum::http::HeaderName = axum::http::HeaderName::from_static("x-zarr-selection");
+
 /// The media type of every image zarrd answers.
 pub const IMAGE_PNG: &str = "image/png";
 
@@ -200,7 +203,7 @@ pub async fn get_preview(
         png_response(p.png.clone(), Some(&p.etag))
     };
     if let Ok(sel) = HeaderValue::from_str(&p.selection) {
-        response.headers_mut().insert("x-zarr-selection", sel);
+        response.headers_mut().insert(X_ZARR_SELECTION, sel);
     }
     Ok(response)
 }
