@@ -63,6 +63,11 @@ pub struct Config {
     /// Named storage locations.
     #[serde(default)]
     pub mounts: BTreeMap<String, MountSpec>,
+    /// `ZARRD_*` environment variables that name no option (another tool's
+    /// `ZARRD_BIN`, a typo): ignored by [`Config::load`], to be logged as
+    /// warnings naming them once logging is set up.
+    #[serde(skip)]
+    pub ignored_env: Vec<String>,
 }
 
 /// Bearer tokens and their scopes.
@@ -479,8 +484,15 @@ impl Default for Config {
             auth: Auth::default(),
             tls: None,
             mounts: BTreeMap::new(),
+            ignored_env: Vec::new(),
         }
     }
+}
+
+/// The field serde names in an "unknown field `x`" error.
+fn unknown_field(message: &str) -> Option<&str> {
+    let rest = &message[message.find("unknown field `")? + "unknown field `".len()..];
+    rest.split('`').next()
 }
 
 /// The name and directory of the embedded default mount.
@@ -499,10 +511,15 @@ impl Config {
 
     /// Loads the file (when given), then applies `ZARRD_*` variables from `env`.
     ///
+    /// A variable that names no option is left out and listed in
+    /// [`Config::ignored_env`] (a warning, not a refusal: the environment is
+    /// shared with other tools); an unknown key in the file is an error, as
+    /// is a known option with an invalid value from either.
+    ///
     /// # Errors
-    /// Unreadable file, invalid TOML, unknown option, invalid value.
+    /// Unreadable file, invalid TOML, unknown option in the file, invalid value.
     pub fn load(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> anyhow::Result<Self> {
-        let mut table = match file {
+        let file_table = match file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("cannot read configuration file {}", path.display()))?;
@@ -511,6 +528,7 @@ impl Config {
             }
             None => toml::Table::new(),
         };
+        let mut vars = Vec::new();
         for (name, value) in env {
             let Some(rest) = name.strip_prefix("ZARRD_") else { continue };
             if rest.starts_with("TEST_") || rest.is_empty() {
@@ -520,12 +538,36 @@ impl Config {
             if path.iter().any(String::is_empty) {
                 bail!("environment variable {name}: empty key segment");
             }
-            set_path(&mut table, &path, parse_env_value(&value))
-                .with_context(|| format!("environment variable {name}"))?;
+            vars.push((name, path, value));
         }
         let source = file.map_or_else(|| "environment".to_string(), |p| p.display().to_string());
-        let cfg: Self =
-            table.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("{source}: {}", e.to_string().trim_end()))?;
+        let mut ignored: Vec<String> = Vec::new();
+        // Each round leaves out one more variable that names an unknown key
+        // (at most one round per variable).
+        let cfg: Self = loop {
+            let mut table = file_table.clone();
+            for (name, path, value) in vars.iter().filter(|(n, _, _)| !ignored.contains(n)) {
+                set_path(&mut table, path, parse_env_value(value))
+                    .with_context(|| format!("environment variable {name}"))?;
+            }
+            match table.try_into::<Self>() {
+                Ok(cfg) => break cfg,
+                Err(e) => {
+                    let text = e.to_string();
+                    let culprit = unknown_field(&text).and_then(|field| {
+                        vars.iter()
+                            .filter(|(n, _, _)| !ignored.contains(n))
+                            .find(|(_, path, _)| path.last().is_some_and(|last| last == field))
+                            .map(|(n, _, _)| n.clone())
+                    });
+                    match culprit {
+                        Some(name) => ignored.push(name),
+                        None => bail!("{source}: {}", text.trim_end()),
+                    }
+                }
+            }
+        };
+        let cfg = Self { ignored_env: ignored, ..cfg };
         // Mounts may still come from the command line: the caller runs
         // `validate` (which checks the mounts tokens name) once they are in.
         cfg.validate_values()?;
@@ -708,8 +750,22 @@ mod tests {
         assert!(e.contains("read_only"), "{e}");
         let e = Config::from_toml_str("[mounts.a]\nurl = \"memory://\"\nreadonly = true").unwrap_err().to_string();
         assert!(e.contains("readonly"), "{e}");
-        let e = Config::load(None, env(&[("ZARRD_COLOUR", "1")])).unwrap_err().to_string();
-        assert!(e.contains("colour"), "{e}");
+        // An unknown variable is left out and named; an unknown key in a file stays an error.
+        let c = Config::load(None, env(&[("ZARRD_COLOUR", "1"), ("ZARRD_LIMITS__MAX_PUT_BYTES", "10")])).unwrap();
+        assert_eq!((c.ignored_env.clone(), c.limits.max_put_bytes), (vec!["ZARRD_COLOUR".to_string()], 10));
+        let c = Config::load(
+            None,
+            env(&[
+                ("ZARRD_LIMITS__MAX_PUTBYTES", "1"),
+                ("ZARRD_MOUNTS__A__URL", "memory://"),
+                ("ZARRD_MOUNTS__A__READONLY", "true"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.ignored_env, ["ZARRD_LIMITS__MAX_PUTBYTES", "ZARRD_MOUNTS__A__READONLY"]);
+        assert!(c.mounts.contains_key("a"));
+        let e = Config::load(None, env(&[("ZARRD_LIMITS__MAX_PUT_BYTES", "many")])).unwrap_err().to_string();
+        assert!(e.contains("max_put_bytes"), "{e}");
         let e = Config::from_toml_str("bind = \"nowhere\"").unwrap_err().to_string();
         assert!(e.contains("bind"), "{e}");
         let e = Config::from_toml_str("[limits]\nmax_put_bytes = 0").unwrap_err().to_string();
