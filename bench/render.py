@@ -117,6 +117,9 @@ def main() -> None:
                 ("PNG tile 256x256 float32, viridis, percentile range", ""),
             ]:
                 path = f"/api/v1/data/bench/f?sel=256:512,512:768&format=png&colormap=viridis{query}"
+                # A new connection: zarrd closes idle ones while wrk runs.
+                conn.close()
+                conn = server.conn()
                 conn.request("GET", path)
                 r = conn.getresponse()
                 png = r.read()

@@ -90,6 +90,30 @@ pub struct Auth {
     /// for what anonymous callers may then do.
     #[serde(default)]
     pub tokens: Vec<TokenSpec>,
+    /// The secret signed links are signed with (at least 32 bytes; see
+    /// `http::links`). Absent: no links can be minted or used. Changing it
+    /// revokes every link minted with the old one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_key: Option<LinkKey>,
+}
+
+/// The signing secret of links: never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LinkKey(String);
+
+impl LinkKey {
+    /// The secret.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for LinkKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinkKey(…)")
+    }
 }
 
 /// One bearer token: its name (logged), the SHA-256 of its value (never the
@@ -618,6 +642,9 @@ impl Config {
             bail!("limits.read_slab_bytes: must be at least 4096");
         }
         self.validate_auth()?;
+        if self.auth.link_key.as_ref().is_some_and(|k| k.expose().len() < 32) {
+            bail!("auth.link_key: at least 32 bytes (e.g. `openssl rand -hex 32`)");
+        }
         if self.cors.allowed_origins.is_empty() {
             bail!("cors.allowed_origins: list at least one origin, or \"*\"");
         }

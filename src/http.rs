@@ -18,6 +18,7 @@ pub mod extract;
 pub mod front;
 pub mod guard;
 pub mod health;
+pub mod links;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
@@ -65,7 +66,9 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
     let router = api::node_routes(router, routes!(api::image::get_preview));
     // The browser: `/`, a mount's place, and the mount root with its slash.
     let router = api::node_routes(router.routes(routes!(browser::index)), routes!(browser::browse))
-        .route(BROWSE_ROOT_ROUTE, axum::routing::get(browser::browse));
+        .route(BROWSE_ROOT_ROUTE, axum::routing::get(browser::browse))
+        .routes(routes!(links::mint))
+        .routes(routes!(links::read_linked));
     router
         .routes(routes!(
             api::attributes::get_attributes,

@@ -130,6 +130,14 @@ pub const RULES: &[Rule] = &[
     Rule { template: "/api/v1/chunks/{mount}", methods: CHUNKS, params: CHUNK_PARAMS },
     Rule { template: "/api/v1/chunks/{mount}/{*path}", methods: CHUNKS, params: CHUNK_PARAMS },
     Rule { template: "/", methods: &[("GET", Need::Caller), ("HEAD", Need::Caller)], params: NO_PARAMS },
+    // Signed links: minted by a caller with read on the mount (checked by
+    // the handler); used without a token, the credential being in the path.
+    Rule { template: "/api/v1/links", methods: &[("POST", Need::Caller)], params: NO_PARAMS },
+    Rule {
+        template: "/s/{link}/{*key}",
+        methods: &[("GET", Need::Public), ("HEAD", Need::Public), ("OPTIONS", Need::Public)],
+        params: Params::Ignored,
+    },
     Rule { template: "/browse/{mount}", methods: CHUNKS, params: BROWSE_PARAMS },
     Rule { template: "/browse/{mount}/", methods: CHUNKS, params: BROWSE_PARAMS },
     Rule { template: "/browse/{mount}/{*path}", methods: CHUNKS, params: BROWSE_PARAMS },

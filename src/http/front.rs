@@ -162,7 +162,7 @@ impl Front {
                 tracing::info!(
                     target: "zarrd::request",
                     method = "OPTIONS",
-                    path = req.uri().path(),
+                    path = &*super::links::redact(req.uri().path()),
                     status = resp.status().as_u16(),
                     origin,
                     asked_method,
@@ -308,7 +308,8 @@ impl Done {
         if let Some((method, uri)) = log {
             let info = tracing::enabled!(target: "zarrd::request", tracing::Level::INFO);
             if info || status >= 500 {
-                let path = uri.path();
+                // A signed link's credential is never logged.
+                let path = &*super::links::redact(uri.path());
                 let bytes = known_length(&resp).unwrap_or(0);
                 let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
                 let request_id = id.to_str().unwrap_or("-");

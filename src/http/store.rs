@@ -71,7 +71,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<&
 
 /// Reads the conditional and range headers of a read, in one pass over the
 /// headers (most reads have none of them).
-fn read_request(headers: &HeaderMap, head_only: bool) -> ReadRequest {
+pub(crate) fn read_request(headers: &HeaderMap, head_only: bool) -> ReadRequest {
     let mut req = ReadRequest { head_only, ..ReadRequest::default() };
     fn text(v: &HeaderValue) -> Option<&str> {
         v.to_str().ok()
@@ -119,7 +119,7 @@ fn content_type(key: &StoreKey) -> &'static str {
     }
 }
 
-fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Option<&str>) -> Response {
+pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Option<&str>) -> Response {
     let ReadOutcome { meta, range, body } = out;
     let (status, length) = match &range {
         Some(r) => (StatusCode::PARTIAL_CONTENT, r.end - r.start),

@@ -292,13 +292,25 @@ fn default_range(vals: &[f64], dt: &DataType) -> (f64, f64) {
     }
 }
 
+/// `y` (0 to 255) rounded half to even, as numpy's `round` and `rint`: by
+/// adding and taking away 1.5 × 2^52, which leaves the rounding to the FPU's
+/// round-to-nearest-even mode. `f64::round_ties_even` does the same through a
+/// call to libm's `rint` (x86-64 has no inline rounding instruction before
+/// SSE4.1), a fifth of a tile's rendering time.
+#[inline]
+fn rint(y: f64) -> f64 {
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
+    (y + MAGIC) - MAGIC
+}
+
 /// One value scaled to 0..=255.
+#[inline]
 fn scale(v: f64, lo: f64, hi: f64) -> u8 {
     if hi == lo || v.is_nan() {
         return 0;
     }
     let t = ((v - lo) / (hi - lo)).clamp(0.0, 1.0);
-    (255.0 * t).round_ties_even() as u8
+    rint(255.0 * t) as u8
 }
 
 /// A rendered image, before encoding.
@@ -472,6 +484,12 @@ mod tests {
         assert_eq!(scale(2.0, 0.0, 1.0), 255);
         assert_eq!(scale(f64::INFINITY, 0.0, 1.0), 255);
         assert_eq!(scale(0.5, 0.0, 1.0), 128); // 127.5 → 128 (even)
+        for (y, even) in
+            [(2.5, 2.0), (3.5, 4.0), (254.5, 254.0), (0.49999999999999994, 0.0), (126.5, 126.0), (255.0, 255.0)]
+        {
+            assert_eq!(rint(y), even, "{y}");
+            assert_eq!(rint(y), y.round_ties_even(), "{y}");
+        }
         assert_eq!(scale(3.0, 3.0, 3.0), 0);
         assert_eq!(scale(0.25, 1.0, 0.0), 191); // an inverted range inverts
     }
