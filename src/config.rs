@@ -63,6 +63,11 @@ pub struct Config {
     /// Named storage locations.
     #[serde(default)]
     pub mounts: BTreeMap<String, MountSpec>,
+    /// `ZARRD_*` environment variables that name no option (another tool's
+    /// `ZARRD_BIN`, a typo): ignored by [`Config::load`], to be logged as
+    /// warnings naming them once logging is set up.
+    #[serde(skip)]
+    pub ignored_env: Vec<String>,
 }
 
 /// Bearer tokens and their scopes.
@@ -85,6 +90,30 @@ pub struct Auth {
     /// for what anonymous callers may then do.
     #[serde(default)]
     pub tokens: Vec<TokenSpec>,
+    /// The secret signed links are signed with (at least 32 bytes; see
+    /// `http::links`). Absent: no links can be minted or used. Changing it
+    /// revokes every link minted with the old one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_key: Option<LinkKey>,
+}
+
+/// The signing secret of links: never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LinkKey(String);
+
+impl LinkKey {
+    /// The secret.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for LinkKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinkKey(…)")
+    }
 }
 
 /// One bearer token: its name (logged), the SHA-256 of its value (never the
@@ -282,6 +311,11 @@ pub struct Limits {
     /// stops reading cannot hold an answer's memory for longer.
     #[serde(default = "default_send_stall_timeout")]
     pub send_stall_timeout_seconds: u64,
+    /// Most pixels one rendered image (`format=png`, previews) may have
+    /// (413 beyond): the selection is rendered in memory, up to 32 bytes a
+    /// pixel (four channels of 8-byte values).
+    #[serde(default = "default_max_image_pixels")]
+    pub max_image_pixels: u64,
 }
 
 /// Caches.
@@ -356,6 +390,9 @@ const fn default_read_answer_budget() -> u64 {
 }
 const fn default_send_stall_timeout() -> u64 {
     60
+}
+const fn default_max_image_pixels() -> u64 {
+    16 * 1024 * 1024
 }
 const fn default_slab() -> u64 {
     32 * 1024 * 1024
@@ -444,6 +481,7 @@ impl Default for Limits {
             document_parse_budget_bytes: default_document_budget(),
             read_answer_budget_bytes: default_read_answer_budget(),
             send_stall_timeout_seconds: default_send_stall_timeout(),
+            max_image_pixels: default_max_image_pixels(),
         }
     }
 }
@@ -470,8 +508,15 @@ impl Default for Config {
             auth: Auth::default(),
             tls: None,
             mounts: BTreeMap::new(),
+            ignored_env: Vec::new(),
         }
     }
+}
+
+/// The field serde names in an "unknown field `x`" error.
+fn unknown_field(message: &str) -> Option<&str> {
+    let rest = &message[message.find("unknown field `")? + "unknown field `".len()..];
+    rest.split('`').next()
 }
 
 /// The name and directory of the embedded default mount.
@@ -490,10 +535,15 @@ impl Config {
 
     /// Loads the file (when given), then applies `ZARRD_*` variables from `env`.
     ///
+    /// A variable that names no option is left out and listed in
+    /// [`Config::ignored_env`] (a warning, not a refusal: the environment is
+    /// shared with other tools); an unknown key in the file is an error, as
+    /// is a known option with an invalid value from either.
+    ///
     /// # Errors
-    /// Unreadable file, invalid TOML, unknown option, invalid value.
+    /// Unreadable file, invalid TOML, unknown option in the file, invalid value.
     pub fn load(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> anyhow::Result<Self> {
-        let mut table = match file {
+        let file_table = match file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("cannot read configuration file {}", path.display()))?;
@@ -502,6 +552,7 @@ impl Config {
             }
             None => toml::Table::new(),
         };
+        let mut vars = Vec::new();
         for (name, value) in env {
             let Some(rest) = name.strip_prefix("ZARRD_") else { continue };
             if rest.starts_with("TEST_") || rest.is_empty() {
@@ -511,12 +562,36 @@ impl Config {
             if path.iter().any(String::is_empty) {
                 bail!("environment variable {name}: empty key segment");
             }
-            set_path(&mut table, &path, parse_env_value(&value))
-                .with_context(|| format!("environment variable {name}"))?;
+            vars.push((name, path, value));
         }
         let source = file.map_or_else(|| "environment".to_string(), |p| p.display().to_string());
-        let cfg: Self =
-            table.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("{source}: {}", e.to_string().trim_end()))?;
+        let mut ignored: Vec<String> = Vec::new();
+        // Each round leaves out one more variable that names an unknown key
+        // (at most one round per variable).
+        let cfg: Self = loop {
+            let mut table = file_table.clone();
+            for (name, path, value) in vars.iter().filter(|(n, _, _)| !ignored.contains(n)) {
+                set_path(&mut table, path, parse_env_value(value))
+                    .with_context(|| format!("environment variable {name}"))?;
+            }
+            match table.try_into::<Self>() {
+                Ok(cfg) => break cfg,
+                Err(e) => {
+                    let text = e.to_string();
+                    let culprit = unknown_field(&text).and_then(|field| {
+                        vars.iter()
+                            .filter(|(n, _, _)| !ignored.contains(n))
+                            .find(|(_, path, _)| path.last().is_some_and(|last| last == field))
+                            .map(|(n, _, _)| n.clone())
+                    });
+                    match culprit {
+                        Some(name) => ignored.push(name),
+                        None => bail!("{source}: {}", text.trim_end()),
+                    }
+                }
+            }
+        };
+        let cfg = Self { ignored_env: ignored, ..cfg };
         // Mounts may still come from the command line: the caller runs
         // `validate` (which checks the mounts tokens name) once they are in.
         cfg.validate_values()?;
@@ -558,6 +633,7 @@ impl Config {
             ("document_parse_budget_bytes", l.document_parse_budget_bytes),
             ("read_answer_budget_bytes", l.read_answer_budget_bytes),
             ("send_stall_timeout_seconds", l.send_stall_timeout_seconds),
+            ("max_image_pixels", l.max_image_pixels),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             bail!("limits.{name}: must be greater than 0");
@@ -566,6 +642,9 @@ impl Config {
             bail!("limits.read_slab_bytes: must be at least 4096");
         }
         self.validate_auth()?;
+        if self.auth.link_key.as_ref().is_some_and(|k| k.expose().len() < 32) {
+            bail!("auth.link_key: at least 32 bytes (e.g. `openssl rand -hex 32`)");
+        }
         if self.cors.allowed_origins.is_empty() {
             bail!("cors.allowed_origins: list at least one origin, or \"*\"");
         }
@@ -698,8 +777,22 @@ mod tests {
         assert!(e.contains("read_only"), "{e}");
         let e = Config::from_toml_str("[mounts.a]\nurl = \"memory://\"\nreadonly = true").unwrap_err().to_string();
         assert!(e.contains("readonly"), "{e}");
-        let e = Config::load(None, env(&[("ZARRD_COLOUR", "1")])).unwrap_err().to_string();
-        assert!(e.contains("colour"), "{e}");
+        // An unknown variable is left out and named; an unknown key in a file stays an error.
+        let c = Config::load(None, env(&[("ZARRD_COLOUR", "1"), ("ZARRD_LIMITS__MAX_PUT_BYTES", "10")])).unwrap();
+        assert_eq!((c.ignored_env.clone(), c.limits.max_put_bytes), (vec!["ZARRD_COLOUR".to_string()], 10));
+        let c = Config::load(
+            None,
+            env(&[
+                ("ZARRD_LIMITS__MAX_PUTBYTES", "1"),
+                ("ZARRD_MOUNTS__A__URL", "memory://"),
+                ("ZARRD_MOUNTS__A__READONLY", "true"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.ignored_env, ["ZARRD_LIMITS__MAX_PUTBYTES", "ZARRD_MOUNTS__A__READONLY"]);
+        assert!(c.mounts.contains_key("a"));
+        let e = Config::load(None, env(&[("ZARRD_LIMITS__MAX_PUT_BYTES", "many")])).unwrap_err().to_string();
+        assert!(e.contains("max_put_bytes"), "{e}");
         let e = Config::from_toml_str("bind = \"nowhere\"").unwrap_err().to_string();
         assert!(e.contains("bind"), "{e}");
         let e = Config::from_toml_str("[limits]\nmax_put_bytes = 0").unwrap_err().to_string();

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod browser;
 pub mod cors;
 pub mod dav;
 pub mod docs;
@@ -17,6 +18,7 @@ pub mod extract;
 pub mod front;
 pub mod guard;
 pub mod health;
+pub mod links;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
@@ -61,6 +63,12 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
     let router = api::node_routes(router, routes!(api::consolidate::consolidate));
     let router = api::node_routes(router, routes!(api::data::get_data, api::data::post_data, api::write::put_data));
     let router = api::node_routes(router, routes!(api::data::get_chunk));
+    let router = api::node_routes(router, routes!(api::image::get_preview));
+    // The browser: `/`, a mount's place, and the mount root with its slash.
+    let router = api::node_routes(router.routes(routes!(browser::index)), routes!(browser::browse))
+        .route(BROWSE_ROOT_ROUTE, axum::routing::get(browser::browse))
+        .routes(routes!(links::mint))
+        .routes(routes!(links::read_linked));
     router
         .routes(routes!(
             api::attributes::get_attributes,
@@ -81,6 +89,10 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
 /// root, served by the store handlers with an empty key.
 pub const MOUNT_ROOT_ROUTES: [&str; 2] = ["/zarr/{mount}", "/zarr/{mount}/"];
 
+/// The browser's page of a mount's root, with its slash (the links' form),
+/// registered without an operation of its own (`/browse/{mount}` is it).
+pub const BROWSE_ROOT_ROUTE: &str = "/browse/{mount}/";
+
 /// The whole application: the routes behind [`front::Front`].
 ///
 /// # Panics
@@ -88,7 +100,7 @@ pub const MOUNT_ROOT_ROUTES: [&str; 2] = ["/zarr/{mount}", "/zarr/{mount}/"];
 /// error: it would be served unguarded; every test would show it).
 pub fn router(app: Arc<App>) -> Front {
     let (router, api) = routes().split_for_parts();
-    for template in api.paths.paths.keys().map(String::as_str).chain(MOUNT_ROOT_ROUTES) {
+    for template in api.paths.paths.keys().map(String::as_str).chain(MOUNT_ROOT_ROUTES).chain([BROWSE_ROOT_ROUTE]) {
         assert!(auth::rule(template).is_some(), "route {template} has no access rule in http::auth::RULES");
     }
     serve_routes(router, app)

@@ -110,6 +110,9 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = load(args)?;
     zarrd::server::init_logging(config.log.format);
+    for name in &config.ignored_env {
+        tracing::warn!(variable = %name, "environment variable {name} names no configuration option: ignored");
+    }
     runtime()?.block_on(zarrd::server::run(config))
 }
 
@@ -136,6 +139,9 @@ fn hash_token() -> anyhow::Result<()> {
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let args = ServeArgs { config: Some(file.to_path_buf()), ..ServeArgs::default() };
     let config = load(&args)?;
+    for name in &config.ignored_env {
+        eprintln!("zarrd: warning: environment variable {name} names no configuration option: ignored");
+    }
     runtime()?.block_on(async {
         let app = zarrd::service::App::from_config(config)?;
         if let Some((mount, reason)) = app.probe_mounts().await.first() {

@@ -18,6 +18,8 @@
 //!     describe.rs       stats, children, TensorStore schema
 //!     create.rs  delete.rs  attributes.rs  resize.rs  consolidate.rs
 //!   keys.rs           raw keys of a mount: the store protocol and PROPFIND
+//!   browse.rs         the browser's pages: the node at a path, one page of
+//!                     its entries classified
 //!   array.rs, array/  operations on an array's data, through the engine
 //!     read.rs, read/    slice reads (open, checks, plan, produce);
 //!                       read/stream.rs: messages, answer budget, JSON pieces;
@@ -28,18 +30,22 @@
 //!                     and request bodies: negotiation, encode, decode
 //!   cache.rs, cache/  metadata.rs: opened nodes, revalidated by ETag;
 //!                     chunk.rs: decoded units, the engine's UnitCache
+//!   render.rs, render/ rendered images: format=png (image.rs: layout,
+//!                     range, colormaps, PNG) and previews (preview.rs)
 //!   locks.rs          per-mount node and key locks
 //!   cpu.rs            the CPU pool CPU-heavy work runs on
 //! ```
 
 pub mod app;
 pub mod array;
+pub mod browse;
 pub mod cache;
 pub mod cpu;
 pub mod error;
 pub mod keys;
 pub mod locks;
 pub mod node;
+pub mod render;
 pub mod wire;
 
 pub use app::{App, MountRef, NodeRef};

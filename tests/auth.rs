@@ -100,6 +100,11 @@ async fn every_route_and_method_against_every_kind_of_caller() {
     let wrong = "wrong-token-0123456789abcdef";
     let mut checked = Vec::new();
     for rule in RULES {
+        // Signed links carry their credential in the path, not in a token:
+        // tests/python/test_signed_links.py checks them (403 for a bad link).
+        if rule.template.starts_with("/s/") {
+            continue;
+        }
         let path = concrete(rule.template, "data");
         // Routes of the table that this build does not register answer the JSON 404.
         let probe = s.send("GET", &path, Some(ADMIN_TOKEN), &[]).await;

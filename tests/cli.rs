@@ -253,6 +253,43 @@ async fn environment_variables_override_the_configuration() {
 }
 
 #[tokio::test]
+async fn unknown_environment_variables_are_warnings_naming_them_but_unknown_file_keys_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = format!("data={}", path_str(dir.path()));
+    let mut cmd = serve_cmd(&["--mount", &mount]);
+    // Another tool's variable, a misspelt option, and a real one that must still apply.
+    cmd.env("ZARRD_BIN", "/usr/local/bin/zarrd");
+    cmd.env("ZARRD_LIMITS__MAX_PUTBYTES", "1");
+    cmd.env("ZARRD_LIMITS__MAX_PUT_BYTES", "10");
+    let server = Server::start(cmd).await;
+    let r = common::client().put(server.url("/zarr/data/k")).body("0123456789A").send().await.unwrap();
+    assert_eq!(r.status(), 413, "ZARRD_LIMITS__MAX_PUT_BYTES still applies");
+    let logs = server.stderr();
+    server.stop().await;
+    for name in ["ZARRD_BIN", "ZARRD_LIMITS__MAX_PUTBYTES"] {
+        assert!(logs.lines().any(|l| l.contains("WARN") && l.contains(name)), "no warning naming {name}:\n{logs}");
+    }
+    assert!(!logs.contains("ZARRD_LIMITS__MAX_PUT_BYTES names no"), "{logs}");
+
+    // check-config warns too; a bad value of a known option, and an unknown key in the file, stay errors.
+    let config = dir.path().join("zarrd.toml");
+    std::fs::write(&config, format!("[mounts.data]\nurl = \"{}\"\n", path_str(dir.path()))).unwrap();
+    let mut cmd = zarrd();
+    cmd.arg("check-config").arg(&config).env("ZARRD_BIN", "/x");
+    let (status, _, stderr) = run(cmd).await;
+    assert!(status.success() && stderr.contains("warning") && stderr.contains("ZARRD_BIN"), "{stderr}");
+    let mut cmd = zarrd();
+    cmd.arg("check-config").arg(&config).env("ZARRD_LIMITS__MAX_PUT_BYTES", "lots");
+    let (status, _, stderr) = run(cmd).await;
+    assert!(!status.success() && stderr.contains("max_put_bytes"), "{stderr}");
+    std::fs::write(&config, format!("bin = 1\n[mounts.data]\nurl = \"{}\"\n", path_str(dir.path()))).unwrap();
+    let mut cmd = zarrd();
+    cmd.arg("check-config").arg(&config);
+    let (status, _, stderr) = run(cmd).await;
+    assert!(!status.success() && stderr.contains("bin"), "{stderr}");
+}
+
+#[tokio::test]
 async fn serve_refuses_to_start_on_an_unreachable_mount() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("zarrd.toml");

@@ -66,6 +66,11 @@ fn value_for(name: &str) -> &'static str {
         "depth" => "1",
         "stats" | "fill_missing" | "create" | "open" => "true",
         "delete_existing" | "recursive" | "write_empty_chunks" => "false",
+        "rescale" => "0,1",
+        "colormap" => "gray",
+        "transparent_fill" => "true",
+        "size" => "16",
+        "page" => "0",
         other => panic!("no test value for the parameter `{other}`: add one"),
     }
 }

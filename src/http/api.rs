@@ -14,6 +14,7 @@
 //! | `/api/v1/consolidate/{mount}` and `/api/v1/consolidate/{mount}/{*path}` | POST |
 //! | `/api/v1/data/{mount}/{*path}` | GET: read a selection (`?sel=`); POST: read (selection in the body); PUT: write |
 //! | `/api/v1/chunks/{mount}/{*path}` | GET: one decoded chunk by grid coordinates |
+//! | `/api/v1/preview/{mount}/{*path}` | GET: a PNG thumbnail of an array |
 //!
 //! In the OpenAPI document `{*path}` is the parameter `{path}`: a generated
 //! client percent-encodes the `/` inside it, which axum decodes.
@@ -30,6 +31,7 @@
 pub mod attributes;
 pub mod consolidate;
 pub mod data;
+pub mod image;
 pub mod nodes;
 pub mod resize;
 pub mod write;
@@ -132,7 +134,7 @@ mod tests {
                 assert_eq!(names(root_op), expected, "{template}");
             }
         }
-        // nodes (GET, PUT, DELETE), data (GET, POST, PUT), chunks, consolidate.
-        assert_eq!(twins, 8);
+        // nodes (GET, PUT, DELETE), data (GET, POST, PUT), chunks, consolidate, preview, browse.
+        assert_eq!(twins, 10);
     }
 }

@@ -80,9 +80,13 @@ const NODE_PARAMS: Params = Params::Only(&[
 /// Slice reads by `GET`/`HEAD`, writes by `PUT` (`POST` reads take their
 /// options in the body).
 const DATA_PARAMS: Params = Params::Only(&[
-    ("GET", &["sel", "mode", "field", "format", "fill_missing"]),
+    ("GET", &["sel", "mode", "field", "format", "fill_missing", "rescale", "colormap", "transparent_fill"]),
     ("PUT", &["sel", "mode", "format", "write_empty_chunks"]),
 ]);
+/// Browser pages of a place in a mount.
+const BROWSE_PARAMS: Params = Params::Only(&[("GET", &["page", "stats"])]);
+/// Previews (`GET`/`HEAD`).
+const PREVIEW_PARAMS: Params = Params::Only(&[("GET", &["size", "colormap", "rescale", "transparent_fill"])]);
 const CHUNK_PARAMS: Params = Params::Only(&[("GET", &["coords", "inner", "field", "format", "fill_missing"])]);
 
 const READ: Need = Need::Mount(Scope::Read);
@@ -125,6 +129,20 @@ pub const RULES: &[Rule] = &[
     Rule { template: "/api/v1/data/{mount}/{*path}", methods: DATA, params: DATA_PARAMS },
     Rule { template: "/api/v1/chunks/{mount}", methods: CHUNKS, params: CHUNK_PARAMS },
     Rule { template: "/api/v1/chunks/{mount}/{*path}", methods: CHUNKS, params: CHUNK_PARAMS },
+    Rule { template: "/", methods: &[("GET", Need::Caller), ("HEAD", Need::Caller)], params: NO_PARAMS },
+    // Signed links: minted by a caller with read on the mount (checked by
+    // the handler); used without a token, the credential being in the path.
+    Rule { template: "/api/v1/links", methods: &[("POST", Need::Caller)], params: NO_PARAMS },
+    Rule {
+        template: "/s/{link}/{*key}",
+        methods: &[("GET", Need::Public), ("HEAD", Need::Public), ("OPTIONS", Need::Public)],
+        params: Params::Ignored,
+    },
+    Rule { template: "/browse/{mount}", methods: CHUNKS, params: BROWSE_PARAMS },
+    Rule { template: "/browse/{mount}/", methods: CHUNKS, params: BROWSE_PARAMS },
+    Rule { template: "/browse/{mount}/{*path}", methods: CHUNKS, params: BROWSE_PARAMS },
+    Rule { template: "/api/v1/preview/{mount}", methods: CHUNKS, params: PREVIEW_PARAMS },
+    Rule { template: "/api/v1/preview/{mount}/{*path}", methods: CHUNKS, params: PREVIEW_PARAMS },
     Rule { template: "/healthz", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/readyz", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/openapi.json", methods: PUBLIC, params: NO_PARAMS },

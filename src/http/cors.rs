@@ -7,7 +7,20 @@
 //!
 //! - Any `OPTIONS` request is a preflight and is answered here, before
 //!   authentication (a browser sends no credentials on one): 200, an empty
-//!   body, the allowed methods and request headers, `Max-Age`.
+//!   body, the allowed methods and request headers, `Max-Age`. The request
+//!   headers allowed are the usual ones ([`ALLOWED_HEADERS`]) plus every
+//!   header the preflight asks for (`Access-Control-Request-Headers`), when
+//!   its origin is allowed and the list is well formed (header names, at
+//!   most [`MAX_REQUESTED_HEADERS`] bytes): a script may send
+//!   `Cache-Control`, `If-Unmodified-Since` or its own tracing header.
+//!   Headers never widen what an origin may do: writes are decided by the
+//!   methods a preflight allows (below) and by the guard. Preflights are
+//!   counted in the HTTP metrics (method `OPTIONS`) and logged as requests
+//!   (`zarrd::request`, with the origin and what was asked).
+//! - Every response exposes to scripts the headers they read: ranges and
+//!   validators, the request id, the `X-Zarr-*` headers, and
+//!   `WWW-Authenticate` (why a 401), `Retry-After` (when a 503 or 429 may
+//!   be retried) and `Allow` (a 405's methods).
 //! - Every other response, errors included, gets
 //!   `Access-Control-Allow-Origin` and `Access-Control-Expose-Headers`.
 //! - With `cors.allowed_origins = ["*"]` (the default) the origin is `*` on
@@ -41,6 +54,10 @@ const METHODS: &str = "GET,HEAD,PUT,POST,PATCH,DELETE,OPTIONS,PROPFIND,MKCOL";
 /// `Access-Control-Request-Headers`).
 const ALLOWED_HEADERS: &str = "range,if-none-match,if-match,if-modified-since,authorization,content-type,depth";
 
+/// The longest `Access-Control-Request-Headers` whose headers a preflight
+/// allows (a longer one gets the usual list only).
+pub const MAX_REQUESTED_HEADERS: usize = 1024;
+
 /// How long a browser may keep a preflight's answer.
 const MAX_AGE_SECONDS: &str = "3600";
 
@@ -69,7 +86,7 @@ impl Cors {
             allowed_origins.iter().filter(|o| *o != "*").filter_map(|o| HeaderValue::from_str(o).ok()).collect();
         let origins =
             if allowed_origins.iter().any(|o| o == "*") { Origins::Any } else { Origins::List(listed.clone()) };
-        let exposed: [&HeaderName; 9] = [
+        let exposed: [&HeaderName; 13] = [
             &header::CONTENT_RANGE,
             &header::CONTENT_LENGTH,
             &header::ETAG,
@@ -79,6 +96,10 @@ impl Cors {
             &super::api::data::X_ZARR_SHAPE,
             &super::api::data::X_ZARR_DTYPE,
             &super::api::data::X_ZARR_ORDER,
+            &super::api::image::X_ZARR_SELECTION,
+            &header::WWW_AUTHENTICATE,
+            &header::RETRY_AFTER,
+            &header::ALLOW,
         ];
         let expose = exposed.iter().map(|h| h.as_str()).collect::<Vec<_>>().join(",");
         Self { origins, listed, expose: HeaderValue::from_str(&expose).expect("header names are valid header values") }
@@ -110,10 +131,37 @@ impl Cors {
         let h = response.headers_mut();
         let methods = if writes { HeaderValue::from_static(METHODS) } else { reads.clone() };
         h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, methods);
-        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static(ALLOWED_HEADERS));
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, self.allowed_headers(request_headers));
         h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static(MAX_AGE_SECONDS));
         self.allow_origin(request_headers.get(header::ORIGIN), h);
         response
+    }
+
+    /// The request headers a preflight allows: [`ALLOWED_HEADERS`], plus
+    /// those it asks for when its origin is allowed and the list is header
+    /// names (lower-cased) in at most [`MAX_REQUESTED_HEADERS`] bytes.
+    fn allowed_headers(&self, request_headers: &HeaderMap) -> HeaderValue {
+        let usual = HeaderValue::from_static(ALLOWED_HEADERS);
+        let origin_allowed = match &self.origins {
+            Origins::Any => true,
+            Origins::List(list) => request_headers.get(header::ORIGIN).is_some_and(|o| list.contains(o)),
+        };
+        let Some(asked) = request_headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS) else { return usual };
+        if !origin_allowed || asked.len() > MAX_REQUESTED_HEADERS {
+            return usual;
+        }
+        let Ok(asked) = asked.to_str() else { return usual };
+        let mut names = Vec::new();
+        for name in asked.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match HeaderName::from_bytes(name.as_bytes()) {
+                Ok(n) => names.push(n.as_str().to_string()),
+                Err(_) => return usual,
+            }
+        }
+        if names.is_empty() {
+            return usual;
+        }
+        HeaderValue::from_str(&format!("{ALLOWED_HEADERS},{}", names.join(","))).unwrap_or(usual)
     }
 
     /// Adds the headers of a non-preflight response; `origin` is the
@@ -247,6 +295,35 @@ mod tests {
             assert!(allowed.split(',').any(|x| x == h), "{h} in {allowed}");
         }
         assert_eq!(r.headers()[header::ACCESS_CONTROL_MAX_AGE], "3600");
+    }
+
+    #[test]
+    fn preflights_allow_the_headers_they_ask_for_from_allowed_origins() {
+        let reads = HeaderValue::from_static("GET,HEAD,OPTIONS");
+        let asking = |cors: &Cors, origin: &'static str, asked: &str| {
+            let mut h = headers(Some(origin));
+            h.insert(header::ACCESS_CONTROL_REQUEST_HEADERS, HeaderValue::from_str(asked).unwrap());
+            let r = cors.preflight(&h, &reads);
+            r.headers()[header::ACCESS_CONTROL_ALLOW_HEADERS].to_str().unwrap().to_string()
+        };
+        let any = Cors::new(&["*".to_string()]);
+        let allowed = asking(&any, "http://x.example", "Cache-Control, if-unmodified-since,x-trace-id");
+        for h in ["cache-control", "if-unmodified-since", "x-trace-id", "range", "authorization"] {
+            assert!(allowed.split(',').any(|x| x == h), "{h} in {allowed}");
+        }
+        // Not header names, too long, or from an origin that is not allowed: the usual list.
+        assert_eq!(asking(&any, "http://x.example", "a b"), ALLOWED_HEADERS);
+        assert_eq!(asking(&any, "http://x.example", &"x,".repeat(600)), ALLOWED_HEADERS);
+        let listed = Cors::new(&["http://a.example".to_string()]);
+        assert_eq!(asking(&listed, "http://b.example", "x-trace-id"), ALLOWED_HEADERS);
+        assert!(asking(&listed, "http://a.example", "x-trace-id").ends_with(",x-trace-id"));
+        // And the headers scripts read are exposed.
+        let mut r = Response::new(axum::body::Body::empty());
+        any.decorate(None, &mut r);
+        let exposed = r.headers()[header::ACCESS_CONTROL_EXPOSE_HEADERS].to_str().unwrap().to_string();
+        for h in ["www-authenticate", "retry-after", "allow", "x-zarr-selection", "etag", "x-zarr-shape"] {
+            assert!(exposed.split(',').any(|x| x == h), "{h} in {exposed}");
+        }
     }
 
     #[test]

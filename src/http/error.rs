@@ -74,6 +74,8 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// A wire format (`format=`) that does not exist.
     InvalidFormat,
+    /// An `Accept` header naming only image types zarrd cannot produce.
+    NotAcceptable,
     /// A data body whose encoding is not said.
     MissingFormat,
     /// A WebDAV `Depth` header that is not 0, 1 or infinity.
@@ -165,6 +167,7 @@ impl ErrorCode {
             Self::InvalidBodyShape => (S::UNPROCESSABLE_ENTITY, "invalid_body"),
             Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             Self::InvalidFormat => (S::BAD_REQUEST, "invalid_format"),
+            Self::NotAcceptable => (S::NOT_ACCEPTABLE, "not_acceptable"),
             Self::MissingFormat => (S::BAD_REQUEST, "missing_format"),
             Self::InvalidDepth => (S::BAD_REQUEST, "invalid_depth"),
             Self::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, "payload_too_large"),

@@ -142,9 +142,36 @@ impl Front {
         let shared = &self.shared;
         let req = req.map(Body::new);
         if Cors::is_preflight(req.method()) {
+            let start = Instant::now();
             let (rule, _) = shared.route(req.uri().path());
             let reads = &shared.preflight_reads[rule.unwrap_or(shared.preflight_reads.len() - 1)];
-            return FrontFuture::answered(shared.cors.preflight(req.headers(), reads));
+            let resp = shared.cors.preflight(req.headers(), reads);
+            // Counted and logged as every request (method OPTIONS), with what was asked.
+            shared
+                .figures
+                .at(shared.figures.slot_at(rule, "OPTIONS"))
+                .answered(resp.status().as_u16(), start.elapsed());
+            if tracing::enabled!(target: "zarrd::request", tracing::Level::INFO) {
+                let h = req.headers();
+                let (origin, asked_method, asked_headers) = (
+                    text_of(h.get(header::ORIGIN)),
+                    text_of(h.get(header::ACCESS_CONTROL_REQUEST_METHOD)),
+                    text_of(h.get(header::ACCESS_CONTROL_REQUEST_HEADERS)),
+                );
+                let allowed_methods = text_of(resp.headers().get(header::ACCESS_CONTROL_ALLOW_METHODS));
+                tracing::info!(
+                    target: "zarrd::request",
+                    method = "OPTIONS",
+                    path = &*super::links::redact(req.uri().path()),
+                    status = resp.status().as_u16(),
+                    origin,
+                    asked_method,
+                    asked_headers,
+                    allowed_methods,
+                    "preflight"
+                );
+            }
+            return FrontFuture::answered(resp);
         }
         let start = Instant::now();
         let (rule, mount) = shared.route(req.uri().path());
@@ -281,7 +308,8 @@ impl Done {
         if let Some((method, uri)) = log {
             let info = tracing::enabled!(target: "zarrd::request", tracing::Level::INFO);
             if info || status >= 500 {
-                let path = uri.path();
+                // A signed link's credential is never logged.
+                let path = &*super::links::redact(uri.path());
                 let bytes = known_length(&resp).unwrap_or(0);
                 let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
                 let request_id = id.to_str().unwrap_or("-");
@@ -298,6 +326,11 @@ impl Done {
         shared.cors.decorate(origin.as_ref(), &mut resp);
         resp
     }
+}
+
+/// A header's value as text (lossy), for a log line.
+fn text_of(v: Option<&HeaderValue>) -> Option<String> {
+    v.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
 }
 
 /// The length of a response's body, when its head or its body says it.

@@ -46,6 +46,7 @@ use super::health::{FailingMount, Health};
         (name = "nodes", description = "Mounts, arrays and groups: describe, create, resize, attributes, delete"),
         (name = "data", description = "Slices of arrays (read and written) and decoded chunks, as raw bytes, .npy or JSON, encoded and decoded on the server"),
         (name = "operations", description = "Health and the API description"),
+        (name = "browser", description = "HTML pages for people: mounts, groups, arrays and directories, with previews and snippets"),
     )
 )]
 pub struct ApiDoc;

@@ -71,7 +71,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<&
 
 /// Reads the conditional and range headers of a read, in one pass over the
 /// headers (most reads have none of them).
-fn read_request(headers: &HeaderMap, head_only: bool) -> ReadRequest {
+pub(crate) fn read_request(headers: &HeaderMap, head_only: bool) -> ReadRequest {
     let mut req = ReadRequest { head_only, ..ReadRequest::default() };
     fn text(v: &HeaderValue) -> Option<&str> {
         v.to_str().ok()
@@ -119,7 +119,7 @@ fn content_type(key: &StoreKey) -> &'static str {
     }
 }
 
-fn read_response(key: &StoreKey, out: ReadOutcome) -> Response {
+pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Option<&str>) -> Response {
     let ReadOutcome { meta, range, body } = out;
     let (status, length) = match &range {
         Some(r) => (StatusCode::PARTIAL_CONTENT, r.end - r.start),
@@ -134,7 +134,9 @@ fn read_response(key: &StoreKey, out: ReadOutcome) -> Response {
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(key)));
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // The mount's setting (validated when the mount was built), else no-cache.
+    let cc = cache_control.and_then(|c| HeaderValue::from_str(c).ok());
+    h.insert(header::CACHE_CONTROL, cc.unwrap_or(HeaderValue::from_static("no-cache")));
     if let Ok(v) = HeaderValue::from_str(&meta.etag) {
         h.insert(header::ETAG, v);
     }
@@ -193,8 +195,9 @@ pub async fn get_key(State(app): State<Arc<App>>, request: axum::extract::Reques
     match target {
         Target::Key(key) => {
             let req = read_request(headers, method == Method::HEAD);
-            match store::read(&app.mount_ref(&mount)?, &key, &req).await {
-                Ok(out) => Ok(read_response(&key, out)),
+            let mount_ref = app.mount_ref(&mount)?;
+            match store::read(&mount_ref, &key, &req).await {
+                Ok(out) => Ok(read_response(&key, out, mount_ref.mount().cache_control())),
                 Err(ServiceError::IsPrefix(_)) => Ok(redirect_to_listing(uri)),
                 Err(e) => Err(e.into()),
             }

@@ -36,6 +36,8 @@ pub struct App {
     chunk_cache: Arc<ChunkCache>,
     /// `limits.read_answer_budget_bytes`, in KiB (see [`super::read`]).
     read_answers: Arc<tokio::sync::Semaphore>,
+    /// Rendered previews (see [`super::render::preview`]).
+    previews: super::render::preview::PreviewCache,
 }
 
 impl App {
@@ -79,7 +81,8 @@ impl App {
             .unwrap_or(usize::MAX)
             .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let read_answers = Arc::new(tokio::sync::Semaphore::new(kib));
-        Self { config, mounts, metadata: MetadataCache::default(), chunk_cache, read_answers }
+        let previews = super::render::preview::PreviewCache::default();
+        Self { config, mounts, metadata: MetadataCache::default(), chunk_cache, read_answers, previews }
     }
 
     /// The memory budget of started read answers, in KiB permits
@@ -94,6 +97,12 @@ impl App {
     #[must_use]
     pub fn chunk_cache(&self) -> &Arc<ChunkCache> {
         &self.chunk_cache
+    }
+
+    /// The cache of rendered previews.
+    #[must_use]
+    pub fn previews(&self) -> &super::render::preview::PreviewCache {
+        &self.previews
     }
 
     /// The write locks of a mount.

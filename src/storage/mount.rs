@@ -76,7 +76,16 @@ pub struct MountSpec {
     /// local and memory mounts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetrySpec>,
+    /// The `Cache-Control` of the store protocol's object reads (absent:
+    /// `no-cache`, so clients revalidate by ETag). A read-only archive may
+    /// say `max-age=86400, immutable` so viewers stop revalidating every
+    /// chunk. Printable ASCII, at most [`MAX_CACHE_CONTROL`] bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<String>,
 }
+
+/// The longest `cache_control` a mount may set.
+pub const MAX_CACHE_CONTROL: usize = 256;
 
 const fn default_true() -> bool {
     true
@@ -200,6 +209,7 @@ impl MountSpec {
             recheck_cached_data: None,
             fill_missing_data_reads: true,
             retry: None,
+            cache_control: None,
         }
     }
 }
@@ -215,6 +225,8 @@ pub enum MountError {
     Unreachable { mount: String, url: String, reason: String },
     #[error("mount name `{0}` is invalid: use letters, digits, `-`, `_` and `.` (not starting with `.`)")]
     BadName(String),
+    #[error("mount `{mount}`: {setting}: {reason}")]
+    BadSetting { mount: String, setting: &'static str, reason: String },
 }
 
 /// A mount, ready to serve.
@@ -231,6 +243,7 @@ pub struct Mount {
     recheck: RecheckPolicy,
     fill_missing: bool,
     listener: Listener,
+    cache_control: Option<Arc<str>>,
 }
 
 /// True for a usable mount name.
@@ -261,6 +274,17 @@ impl Mount {
             return Err(MountError::BadName(name.to_string()));
         }
         let bad = |reason: String| MountError::BadUrl { mount: name.into(), url: spec.url.clone(), reason };
+        if let Some(cc) = &spec.cache_control {
+            if cc.trim().is_empty() || cc.len() > MAX_CACHE_CONTROL || !cc.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+                return Err(MountError::BadSetting {
+                    mount: name.into(),
+                    setting: "cache_control",
+                    reason: format!(
+                        "expected a Cache-Control value of printable ASCII, at most {MAX_CACHE_CONTROL} bytes"
+                    ),
+                });
+            }
+        }
         let storage: Arc<dyn Storage> = match spec.url.split_once("://") {
             None => Arc::new(Self::local(name, spec, PathBuf::from(&spec.url), cache)?),
             Some(("file", rest)) => {
@@ -333,6 +357,7 @@ impl Mount {
         mount.fill_missing = spec.fill_missing_data_reads;
         mount.recheck_metadata = spec.recheck_cached_metadata;
         mount.anonymous_read = spec.anonymous_read;
+        mount.cache_control = spec.cache_control.as_deref().map(|c| Arc::from(c.trim()));
         Ok(mount)
     }
 
@@ -353,6 +378,7 @@ impl Mount {
             recheck: RecheckPolicy::default_for(url),
             fill_missing: true,
             listener: Listener(std::sync::OnceLock::new()),
+            cache_control: None,
         }
     }
 
@@ -458,6 +484,12 @@ impl Mount {
     #[must_use]
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The mount's `Cache-Control` for object reads (`None`: `no-cache`).
+    #[must_use]
+    pub fn cache_control(&self) -> Option<&str> {
+        self.cache_control.as_deref()
     }
 
     /// True when writes are refused.

@@ -40,6 +40,7 @@ GENERATOR_CONFIG = """\
 post_hooks: []
 content_type_overrides:
   application/x-npy: application/octet-stream
+  image/png: application/octet-stream
 """
 
 

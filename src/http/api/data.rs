@@ -62,7 +62,10 @@ pub struct DataQuery {
     /// appended to the result's.
     #[param(example = "x")]
     pub field: Option<String>,
-    /// `raw`, `npy` or `json` (default: the `Accept` header, else raw).
+    /// `raw`, `npy`, `json` or `png` (default: the `Accept` header, else
+    /// raw). `png`: a 2-D selection (size-1 dimensions dropped), or 3-D with
+    /// 3 or 4 channels (RGB, RGBA) as its last or else first dimension,
+    /// rendered as `rescale`, `colormap` and `transparent_fill` say.
     #[param(example = "npy")]
     pub format: Option<String>,
     /// `false`: a missing chunk is an error (404 `missing_chunk`) naming it
@@ -70,6 +73,19 @@ pub struct DataQuery {
     /// `fill_missing_data_reads`). Default: the mount's setting.
     #[param(example = false)]
     pub fill_missing: Option<bool>,
+    /// PNG only: `lo,hi`; a value `v` is shown as
+    /// `round(255 × clamp((v − lo) / (hi − lo), 0, 1))`. Default: the 2nd and
+    /// 98th percentiles of the selection's finite values (the full range
+    /// for bool and uint8).
+    #[param(example = "0,1000")]
+    pub rescale: Option<String>,
+    /// PNG only, one channel: `gray` (default), `viridis`, `magma`,
+    /// `inferno`, `plasma`, `cividis` or `turbo`.
+    #[param(example = "viridis")]
+    pub colormap: Option<String>,
+    /// PNG only: elements equal to the array's fill value are transparent
+    /// (NaN always is).
+    pub transparent_fill: Option<bool>,
 }
 
 /// The body of a slice read by POST (for selections too long for a URL).
@@ -141,7 +157,15 @@ pub struct SelectedElements;
 
 impl IntoResponses for SelectedElements {
     fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
-        elements_answer("The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order)")
+        let mut answers = elements_answer(
+            "The selected elements (headers X-Zarr-Shape, X-Zarr-Dtype, X-Zarr-Order), or with format=png the \
+             rendered image",
+        );
+        if let Some(RefOr::T(answer)) = answers.get_mut("200") {
+            let png = ContentBuilder::new().schema(Some(Binary::schema())).build();
+            answer.content.insert(super::image::IMAGE_PNG.to_string(), RefOr::T(png));
+        }
+        answers
     }
 }
 
@@ -223,9 +247,10 @@ fn params_from_query(q: DataQuery, headers: &HeaderMap) -> ApiResult<ReadParams>
     params(NodeTarget, DataQuery),
     responses(
         SelectedElements,
-        (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group", body = ErrorBody),
+        (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group; format=png: a selection that is not an image, a type with no scalar value, a bad rescale or colormap", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
-        (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON), or lists more than 4,194,304 indices", body = ErrorBody),
+        (status = 406, description = "Accept names only image types other than image/png", body = ErrorBody),
+        (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON, max_image_pixels for PNG), or lists more than 4,194,304 indices", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
         (status = 502, description = "A stored chunk is corrupt: the store answered bytes that do not decode (naming the key)", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
@@ -234,9 +259,17 @@ fn params_from_query(q: DataQuery, headers: &HeaderMap) -> ApiResult<ReadParams>
 pub async fn get_data(
     State(app): State<Arc<App>>,
     target: NodeTarget,
-    ApiQuery(q): ApiQuery<DataQuery>,
+    ApiQuery(mut q): ApiQuery<DataQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    let (rescale, colormap, fill) = (q.rescale.take(), q.colormap.take(), q.transparent_fill.take());
+    if super::image::wants_png(q.format.as_deref(), &headers)? {
+        let opts = super::image::render_options(rescale.as_deref(), colormap.as_deref(), fill)?;
+        q.format = Some("raw".into());
+        let params = params_from_query(q, &headers)?;
+        return super::image::png_read(app, target, params, opts).await;
+    }
+    super::image::no_render_options(rescale.as_deref(), colormap.as_deref(), fill)?;
     let params = params_from_query(q, &headers)?;
     read_with(app, target, params).await
 }

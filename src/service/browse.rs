@@ -1,0 +1,155 @@
+//! What the dataset browser shows of a place in a mount: the node there (an
+//! array, a group, or nothing: a plain directory), and one page of what is
+//! directly under it, each entry classified.
+//!
+//! A page costs one listing of the prefix (sorted by name; directories
+//! first, then objects other than Zarr's own documents) and, for the
+//! directories on the page only, one open each through the metadata cache
+//! (at most [`OPEN_CONCURRENCY`] at once): a group of 10,000 children shows
+//! its first page after one listing and [`MAX_PAGE`] opens at most.
+
+use futures::stream::{self, StreamExt};
+
+use crate::service::node::{self, Node};
+use crate::service::wire::zarr_name;
+use crate::service::{NodeRef, ServiceError, ServiceResult};
+use crate::storage::ListEntry;
+use crate::zarr::array::ZarrFormat;
+
+/// The most entries one page holds.
+pub const MAX_PAGE: usize = 200;
+/// Children opened at once to classify them.
+const OPEN_CONCURRENCY: usize = 16;
+
+/// Zarr's own documents, not listed as entries.
+const DOCUMENTS: &[&str] = &["zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"];
+
+/// What an entry is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    /// An array: its shape and data type (Zarr's name).
+    Array { shape: Vec<u64>, data_type: String, zarr_format: u8 },
+    /// A group.
+    Group { zarr_format: u8 },
+    /// A directory (a prefix) that is not a Zarr node.
+    Directory,
+    /// A directory whose metadata could not be read (the reason).
+    Unreadable(String),
+    /// An object (a file) and its size.
+    Object { size: u64 },
+}
+
+/// One entry of a page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its name (the last segment).
+    pub name: String,
+    /// What it is.
+    pub kind: EntryKind,
+}
+
+/// One page of a place's entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The entries on this page.
+    pub entries: Vec<Entry>,
+    /// Entries in all (directories and objects).
+    pub total: usize,
+    /// Zero-based page number.
+    pub page: usize,
+    /// Entries a page holds.
+    pub per_page: usize,
+    /// Whether a `.zmetadata` document is there (v2 consolidated metadata).
+    pub has_zmetadata: bool,
+}
+
+/// The node at `at`, or `None` for a plain directory (or a path with
+/// nothing under it: an empty page).
+///
+/// # Errors
+/// Storage failures; stored metadata that does not parse.
+pub async fn node_at(at: &NodeRef<'_>) -> ServiceResult<Option<Node>> {
+    match node::open(at).await {
+        Ok(n) => Ok(Some(n)),
+        Err(ServiceError::NodeNotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The number of a metadata format: 2 or 3.
+#[must_use]
+pub fn format_number(f: ZarrFormat) -> u8 {
+    match f {
+        ZarrFormat::V2 => 2,
+        ZarrFormat::V3 => 3,
+    }
+}
+
+fn kind_of(node: &Node) -> EntryKind {
+    match node {
+        Node::Array(a) => EntryKind::Array {
+            shape: a.desc.shape.clone(),
+            data_type: zarr_name(&a.desc.data_type),
+            zarr_format: format_number(a.format()),
+        },
+        Node::Group(g) => EntryKind::Group { zarr_format: format_number(g.format) },
+    }
+}
+
+/// Page `page` (zero-based) of what is directly under `at`, `per_page`
+/// entries a page (at most [`MAX_PAGE`]).
+///
+/// # Errors
+/// Storage failures listing the prefix.
+pub async fn page(at: &NodeRef<'_>, page: usize, per_page: usize) -> ServiceResult<Page> {
+    let per_page = per_page.clamp(1, MAX_PAGE);
+    let mount = at.mount().mount().clone();
+    let listing = mount.list(&at.path().prefix()?).await?;
+    let mut dirs = Vec::new();
+    let mut objects = Vec::new();
+    let mut has_zmetadata = false;
+    for entry in listing {
+        match entry {
+            ListEntry::Prefix { name } => dirs.push(name),
+            ListEntry::Object { name, meta } => {
+                has_zmetadata |= name == ".zmetadata";
+                if !DOCUMENTS.contains(&name.as_str()) {
+                    objects.push((name, meta.size));
+                }
+            }
+        }
+    }
+    dirs.sort_unstable();
+    objects.sort_unstable();
+    let total = dirs.len() + objects.len();
+    let start = page.saturating_mul(per_page).min(total);
+    let end = start.saturating_add(per_page).min(total);
+    let app = at.app();
+    let mount_name = at.mount_name();
+    let on_page_dirs: Vec<String> = dirs.iter().skip(start).take(end - start).cloned().collect();
+    let classify = on_page_dirs.into_iter().map(|name| async move {
+        let kind = match at.path().child(&name) {
+            Err(e) => EntryKind::Unreadable(e.to_string()),
+            Ok(path) => match app.node(mount_name, &path) {
+                Err(e) => EntryKind::Unreadable(e.to_string()),
+                Ok(child) => match node_at(&child).await {
+                    Ok(Some(n)) => kind_of(&n),
+                    Ok(None) => EntryKind::Directory,
+                    Err(e) => EntryKind::Unreadable(e.to_string()),
+                },
+            },
+        };
+        Entry { name, kind }
+    });
+    let mut entries: Vec<Entry> = stream::iter(classify).buffered(OPEN_CONCURRENCY).collect().await;
+    let first_object = start.saturating_sub(dirs.len());
+    let objects_wanted = (end - start) - entries.len();
+    entries.extend(
+        objects
+            .into_iter()
+            .skip(first_object)
+            .take(objects_wanted)
+            .map(|(name, size)| Entry { name, kind: EntryKind::Object { size } }),
+    );
+    Ok(Page { entries, total, page, per_page, has_zmetadata })
+}

@@ -1,0 +1,102 @@
+//! Rendered images of array data: `format=png` on the slice endpoint and
+//! the preview endpoint's thumbnails.
+//!
+//! A rendering is a slice read like any other (the same [`ReadParams`],
+//! so whatever a read can select, a PNG can show), answered in `raw` and
+//! gathered in memory, then turned into pixels and encoded on the CPU pool:
+//!
+//! ```text
+//! selection ──read::read (raw)──▶ elements ──image::render──▶ pixels ──image::encode_png──▶ PNG
+//! ```
+//!
+//! - `image.rs`: the rules (layout, range, scaling, colormaps,
+//!   transparency) and the PNG encoding, with no I/O;
+//! - `preview.rs`: thumbnails (the last two dimensions, the middle of the
+//!   others, strided to a size), cached and tagged.
+//!
+//! Memory: the image's pixels are counted against `limits.max_image_pixels`
+//! from the read's answer shape before any element beyond the first slab
+//! is gathered (413 beyond); the gathered elements are then at most
+//! `max_image_pixels × 4 channels × 8 bytes`.
+
+pub mod image;
+pub mod preview;
+
+use bytes::Bytes;
+
+use crate::service::array::read::{self, DataRead, ReadParams};
+use crate::service::wire::WireFormat;
+use crate::service::{cpu, node, NodeRef, ServiceError, ServiceResult};
+use image::{Layout, RenderError, RenderOptions};
+
+/// Images with at most this many pixels are rendered on the calling thread
+/// (less work than the hand-off to the CPU pool).
+const INLINE_PIXELS: u64 = 4096;
+
+fn render_error(e: RenderError) -> ServiceError {
+    ServiceError::UnsupportedFormat(e.0)
+}
+
+/// Renders a selection as a PNG.
+///
+/// # Errors
+/// As [`read::read`]; a `field`, a data type or a selection shape that is
+/// not an image (400 `unsupported_format`); more pixels than
+/// `limits.max_image_pixels` (413).
+pub async fn render_png(at: &NodeRef<'_>, mut params: ReadParams, opts: RenderOptions) -> ServiceResult<Bytes> {
+    if params.field.is_some() {
+        return Err(ServiceError::UnsupportedFormat(
+            "format=png: field= is not supported; select a numeric array".into(),
+        ));
+    }
+    let array = node::open_array(at).await?;
+    image::check_type(&array.desc.data_type).map_err(render_error)?;
+    params.format = WireFormat::Raw;
+    let read = read::read(at, params).await?;
+    let layout = Layout::of(&read.shape).map_err(render_error)?;
+    let max = at.app().config().limits.max_image_pixels;
+    if layout.pixels() > max {
+        return Err(ServiceError::SelectionTooLarge(format!(
+            "format=png: the image would be {}×{} = {} pixels, more than limits.max_image_pixels = {max}",
+            layout.height,
+            layout.width,
+            layout.pixels()
+        )));
+    }
+    let (dt, shape) = (read.data_type.clone(), read.shape.clone());
+    let data = gather(read).await?;
+    let fill = array.desc.fill_value.clone();
+    let png = cpu::run_or_inline(layout.pixels() <= INLINE_PIXELS, move || {
+        let pixels = image::render(&data, &dt, &shape, Some(&fill), &opts)?;
+        image::encode_png(&pixels)
+    })
+    .await?
+    .map_err(render_error)?;
+    Ok(Bytes::from(png))
+}
+
+/// The whole body of a raw read, in memory (the caller bounded its size).
+async fn gather(read: DataRead) -> ServiceResult<Vec<u8>> {
+    let len = read.content_length.and_then(|l| usize::try_from(l).ok()).unwrap_or(0);
+    let mut out = Vec::with_capacity(len);
+    let mut first = read.first;
+    let ended = read::take_last(&mut first);
+    first.iter().for_each(|p| out.extend_from_slice(p));
+    let Some(mut rx) = read.rest else { return Ok(out) };
+    if ended {
+        return Ok(out);
+    }
+    loop {
+        match rx.recv().await {
+            Some(Ok(mut pieces)) => {
+                let last = read::take_last(&mut pieces);
+                pieces.iter().for_each(|p| out.extend_from_slice(p));
+                if last {
+                    return Ok(out);
+                }
+            }
+            Some(Err(e)) => return Err(e),
+            None => return Err(ServiceError::Internal("the read stopped before its end".into())),
+        }
+    }
+}
