@@ -29,6 +29,7 @@ use crate::http::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::extract::{ApiQuery, NodeTarget, TypedJsonBody};
 use crate::http::openapi::Binary;
 use crate::http::params;
+use crate::service::array::downsample::{self, Downsample};
 use crate::service::array::read::{self, ChunkParams, DataRead, ReadParams};
 use crate::service::wire::{dtype_header, shape_header};
 use crate::service::App;
@@ -70,6 +71,17 @@ pub struct DataQuery {
     /// `fill_missing_data_reads`). Default: the mount's setting.
     #[param(example = false)]
     pub fill_missing: Option<bool>,
+    /// Read the array downsampled: one positive integer factor per
+    /// dimension (`1` keeps a dimension), as TensorStore's `downsample`
+    /// driver; the selection then addresses the downsampled array (shape
+    /// `ceil(shape / factor)`). Needs `downsample_method`.
+    #[param(example = "1,4,4")]
+    pub downsample: Option<String>,
+    /// `stride`, `mean`, `median`, `mode`, `min` or `max` (TensorStore's
+    /// semantics: blocks from origin 0, partial at the upper edge; integer
+    /// means rounded half to even).
+    #[param(example = "mean")]
+    pub downsample_method: Option<String>,
 }
 
 /// The body of a slice read by POST (for selections too long for a URL).
@@ -94,6 +106,12 @@ pub struct DataBody {
     pub format: Option<String>,
     /// As the `fill_missing` query parameter.
     pub fill_missing: Option<bool>,
+    /// As the `downsample` query parameter: factors per dimension, `"1,4,4"`.
+    #[schema(example = "1,4,4")]
+    pub downsample: Option<String>,
+    /// As the `downsample_method` query parameter.
+    #[schema(example = "mean")]
+    pub downsample_method: Option<String>,
 }
 
 /// Query parameters of a decoded chunk read.
@@ -201,8 +219,17 @@ fn respond(read: DataRead) -> Response {
     (headers, body).into_response()
 }
 
-async fn read_with(app: Arc<App>, target: NodeTarget, params: ReadParams) -> ApiResult<Response> {
-    let read = read::read(&app.node(&target.mount, &target.path)?, params).await?;
+async fn read_with(
+    app: Arc<App>,
+    target: NodeTarget,
+    params: ReadParams,
+    ds: Option<Downsample>,
+) -> ApiResult<Response> {
+    let at = app.node(&target.mount, &target.path)?;
+    let read = match ds {
+        Some(ds) => downsample::read(&at, params, ds).await?,
+        None => read::read(&at, params).await?,
+    };
     Ok(respond(read))
 }
 
@@ -223,7 +250,7 @@ fn params_from_query(q: DataQuery, headers: &HeaderMap) -> ApiResult<ReadParams>
     params(NodeTarget, DataQuery),
     responses(
         SelectedElements,
-        (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group", body = ErrorBody),
+        (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group; bad downsample factors or method (naming the parameter)", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON), or lists more than 4,194,304 indices", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
@@ -237,8 +264,9 @@ pub async fn get_data(
     ApiQuery(q): ApiQuery<DataQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    let ds = downsample::parse(q.downsample.as_deref(), q.downsample_method.as_deref())?;
     let params = params_from_query(q, &headers)?;
-    read_with(app, target, params).await
+    read_with(app, target, params, ds).await
 }
 
 async fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams> {
@@ -279,8 +307,9 @@ pub async fn post_data(
     headers: HeaderMap,
     TypedJsonBody(body): TypedJsonBody<DataBody>,
 ) -> ApiResult<Response> {
+    let ds = downsample::parse(body.downsample.as_deref(), body.downsample_method.as_deref())?;
     let params = params_from_body(body, &headers).await?;
-    read_with(app, target, params).await
+    read_with(app, target, params, ds).await
 }
 
 /// Read one chunk (or inner chunk of a shard), decoded: for clients that
