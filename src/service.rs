@@ -37,9 +37,11 @@ pub mod array;
 pub mod cache;
 pub mod cpu;
 pub mod error;
+pub mod jobs;
 pub mod keys;
 pub mod locks;
 pub mod node;
+pub mod pyramid;
 pub mod wire;
 
 pub use app::{App, MountRef, NodeRef};

@@ -105,6 +105,7 @@ const NODES: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ), ("PUT", ADMIN), 
 const ATTRIBUTES: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ), ("PUT", ADMIN), ("PATCH", ADMIN)];
 const DATA: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ), ("POST", READ), ("PUT", WRITE)];
 const CHUNKS: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ)];
+const JOBS: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ), ("DELETE", ADMIN)];
 const PUBLIC: &[(&str, Need)] = &[("GET", Need::Public), ("HEAD", Need::Public)];
 
 /// Every route and what it needs. Routes of the REST API are listed before
@@ -125,6 +126,8 @@ pub const RULES: &[Rule] = &[
     Rule { template: "/api/v1/data/{mount}/{*path}", methods: DATA, params: DATA_PARAMS },
     Rule { template: "/api/v1/chunks/{mount}", methods: CHUNKS, params: CHUNK_PARAMS },
     Rule { template: "/api/v1/chunks/{mount}/{*path}", methods: CHUNKS, params: CHUNK_PARAMS },
+    Rule { template: "/api/v1/pyramids/{mount}/{*path}", methods: &[("POST", ADMIN)], params: NO_PARAMS },
+    Rule { template: "/api/v1/jobs/{mount}/{id}", methods: JOBS, params: NO_PARAMS },
     Rule { template: "/healthz", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/readyz", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/openapi.json", methods: PUBLIC, params: NO_PARAMS },

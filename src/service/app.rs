@@ -36,6 +36,8 @@ pub struct App {
     chunk_cache: Arc<ChunkCache>,
     /// `limits.read_answer_budget_bytes`, in KiB (see [`super::read`]).
     read_answers: Arc<tokio::sync::Semaphore>,
+    /// Background jobs (pyramid builds).
+    jobs: Arc<super::jobs::Jobs>,
 }
 
 impl App {
@@ -79,7 +81,8 @@ impl App {
             .unwrap_or(usize::MAX)
             .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let read_answers = Arc::new(tokio::sync::Semaphore::new(kib));
-        Self { config, mounts, metadata: MetadataCache::default(), chunk_cache, read_answers }
+        let jobs = Arc::default();
+        Self { config, mounts, metadata: MetadataCache::default(), chunk_cache, read_answers, jobs }
     }
 
     /// The memory budget of started read answers, in KiB permits
@@ -87,6 +90,12 @@ impl App {
     #[must_use]
     pub fn read_answer_budget(&self) -> &Arc<tokio::sync::Semaphore> {
         &self.read_answers
+    }
+
+    /// Background jobs (see [`super::jobs`]).
+    #[must_use]
+    pub fn jobs(&self) -> &Arc<super::jobs::Jobs> {
+        &self.jobs
     }
 
     /// The decoded chunk cache (see [`super::cache::chunk`]); writers that

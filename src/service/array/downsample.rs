@@ -396,30 +396,11 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams, ds: Downsample) -> Servi
         )));
     }
 
-    let threads = rayon::current_num_threads().max(2);
-    let source_options = RegionOptions { concurrency: (threads * 4).max(8), ..RegionOptions::default() };
     let total = out_shape.iter().fold(es, |a, &d| a.saturating_mul(d));
     // The source of a large read would only evict hot chunks.
     let fill_cache = total.saturating_mul(block / es.max(1)) <= app.chunk_cache().capacity() / 2;
-    let cache = ArrayCache::new(
-        app.chunk_cache().clone(),
-        mount.clone(),
-        at.mount_name().into(),
-        array.path.clone(),
-        fill_cache,
-    );
-    let source_ctx = ReadCtx::new(desc.clone(), Arc::new(cache), Arc::new(cpu::Pool), fill_missing, &source_options);
-    let tiles = Arc::new(Tiles {
-        source_desc: desc.clone(),
-        source_ctx: Arc::new(source_ctx),
-        store: MountChunkStore::new(mount.clone(), array.path.clone()),
-        method: ds.method,
-        factors,
-        tile,
-        failure: Mutex::new(None),
-    });
-    let tile_options = RegionOptions { concurrency: threads, ..RegionOptions::default() };
-    let ctx = ReadCtx::new(vdesc, tiles.clone(), Arc::new(cpu::Pool), true, &tile_options);
+    let source = Source { mount_name: at.mount_name(), mount: &mount, array: &array, fill_missing, fill_cache };
+    let (ctx, tiles) = engine(app, &source, vdesc, ds.method, factors, tile);
     let job = Job {
         ctx,
         tiles,
@@ -458,6 +439,118 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams, ds: Downsample) -> Servi
         first,
         rest: (!ended).then_some(rx),
     })
+}
+
+/// The stored array a downsampled view reads.
+pub(crate) struct Source<'a> {
+    /// The mount's name (the chunk cache's key).
+    pub mount_name: &'a str,
+    /// The mount.
+    pub mount: &'a Arc<crate::storage::Mount>,
+    /// The array, opened.
+    pub array: &'a crate::service::node::ArrayNode,
+    /// Whether missing chunks read as the fill value.
+    pub fill_missing: bool,
+    /// Whether decoded source chunks may enter the chunk cache.
+    pub fill_cache: bool,
+}
+
+/// The virtual array's read context over [`Tiles`] of `source`.
+fn engine(
+    app: &crate::service::App,
+    source: &Source<'_>,
+    vdesc: Arc<ArrayDescription>,
+    method: Method,
+    factors: Vec<u64>,
+    tile: Vec<u64>,
+) -> (ReadCtx<'static>, Arc<Tiles>) {
+    let threads = rayon::current_num_threads().max(2);
+    let source_options = RegionOptions { concurrency: (threads * 4).max(8), ..RegionOptions::default() };
+    let array = source.array;
+    let cache = ArrayCache::new(
+        app.chunk_cache().clone(),
+        source.mount.clone(),
+        source.mount_name.into(),
+        array.path.clone(),
+        source.fill_cache,
+    );
+    let source_ctx =
+        ReadCtx::new(array.desc.clone(), Arc::new(cache), Arc::new(cpu::Pool), source.fill_missing, &source_options);
+    let tiles = Arc::new(Tiles {
+        source_desc: array.desc.clone(),
+        source_ctx: Arc::new(source_ctx),
+        store: MountChunkStore::new(source.mount.clone(), array.path.clone()),
+        method,
+        factors,
+        tile,
+        failure: Mutex::new(None),
+    });
+    let tile_options = RegionOptions { concurrency: threads, ..RegionOptions::default() };
+    (ReadCtx::new(vdesc, tiles.clone(), Arc::new(cpu::Pool), true, &tile_options), tiles)
+}
+
+/// A downsampled view of a stored array, read box by box (what the pyramid
+/// builder computes its levels with).
+pub(crate) struct View {
+    ctx: ReadCtx<'static>,
+    tiles: Arc<Tiles>,
+    path: NodePath,
+    /// The downsampled shape.
+    pub shape: Vec<u64>,
+}
+
+impl View {
+    /// `source` downsampled by `factors` (one per dimension, each at least 1).
+    ///
+    /// # Errors
+    /// A method the data type does not take; one block over
+    /// `limits.read_slab_bytes`.
+    pub(crate) fn new(
+        app: &crate::service::App,
+        source: &Source<'_>,
+        factors: &[u64],
+        method: Method,
+    ) -> ServiceResult<Self> {
+        let desc = &source.array.desc;
+        downsample::check_type(&desc.data_type, method).map_err(|e| invalid("method", e.0))?;
+        let es = desc.data_type.size().unwrap_or(1) as u64;
+        let factors: Vec<u64> = factors.iter().zip(&desc.shape).map(|(&f, &s)| f.max(1).min(s.max(1))).collect();
+        let block = factors.iter().fold(es, |a, &f| a.saturating_mul(f));
+        let limit = app.config().limits.read_slab_bytes;
+        if block > limit {
+            return Err(ServiceError::SelectionTooLarge(format!(
+                "downsample: one element reduces {block} bytes of the source, more than limits.read_slab_bytes = {limit}"
+            )));
+        }
+        let shape = downsample::downsampled_shape(&desc.shape, &factors);
+        let tile = tile_shape(desc, &factors, &shape);
+        let vdesc = Arc::new(virtual_desc(desc, shape.clone(), tile.clone()));
+        let (ctx, tiles) = engine(app, source, vdesc, method, factors, tile);
+        Ok(Self { ctx, tiles, path: source.array.path.clone(), shape })
+    }
+
+    /// The box `[start, start + shape)` of the downsampled array, C order.
+    ///
+    /// # Errors
+    /// A store failure, a corrupt or (with `fill_missing` off) missing chunk.
+    pub(crate) async fn read_box(&self, start: &[u64], shape: &[u64]) -> ServiceResult<Vec<u8>> {
+        let dims = start.iter().zip(shape).map(|(&start, &len)| DimIndexer::Slice { start, step: 1, len }).collect();
+        let sel = Selection { dims, mode: SelectionMode::Basic };
+        let plan = plan_read(self.ctx.desc(), sel, u64::MAX).map_err(|e| ServiceError::Internal(e.0))?;
+        let mut out = Vec::new();
+        for slab in Arc::new(plan).slabs() {
+            match read_slab(&self.ctx, &NoStore, slab, u64::MAX).await {
+                Ok(Some(SlabData::Fixed(b))) if out.is_empty() => out = b,
+                Ok(Some(SlabData::Fixed(b))) => out.extend_from_slice(&b),
+                Ok(_) => return Err(ServiceError::Internal("a downsampled box of variable-length elements".into())),
+                Err(e) => {
+                    let failure = self.tiles.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                    return Err(region_error(&self.path, failure.unwrap_or(e)));
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Source read units (chunks, or inner chunks) one tile reads, at most.
