@@ -67,6 +67,7 @@ fn value_for(name: &str) -> &'static str {
         "stats" | "fill_missing" | "create" | "open" => "true",
         "downsample" => "2,2",
         "downsample_method" => "mean",
+        "level" => "0",
         "delete_existing" | "recursive" | "write_empty_chunks" => "false",
         other => panic!("no test value for the parameter `{other}`: add one"),
     }

@@ -80,7 +80,7 @@ const NODE_PARAMS: Params = Params::Only(&[
 /// Slice reads by `GET`/`HEAD`, writes by `PUT` (`POST` reads take their
 /// options in the body).
 const DATA_PARAMS: Params = Params::Only(&[
-    ("GET", &["sel", "mode", "field", "format", "fill_missing", "downsample", "downsample_method"]),
+    ("GET", &["sel", "mode", "field", "format", "fill_missing", "downsample", "downsample_method", "level"]),
     ("PUT", &["sel", "mode", "format", "write_empty_chunks"]),
 ]);
 const CHUNK_PARAMS: Params = Params::Only(&[("GET", &["coords", "inner", "field", "format", "fill_missing"])]);

@@ -408,6 +408,48 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
     Ok(())
 }
 
+/// The datasets of a group's first `multiscales` entry: OME-Zarr 0.5
+/// (`attributes.ome.multiscales`) or 0.4 (`multiscales`).
+fn datasets(attributes: &Map<String, Value>) -> Option<&Vec<Value>> {
+    let ms = attributes.get("ome").and_then(|o| o.get("multiscales")).or_else(|| attributes.get("multiscales"))?;
+    ms.get(0)?.get("datasets")?.as_array()
+}
+
+/// The path of level `level` of the multiscale group at `at` (the
+/// `slice` endpoint's `level=`): its first `multiscales` entry's dataset.
+///
+/// # Errors
+/// 400 naming `level`: an array, a group without `multiscales`, a level
+/// beyond the last, a dataset path that is not a path inside the group;
+/// the group's own errors (missing, unreadable).
+pub async fn level_path(at: &super::NodeRef<'_>, level: u64) -> ServiceResult<NodePath> {
+    let group = match node::open(at).await? {
+        node::Node::Group(g) => g,
+        node::Node::Array(_) => {
+            return Err(invalid(
+                "level",
+                format!("`{}` is an array; level= reads a multiscale group", at.path().as_str()),
+            ))
+        }
+    };
+    let Some(datasets) = datasets(&group.attributes) else {
+        return Err(invalid("level", format!("the group `{}` has no multiscales metadata", at.path().as_str())));
+    };
+    let n = datasets.len() as u64;
+    let Some(path) = usize::try_from(level).ok().and_then(|l| datasets.get(l)).and_then(|d| d.get("path")?.as_str())
+    else {
+        return Err(invalid(
+            "level",
+            format!("level {level}: the group has {n} levels (0 to {})", n.saturating_sub(1)),
+        ));
+    };
+    if path.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+        return Err(invalid("level", format!("level {level}: the dataset path `{path}` is not inside the group")));
+    }
+    let full = if at.path().is_root() { path.to_string() } else { format!("{}/{path}", at.path().as_str()) };
+    NodePath::new(&full).map_err(|e| invalid("level", e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,6 +465,15 @@ mod tests {
         assert!(axes_of(None, 6).unwrap_err().to_string().contains("2 to 5"));
         let twice = vec![Some("x".to_string()), Some("x".into())];
         assert!(axes_of(Some(&twice), 2).unwrap_err().to_string().contains("repeats"));
+    }
+
+    #[test]
+    fn datasets_are_found_in_both_versions() {
+        let v05 = json!({"ome": {"version": "0.5", "multiscales": [{"datasets": [{"path": "0"}, {"path": "1"}]}]}});
+        let v04 = json!({"multiscales": [{"version": "0.4", "datasets": [{"path": "s0"}]}]});
+        assert_eq!(datasets(v05.as_object().unwrap()).unwrap().len(), 2);
+        assert_eq!(datasets(v04.as_object().unwrap()).unwrap()[0]["path"], "s0");
+        assert!(datasets(&Map::new()).is_none());
     }
 
     #[test]

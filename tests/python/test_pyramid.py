@@ -13,6 +13,7 @@ every level equals the reference. Cancelling by DELETE stops a job; the same req
 
 from __future__ import annotations
 
+import io
 import json
 import time
 import urllib.error
@@ -178,6 +179,21 @@ def test_pyramids_of_v3_v2_and_sharded_arrays_equal_tensorstore(root, logs):
             # The same request again: the finished job, nothing redone.
             code, _, again = request("POST", f"{server.url}/api/v1/pyramids/p/{source}", body)
             assert code == 202 and again["id"] == status["id"] and again["state"] == "completed"
+        # level= reads a level of the multiscale group (v3 0.5 and v2 0.4), selections included.
+        for group, version, level, sel in [("vol_pyramid", 3, 2, "1:7,::2,3"), ("counts_ms", 2, 1, "2:9,-3:")]:
+            url = f"{server.url}/api/v1/data/p/{group}?level={level}&format=npy&sel={sel}"
+            with urllib.request.urlopen(url, timeout=30) as r:
+                got = np.load(io.BytesIO(r.read()))
+            whole = open_level(root, group, level, version).read().result()
+            index = tuple(
+                int(p) if ":" not in p else slice(*[int(x) if x else None for x in p.split(":")]) for p in sel.split(",")
+            )
+            np.testing.assert_array_equal(got, whole[index])
+        for target, words in [("vol_pyramid?level=4", "level 4: the group has 4 levels (0 to 3)"),
+                              ("vol?level=0", "is an array"), ("vol_pyramid/1?level=0", "is an array")]:
+            code, _, answer = request("GET", f"{server.url}/api/v1/data/p/{target}")
+            assert code == 400 and answer["error"]["message"].startswith("level:"), answer
+            assert words in answer["error"]["message"], answer
         # Jobs are in the metrics.
         with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
             metrics = r.read().decode()

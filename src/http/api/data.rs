@@ -82,6 +82,10 @@ pub struct DataQuery {
     /// means rounded half to even).
     #[param(example = "mean")]
     pub downsample_method: Option<String>,
+    /// For an OME-Zarr multiscale group: read this level (0 is the full
+    /// resolution), the dataset its first `multiscales` entry lists.
+    #[param(example = 2)]
+    pub level: Option<u64>,
 }
 
 /// The body of a slice read by POST (for selections too long for a URL).
@@ -112,6 +116,8 @@ pub struct DataBody {
     /// As the `downsample_method` query parameter.
     #[schema(example = "mean")]
     pub downsample_method: Option<String>,
+    /// As the `level` query parameter.
+    pub level: Option<u64>,
 }
 
 /// Query parameters of a decoded chunk read.
@@ -224,8 +230,13 @@ async fn read_with(
     target: NodeTarget,
     params: ReadParams,
     ds: Option<Downsample>,
+    level: Option<u64>,
 ) -> ApiResult<Response> {
-    let at = app.node(&target.mount, &target.path)?;
+    let mut at = app.node(&target.mount, &target.path)?;
+    if let Some(level) = level {
+        let path = crate::service::pyramid::level_path(&at, level).await?;
+        at = app.node(&target.mount, &path)?;
+    }
     let read = match ds {
         Some(ds) => downsample::read(&at, params, ds).await?,
         None => read::read(&at, params).await?,
@@ -250,7 +261,7 @@ fn params_from_query(q: DataQuery, headers: &HeaderMap) -> ApiResult<ReadParams>
     params(NodeTarget, DataQuery),
     responses(
         SelectedElements,
-        (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group; bad downsample factors or method (naming the parameter)", body = ErrorBody),
+        (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group; bad downsample factors or method, or a level= that is not a level of a multiscale group (naming the parameter)", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON), or lists more than 4,194,304 indices", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
@@ -265,8 +276,9 @@ pub async fn get_data(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let ds = downsample::parse(q.downsample.as_deref(), q.downsample_method.as_deref())?;
+    let level = q.level;
     let params = params_from_query(q, &headers)?;
-    read_with(app, target, params, ds).await
+    read_with(app, target, params, ds, level).await
 }
 
 async fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams> {
@@ -308,8 +320,9 @@ pub async fn post_data(
     TypedJsonBody(body): TypedJsonBody<DataBody>,
 ) -> ApiResult<Response> {
     let ds = downsample::parse(body.downsample.as_deref(), body.downsample_method.as_deref())?;
+    let level = body.level;
     let params = params_from_body(body, &headers).await?;
-    read_with(app, target, params, ds).await
+    read_with(app, target, params, ds, level).await
 }
 
 /// Read one chunk (or inner chunk of a shard), decoded: for clients that
