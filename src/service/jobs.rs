@@ -193,11 +193,12 @@ impl Jobs {
     }
 
     /// The running job with `job`'s id if there is one (`false`), else
-    /// `job`, registered (`true`).
+    /// `job`, registered (`true`): a job that ended runs again (the store
+    /// says what is left to do, which may be nothing).
     pub fn start(&self, job: Job) -> (Arc<Job>, bool) {
         let mut jobs = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(j) = jobs.get(&job.id) {
-            if matches!(j.state(), JobState::Running | JobState::Completed) {
+            if j.state() == JobState::Running {
                 return (j.clone(), false);
             }
         }

@@ -59,6 +59,10 @@ pub const MAX_LEVELS: usize = 32;
 /// Chunks of one level computed (or copied) at once.
 const CONCURRENCY: usize = 4;
 
+/// Bytes of level 0's stored chunks (shards) a job holds while copying
+/// them: a chunk takes its size (this much at most) before it is read.
+const COPY_BUDGET: u64 = 256 << 20;
+
 /// A pyramid request.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -300,12 +304,19 @@ fn grid_coords(shape: &[u64], chunk: &[u64]) -> impl Iterator<Item = Vec<u64>> {
     })
 }
 
-async fn exists(mount: &crate::storage::Mount, key: &crate::storage::StoreKey) -> ServiceResult<bool> {
+async fn head(
+    mount: &crate::storage::Mount,
+    key: &crate::storage::StoreKey,
+) -> ServiceResult<Option<crate::storage::ObjectMeta>> {
     match mount.storage().head(key).await {
-        Ok(_) => Ok(true),
-        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(false),
+        Ok(meta) => Ok(Some(meta)),
+        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+async fn exists(mount: &crate::storage::Mount, key: &crate::storage::StoreKey) -> ServiceResult<bool> {
+    Ok(head(mount, key).await?.is_some())
 }
 
 async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> ServiceResult<()> {
@@ -325,15 +336,26 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
     let path0 = level_path(0)?;
     ensure(app, mount_name, &path0, &level_document(source, &plan.shapes[0], plan)).await?;
     let level0 = node::open_array(&app.node(mount_name, &path0)?).await?;
+    let budget_kib = u32::try_from(COPY_BUDGET / 1024).unwrap_or(u32::MAX);
+    let budget = Arc::new(tokio::sync::Semaphore::new(budget_kib as usize));
     stream::iter(grid_coords(&plan.shapes[0], &chunk))
         .map(|coords| {
-            let (mount, source, level0) = (&mount, source, &level0);
+            let (mount, source, level0, budget) = (&mount, source, &level0, budget.clone());
             async move {
                 let from = source.chunk_key(&coords)?;
                 let to = level0.chunk_key(&coords)?;
                 if exists(mount, &to).await? {
                     job.skipped.fetch_add(1, Ordering::Relaxed);
-                } else if let Some(bytes) = node::read_optional(mount, &from).await? {
+                } else if let Some(meta) = head(mount, &from).await? {
+                    // Large shards are copied fewer at a time.
+                    let kib = u32::try_from(meta.size.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, budget_kib);
+                    let _held = budget
+                        .acquire_many_owned(kib)
+                        .await
+                        .map_err(|_| ServiceError::Internal("the copy budget is closed".into()))?;
+                    let Some(bytes) = node::read_optional(mount, &from).await? else {
+                        return Err(ServiceError::Conflict(format!("`{from}` vanished while the pyramid copied it")));
+                    };
                     job.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     mount.put(&to, bytes, &PutCondition::default()).await?;
                 }

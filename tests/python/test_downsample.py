@@ -278,3 +278,18 @@ def test_a_huge_factor_reduces_the_whole_dimension(served):
     got = np.load(io.BytesIO(body))
     assert got.shape == (1, 17, 1)
     np.testing.assert_array_equal(got, expected)
+
+
+def test_missing_chunks_with_fill_missing_false_answer_404_naming_the_key(served):
+    server, _, _ = served
+    url = f"{server.url}/api/v1/data/ds/uint16_plain?" + urllib.parse.urlencode(
+        {"downsample": "2,2,2", "downsample_method": "mean", "fill_missing": "false", "sel": "10:12"}
+    )
+    status, _, body = get(url)
+    assert status == 404, body
+    error = json.loads(body)["error"]
+    assert error["code"] == "missing_chunk" and "uint16_plain/c/" in error["message"], error
+    # Where every chunk is stored, the same read answers.
+    url = url.replace("sel=10%3A12", "sel=0%3A2")
+    status, _, body = get(url)
+    assert status == 200, body

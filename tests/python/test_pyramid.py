@@ -176,9 +176,16 @@ def test_pyramids_of_v3_v2_and_sharded_arrays_equal_tensorstore(root, logs):
             group = body.get("destination", f"{source}_pyramid")
             datasets = check_pyramid(root, source, group, method, factors, version, levels)
             assert done["levels"] == len(datasets)
-            # The same request again: the finished job, nothing redone.
+            # The same request again: the same job runs again and finds everything done.
             code, _, again = request("POST", f"{server.url}/api/v1/pyramids/p/{source}", body)
-            assert code == 202 and again["id"] == status["id"] and again["state"] == "completed"
+            assert code == 202 and again["id"] == status["id"], again
+            again = wait(server, again)
+            assert again["state"] == "completed", again
+            stored = [p for p in (root / group).rglob("*")
+                      if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs", ".zgroup")]
+            # Every stored chunk is found done; only chunks never stored (all fill) are looked at again.
+            assert again["chunks_skipped"] == len(stored) > 0, (again, len(stored))
+            assert again["chunks_total"] == done["chunks_total"]
         # level= reads a level of the multiscale group (v3 0.5 and v2 0.4), selections included.
         for group, version, level, sel in [("vol_pyramid", 3, 2, "1:7,::2,3"), ("counts_ms", 2, 1, "2:9,-3:")]:
             url = f"{server.url}/api/v1/data/p/{group}?level={level}&format=npy&sel={sel}"
@@ -197,7 +204,7 @@ def test_pyramids_of_v3_v2_and_sharded_arrays_equal_tensorstore(root, logs):
         # Jobs are in the metrics.
         with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
             metrics = r.read().decode()
-        assert 'zarrd_jobs{state="completed"} 3' in metrics, metrics[-2000:]
+        assert 'zarrd_jobs{state="completed"} 3' in metrics and "zarrd_job_chunks_done " in metrics, metrics[-2000:]
     finally:
         server.stop()
 
