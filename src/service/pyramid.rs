@@ -56,8 +56,9 @@ use crate::zarr::selection::{SelectionMode, SelectionSpec};
 /// The most levels a pyramid may have (level 0 included).
 pub const MAX_LEVELS: usize = 32;
 
-/// Chunks of one level computed (or copied) at once.
-const CONCURRENCY: usize = 4;
+/// Chunks of one level computed (or copied) at once (each reads its
+/// tiles concurrently too).
+const CONCURRENCY: usize = 2;
 
 /// Bytes of level 0's stored chunks (shards) a job holds while copying
 /// them: a chunk takes its size (this much at most) before it is read.

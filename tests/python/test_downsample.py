@@ -293,3 +293,20 @@ def test_missing_chunks_with_fill_missing_false_answer_404_naming_the_key(served
     url = url.replace("sel=10%3A12", "sel=0%3A2")
     status, _, body = get(url)
     assert status == 200, body
+
+
+def test_coordinate_selections_pick_points_of_the_downsampled_array(served):
+    server, root, _ = served
+    expected = reference(root, "float64_plain", [2, 3, 2], "max")
+    points = [[0, 11, 5, 11], [0, 5, 2, 0], [4, 0, 1, 4]]
+    req = urllib.request.Request(
+        f"{server.url}/api/v1/data/ds/float64_plain",
+        data=json.dumps(
+            {"selection": points, "mode": "coordinate", "format": "npy", "downsample": "2,3,2", "downsample_method": "max"}
+        ).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        got = np.load(io.BytesIO(r.read()))
+    np.testing.assert_array_equal(got, expected[tuple(np.array(p) for p in points)])

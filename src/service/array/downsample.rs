@@ -21,9 +21,9 @@
 //! `limits.read_slab_bytes` of source answers 413.
 //!
 //! Memory: the answer's slabs as for any read (at most about four of
-//! `limits.read_slab_bytes`), plus, for each tile in flight (as many as the
-//! CPU pool has threads), its source box (at most [`TILE_BYTES`], or one
-//! block) and the decoded source units its read holds.
+//! `limits.read_slab_bytes`), plus, for each tile in flight (two per CPU
+//! pool thread), its source box (at most [`TILE_BYTES`], or one block) and
+//! the decoded source units its read holds.
 //!
 //! Checked before anything is read: the factors (one per dimension, each
 //! at least 1: 400 naming `downsample`), the method and the data type (400
@@ -485,7 +485,8 @@ fn engine(
         tile,
         failure: Mutex::new(None),
     });
-    let tile_options = RegionOptions { concurrency: threads, ..RegionOptions::default() };
+    // Two tiles per CPU thread: one reading its source while the other is reduced.
+    let tile_options = RegionOptions { concurrency: threads * 2, ..RegionOptions::default() };
     (ReadCtx::new(vdesc, tiles.clone(), Arc::new(cpu::Pool), true, &tile_options), tiles)
 }
 
