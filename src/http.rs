@@ -76,6 +76,8 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
             api::attributes::patch_attributes
         ))
         .routes(routes!(api::resize::resize))
+        .routes(routes!(api::pyramids::build_pyramid))
+        .routes(routes!(api::jobs::get_job, api::jobs::cancel_job))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi::serve))

@@ -42,10 +42,12 @@ pub mod browse;
 pub mod cache;
 pub mod cpu;
 pub mod error;
+pub mod jobs;
 pub mod keys;
 pub mod locks;
 pub mod node;
 pub mod render;
+pub mod pyramid;
 pub mod wire;
 
 pub use app::{App, MountRef, NodeRef};

@@ -9,6 +9,7 @@ pub mod chunk;
 pub mod chunk_key;
 pub mod codec;
 pub mod data_type;
+pub mod downsample;
 pub mod field;
 pub mod metadata;
 pub mod region;

@@ -65,6 +65,9 @@ fn value_for(name: &str) -> &'static str {
         "inner" => "0,0",
         "depth" => "1",
         "stats" | "fill_missing" | "create" | "open" => "true",
+        "downsample" => "2,2",
+        "downsample_method" => "mean",
+        "level" => "0",
         "delete_existing" | "recursive" | "write_empty_chunks" => "false",
         "rescale" => "0,1",
         "colormap" => "gray",
@@ -86,13 +89,13 @@ async fn every_route_refuses_parameters_it_does_not_know_and_takes_those_it_does
                 continue;
             }
             let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-            let target = format!("{path}?downsample=2");
+            let target = format!("{path}?resample=2");
             let r = send(addr, method, &target, None).await;
             match rule.params(&m) {
                 Some(_) if *method == "HEAD" => assert_eq!(r.status, 400, "{method} {target}: {r}"),
                 Some(_) => {
                     r.expect_error(400, "unknown_parameter");
-                    assert!(r.error_message().contains("`downsample`"), "{method} {target}: {r}");
+                    assert!(r.error_message().contains("`resample`"), "{method} {target}: {r}");
                     checked += 1;
                 }
                 // The store protocol does not read query strings.

@@ -32,7 +32,9 @@ pub mod attributes;
 pub mod consolidate;
 pub mod data;
 pub mod image;
+pub mod jobs;
 pub mod nodes;
+pub mod pyramids;
 pub mod resize;
 pub mod write;
 

@@ -80,7 +80,22 @@ const NODE_PARAMS: Params = Params::Only(&[
 /// Slice reads by `GET`/`HEAD`, writes by `PUT` (`POST` reads take their
 /// options in the body).
 const DATA_PARAMS: Params = Params::Only(&[
-    ("GET", &["sel", "mode", "field", "format", "fill_missing", "rescale", "colormap", "transparent_fill"]),
+    (
+        "GET",
+        &[
+            "sel",
+            "mode",
+            "field",
+            "format",
+            "fill_missing",
+            "rescale",
+            "colormap",
+            "transparent_fill",
+            "downsample",
+            "downsample_method",
+            "level",
+        ],
+    ),
     ("PUT", &["sel", "mode", "format", "write_empty_chunks"]),
 ]);
 /// Browser pages of a place in a mount.
@@ -109,6 +124,7 @@ const NODES: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ), ("PUT", ADMIN), 
 const ATTRIBUTES: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ), ("PUT", ADMIN), ("PATCH", ADMIN)];
 const DATA: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ), ("POST", READ), ("PUT", WRITE)];
 const CHUNKS: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ)];
+const JOBS: &[(&str, Need)] = &[("GET", READ), ("HEAD", READ), ("DELETE", ADMIN)];
 const PUBLIC: &[(&str, Need)] = &[("GET", Need::Public), ("HEAD", Need::Public)];
 
 /// Every route and what it needs. Routes of the REST API are listed before
@@ -143,6 +159,8 @@ pub const RULES: &[Rule] = &[
     Rule { template: "/browse/{mount}/{*path}", methods: CHUNKS, params: BROWSE_PARAMS },
     Rule { template: "/api/v1/preview/{mount}", methods: CHUNKS, params: PREVIEW_PARAMS },
     Rule { template: "/api/v1/preview/{mount}/{*path}", methods: CHUNKS, params: PREVIEW_PARAMS },
+    Rule { template: "/api/v1/pyramids/{mount}/{*path}", methods: &[("POST", ADMIN)], params: NO_PARAMS },
+    Rule { template: "/api/v1/jobs/{mount}/{id}", methods: JOBS, params: NO_PARAMS },
     Rule { template: "/healthz", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/readyz", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/openapi.json", methods: PUBLIC, params: NO_PARAMS },

@@ -107,6 +107,17 @@ pub async fn metrics(State(app): State<Arc<App>>, Extension(http): Extension<Arc
             out.sample("zarrd_object_cache_entries", &[("mount", m.name())], usage.entries);
         }
     }
+    out.family("zarrd_jobs", "gauge", "Background jobs (pyramid builds) since start, by state.");
+    for (state, n) in app.jobs().counts() {
+        let state = serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        out.sample("zarrd_jobs", &[("state", &state)], n);
+    }
+    out.family(
+        "zarrd_job_chunks_done",
+        "gauge",
+        "Chunks done (computed, copied or found done) by the jobs since start.",
+    );
+    out.sample("zarrd_job_chunks_done", &[], app.jobs().chunks_done());
     ([(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))], out.finish())
         .into_response()
 }

@@ -45,6 +45,7 @@ use super::health::{FailingMount, Health};
         (name = "store", description = "The Zarr store protocol: keys over HTTP, for zarr-python, TensorStore, zarrita.js and neuroglancer"),
         (name = "nodes", description = "Mounts, arrays and groups: describe, create, resize, attributes, delete"),
         (name = "data", description = "Slices of arrays (read and written) and decoded chunks, as raw bytes, .npy or JSON, encoded and decoded on the server"),
+        (name = "jobs", description = "Background jobs: OME-Zarr pyramids built on the server, their progress, cancelling them"),
         (name = "operations", description = "Health and the API description"),
         (name = "browser", description = "HTML pages for people: mounts, groups, arrays and directories, with previews and snippets"),
     )

@@ -38,6 +38,8 @@ pub struct App {
     read_answers: Arc<tokio::sync::Semaphore>,
     /// Rendered previews (see [`super::render::preview`]).
     previews: super::render::preview::PreviewCache,
+    /// Background jobs (pyramid builds).
+    jobs: Arc<super::jobs::Jobs>,
 }
 
 impl App {
@@ -82,7 +84,8 @@ impl App {
             .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let read_answers = Arc::new(tokio::sync::Semaphore::new(kib));
         let previews = super::render::preview::PreviewCache::default();
-        Self { config, mounts, metadata: MetadataCache::default(), chunk_cache, read_answers, previews }
+        let jobs = Arc::default();
+        Self { config, mounts, metadata: MetadataCache::default(), chunk_cache, read_answers, previews, jobs }
     }
 
     /// The memory budget of started read answers, in KiB permits
@@ -90,6 +93,12 @@ impl App {
     #[must_use]
     pub fn read_answer_budget(&self) -> &Arc<tokio::sync::Semaphore> {
         &self.read_answers
+    }
+
+    /// Background jobs (see [`super::jobs`]).
+    #[must_use]
+    pub fn jobs(&self) -> &Arc<super::jobs::Jobs> {
+        &self.jobs
     }
 
     /// The decoded chunk cache (see [`super::cache::chunk`]); writers that

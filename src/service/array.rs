@@ -12,6 +12,7 @@
 //! the decoded-unit cache with its revalidation against storage, limits,
 //! locks, and turning slabs into an answer body.
 
+pub mod downsample;
 pub mod read;
 pub mod source;
 pub mod write;

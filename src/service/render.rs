@@ -24,6 +24,7 @@ pub mod preview;
 
 use bytes::Bytes;
 
+use crate::service::array::downsample::{self, Downsample};
 use crate::service::array::read::{self, DataRead, ReadParams};
 use crate::service::wire::WireFormat;
 use crate::service::{cpu, node, NodeRef, ServiceError, ServiceResult};
@@ -43,7 +44,12 @@ fn render_error(e: RenderError) -> ServiceError {
 /// As [`read::read`]; a `field`, a data type or a selection shape that is
 /// not an image (400 `unsupported_format`); more pixels than
 /// `limits.max_image_pixels` (413).
-pub async fn render_png(at: &NodeRef<'_>, mut params: ReadParams, opts: RenderOptions) -> ServiceResult<Bytes> {
+pub async fn render_png(
+    at: &NodeRef<'_>,
+    mut params: ReadParams,
+    opts: RenderOptions,
+    ds: Option<Downsample>,
+) -> ServiceResult<Bytes> {
     if params.field.is_some() {
         return Err(ServiceError::UnsupportedFormat(
             "format=png: field= is not supported; select a numeric array".into(),
@@ -52,7 +58,10 @@ pub async fn render_png(at: &NodeRef<'_>, mut params: ReadParams, opts: RenderOp
     let array = node::open_array(at).await?;
     image::check_type(&array.desc.data_type).map_err(render_error)?;
     params.format = WireFormat::Raw;
-    let read = read::read(at, params).await?;
+    let read = match ds {
+        Some(ds) => downsample::read(at, params, ds).await?,
+        None => read::read(at, params).await?,
+    };
     let layout = Layout::of(&read.shape).map_err(render_error)?;
     let max = at.app().config().limits.max_image_pixels;
     if layout.pixels() > max {

@@ -29,6 +29,7 @@ use crate::http::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::extract::{ApiQuery, NodeTarget, TypedJsonBody};
 use crate::http::openapi::Binary;
 use crate::http::params;
+use crate::service::array::downsample::{self, Downsample};
 use crate::service::array::read::{self, ChunkParams, DataRead, ReadParams};
 use crate::service::wire::{dtype_header, shape_header};
 use crate::service::App;
@@ -86,6 +87,21 @@ pub struct DataQuery {
     /// PNG only: elements equal to the array's fill value are transparent
     /// (NaN always is).
     pub transparent_fill: Option<bool>,
+    /// Read the array downsampled: one positive integer factor per
+    /// dimension (`1` keeps a dimension), as TensorStore's `downsample`
+    /// driver; the selection then addresses the downsampled array (shape
+    /// `ceil(shape / factor)`). Needs `downsample_method`.
+    #[param(example = "1,4,4")]
+    pub downsample: Option<String>,
+    /// `stride`, `mean`, `median`, `mode`, `min` or `max` (TensorStore's
+    /// semantics: blocks from origin 0, partial at the upper edge; integer
+    /// means rounded half to even).
+    #[param(example = "mean")]
+    pub downsample_method: Option<String>,
+    /// For an OME-Zarr multiscale group: read this level (0 is the full
+    /// resolution), the dataset its first `multiscales` entry lists.
+    #[param(example = 2)]
+    pub level: Option<u64>,
 }
 
 /// The body of a slice read by POST (for selections too long for a URL).
@@ -110,6 +126,14 @@ pub struct DataBody {
     pub format: Option<String>,
     /// As the `fill_missing` query parameter.
     pub fill_missing: Option<bool>,
+    /// As the `downsample` query parameter: factors per dimension, `"1,4,4"`.
+    #[schema(example = "1,4,4")]
+    pub downsample: Option<String>,
+    /// As the `downsample_method` query parameter.
+    #[schema(example = "mean")]
+    pub downsample_method: Option<String>,
+    /// As the `level` query parameter.
+    pub level: Option<u64>,
 }
 
 /// Query parameters of a decoded chunk read.
@@ -225,8 +249,22 @@ fn respond(read: DataRead) -> Response {
     (headers, body).into_response()
 }
 
-async fn read_with(app: Arc<App>, target: NodeTarget, params: ReadParams) -> ApiResult<Response> {
-    let read = read::read(&app.node(&target.mount, &target.path)?, params).await?;
+async fn read_with(
+    app: Arc<App>,
+    target: NodeTarget,
+    params: ReadParams,
+    ds: Option<Downsample>,
+    level: Option<u64>,
+) -> ApiResult<Response> {
+    let mut at = app.node(&target.mount, &target.path)?;
+    if let Some(level) = level {
+        let path = crate::service::pyramid::level_path(&at, level).await?;
+        at = app.node(&target.mount, &path)?;
+    }
+    let read = match ds {
+        Some(ds) => downsample::read(&at, params, ds).await?,
+        None => read::read(&at, params).await?,
+    };
     Ok(respond(read))
 }
 
@@ -247,7 +285,7 @@ fn params_from_query(q: DataQuery, headers: &HeaderMap) -> ApiResult<ReadParams>
     params(NodeTarget, DataQuery),
     responses(
         SelectedElements,
-        (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group; format=png: a selection that is not an image, a type with no scalar value, a bad rescale or colormap", body = ErrorBody),
+        (status = 400, description = "Malformed, out-of-bounds or rank-mismatched selection (naming the dimension); unknown field or format; a group; bad downsample factors or method, or a level= that is not a level of a multiscale group (naming the parameter); format=png: a selection that is not an image, a type with no scalar value, a bad rescale or colormap", body = ErrorBody),
         (status = 404, description = "No such mount or array; a missing chunk with fill_missing=false", body = ErrorBody),
         (status = 406, description = "Accept names only image types other than image/png", body = ErrorBody),
         (status = 413, description = "The selection exceeds limits.max_selection_bytes (or max_json_elements for JSON, max_image_pixels for PNG), or lists more than 4,194,304 indices", body = ErrorBody),
@@ -262,16 +300,18 @@ pub async fn get_data(
     ApiQuery(mut q): ApiQuery<DataQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    let ds = downsample::parse(q.downsample.as_deref(), q.downsample_method.as_deref())?;
+    let level = q.level;
     let (rescale, colormap, fill) = (q.rescale.take(), q.colormap.take(), q.transparent_fill.take());
     if super::image::wants_png(q.format.as_deref(), &headers)? {
         let opts = super::image::render_options(rescale.as_deref(), colormap.as_deref(), fill)?;
         q.format = Some("raw".into());
         let params = params_from_query(q, &headers)?;
-        return super::image::png_read(app, target, params, opts).await;
+        return super::image::png_read(app, target, params, opts, ds, level).await;
     }
     super::image::no_render_options(rescale.as_deref(), colormap.as_deref(), fill)?;
     let params = params_from_query(q, &headers)?;
-    read_with(app, target, params).await
+    read_with(app, target, params, ds, level).await
 }
 
 async fn params_from_body(body: DataBody, headers: &HeaderMap) -> ApiResult<ReadParams> {
@@ -312,8 +352,10 @@ pub async fn post_data(
     headers: HeaderMap,
     TypedJsonBody(body): TypedJsonBody<DataBody>,
 ) -> ApiResult<Response> {
+    let ds = downsample::parse(body.downsample.as_deref(), body.downsample_method.as_deref())?;
+    let level = body.level;
     let params = params_from_body(body, &headers).await?;
-    read_with(app, target, params).await
+    read_with(app, target, params, ds, level).await
 }
 
 /// Read one chunk (or inner chunk of a shard), decoded: for clients that

@@ -23,6 +23,7 @@ use utoipa::IntoParams;
 
 use crate::http::error::{ApiResult, ErrorBody, ErrorCode};
 use crate::http::extract::{ApiQuery, NodeTarget};
+use crate::service::array::downsample::Downsample;
 use crate::service::array::read::ReadParams;
 use crate::service::render::image::{parse_rescale, Colormap, RenderOptions};
 use crate::service::render::preview::{self, PreviewParams, DEFAULT_SIZE, MAX_SIZE};
@@ -126,9 +127,15 @@ pub async fn png_read(
     target: NodeTarget,
     params: ReadParams,
     opts: RenderOptions,
+    ds: Option<Downsample>,
+    level: Option<u64>,
 ) -> ApiResult<Response> {
-    let node = app.node(&target.mount, &target.path)?;
-    let png = crate::service::render::render_png(&node, params, opts).await?;
+    let mut node = app.node(&target.mount, &target.path)?;
+    if let Some(level) = level {
+        let path = crate::service::pyramid::level_path(&node, level).await?;
+        node = app.node(&target.mount, &path)?;
+    }
+    let png = crate::service::render::render_png(&node, params, opts, ds).await?;
     Ok(png_response(png, None))
 }
 

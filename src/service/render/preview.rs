@@ -151,7 +151,7 @@ pub async fn preview(at: &NodeRef<'_>, params: PreviewParams) -> ServiceResult<A
     })?;
     let spec = SelectionSpec::parse(&selection, SelectionMode::Basic).map_err(ServiceError::from)?;
     let read = ReadParams { selection: spec, ..ReadParams::default() };
-    let png = super::render_png(at, read, params.opts).await?;
+    let png = super::render_png(at, read, params.opts, None).await?;
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &png);
     let hex: String = digest.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect();
     let preview = Arc::new(Preview { png, etag: format!("\"p{hex}\""), selection });

@@ -1,0 +1,292 @@
+"""OME-Zarr pyramids built by zarrd as jobs, checked against TensorStore and the OME schemas.
+
+TensorStore writes the source arrays (v3 plain and sharded, v2) with chunks missing; zarrd
+builds the pyramid (`POST /api/v1/pyramids/...`, then `GET /api/v1/jobs/...` until it ends).
+Checked: the group's `multiscales` metadata validates against the OME-Zarr 0.5 (v3) or 0.4
+(v2) JSON Schema (tests/fixtures/ome) with the right levels, axes and scales; every level's
+array carries the axes as `dimension_names` (v3); level 0's chunks are the source's bytes, key
+for key; every level equals `ts.downsample(level 0, cumulative factors, method)` read
+in-process; zarr-python opens every level. Then `kill -9` of the server in the middle of a
+build, a restart, and the same request: the job resumes (chunks found done are skipped) and
+every level equals the reference. Cancelling by DELETE stops a job; the same request resumes it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+import referencing
+import tensorstore as ts
+import zarr
+
+from zarrd_harness import start_zarrd
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "fixtures" / "ome"
+POLL_S = 0.05
+MAX_POLLS = 2400  # 120 s at most per job
+
+
+def request(method: str, url: str, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, json.loads(e.read() or b"null")
+
+
+def wait(server, status):
+    url = f"{server.url}/api/v1/jobs/{status['mount']}/{status['id']}"
+    for _ in range(MAX_POLLS):
+        code, _, status = request("GET", url)
+        assert code == 200, status
+        if status["state"] != "running":
+            return status
+        time.sleep(POLL_S)
+    raise AssertionError(f"the job did not end: {status}")
+
+
+def make_source(root: Path, name: str, dtype: str, shape, chunk, version=3, shard=None, fill=0):
+    layout = {"read_chunk": {"shape": chunk}, "write_chunk": {"shape": shard or chunk}}
+    spec = {
+        "driver": "zarr3" if version == 3 else "zarr",
+        "kvstore": {"driver": "file", "path": str(root / name)},
+        "schema": {"dtype": dtype, "domain": {"shape": list(shape)}, "chunk_layout": layout, "fill_value": fill},
+        "create": True,
+    }
+    if version == 3:
+        spec["metadata"] = {"dimension_names": ["z", "y", "x"][3 - len(shape):]}
+        spec["schema"]["codec"] = {"driver": "zarr3", "codecs": [{"name": "bytes"}, {"name": "zstd"}]} if not shard else None
+        if spec["schema"]["codec"] is None:
+            del spec["schema"]["codec"]
+    t = ts.open(spec).result()
+    rng = np.random.default_rng(len(name))
+    if dtype.startswith("float"):
+        data = (rng.standard_normal(shape) * 50).astype(dtype)
+    else:
+        data = rng.integers(0, 9, shape).astype(dtype)
+    # The last part along the first dimension stays missing: the fill value takes part.
+    stored = shape[0] * 2 // 3
+    t[:stored].write(data[:stored]).result()
+    return t
+
+
+def validate(attrs: dict, version: str):
+    schema = json.loads((SCHEMAS / f"ome-zarr-{version}-image.schema.json").read_text())
+    version_schema = referencing.Resource.from_contents(
+        {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "string", "enum": ["0.5"]}
+    )
+    registry = referencing.Registry().with_resource(
+        "https://ngff.openmicroscopy.org/0.5/schemas/_version.schema", version_schema
+    )
+    jsonschema.Draft202012Validator(schema, registry=registry).validate(attrs)
+
+
+def open_level(root: Path, group: str, level: int, version: int):
+    driver = "zarr3" if version == 3 else "zarr"
+    return ts.open({"driver": driver, "kvstore": {"driver": "file", "path": str(root / group / str(level))}}).result()
+
+
+def check_pyramid(root: Path, source: str, group: str, method: str, factors, version: int, n_levels=None):
+    """The group's metadata and every level against TensorStore's downsample of level 0."""
+    g = zarr.open_group(str(root / group), mode="r")
+    if version == 3:
+        attrs = dict(g.attrs)
+        validate(attrs, "0.5")
+        ms = attrs["ome"]["multiscales"][0]
+        assert attrs["ome"]["version"] == "0.5"
+    else:
+        attrs = dict(g.attrs)
+        validate(attrs, "0.4")
+        ms = attrs["multiscales"][0]
+        assert ms["version"] == "0.4"
+    datasets = ms["datasets"]
+    if n_levels is not None:
+        assert len(datasets) == n_levels
+    rank = len(factors)
+    assert [a["name"] for a in ms["axes"]] == ["z", "y", "x"][3 - rank:]
+    assert all(a["type"] == "space" for a in ms["axes"])
+    level0 = open_level(root, group, 0, version)
+    src = ts.open({"driver": "zarr3" if version == 3 else "zarr",
+                   "kvstore": {"driver": "file", "path": str(root / source)}}).result()
+    np.testing.assert_array_equal(level0.read().result(), src.read().result())
+    # Level 0 is the source's chunks, key for key (never re-encoded).
+    src_files = {p.relative_to(root / source): p.read_bytes() for p in (root / source).rglob("*")
+                 if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs")}
+    dst_files = {p.relative_to(root / group / "0"): p.read_bytes() for p in (root / group / "0").rglob("*")
+                 if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs")}
+    assert src_files == dst_files and src_files
+    cumulative = [1] * rank
+    for k, ds in enumerate(datasets):
+        assert ds["path"] == str(k)
+        assert ds["coordinateTransformations"] == [{"type": "scale", "scale": [float(c) for c in cumulative]}]
+        level = open_level(root, group, k, version)
+        expected = ts.downsample(level0, cumulative, method).read().result()
+        got = level.read().result()
+        assert got.shape == expected.shape, (k, got.shape, expected.shape)
+        np.testing.assert_array_equal(got, expected, err_msg=f"level {k}")
+        if version == 3:
+            assert zarr.open_array(str(root / group / str(k)), mode="r").metadata.dimension_names == tuple(
+                ["z", "y", "x"][3 - rank:]
+            )
+        # zarr-python reads the level too.
+        np.testing.assert_array_equal(zarr.open_array(str(root / group / str(k)), mode="r")[...], got)
+        cumulative = [c * f for c, f in zip(cumulative, factors)]
+    return datasets
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("pyramids")
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    return tmp_path_factory.mktemp("logs")
+
+
+def test_pyramids_of_v3_v2_and_sharded_arrays_equal_tensorstore(root, logs):
+    make_source(root, "vol", "float32", (37, 70, 51), [8, 16, 16])
+    make_source(root, "counts", "uint16", (30, 41), [8, 8], version=2, fill=7)
+    make_source(root, "labels", "uint8", (20, 40, 36), [4, 8, 8], shard=[8, 16, 16])
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid.log")
+    try:
+        cases = [
+            ("vol", "mean", {"method": "mean"}, [2, 2, 2], 3, 4),
+            ("counts", "min", {"method": "min", "levels": 3, "destination": "counts_ms"}, [2, 2], 2, 3),
+            ("labels", "mode", {"method": "mode", "factors": [1, 2, 2]}, [1, 2, 2], 3, None),
+        ]
+        for source, method, body, factors, version, levels in cases:
+            code, headers, status = request("POST", f"{server.url}/api/v1/pyramids/p/{source}", body)
+            assert code == 202, status
+            assert headers["location"] == f"/api/v1/jobs/p/{status['id']}"
+            done = wait(server, status)
+            assert done["state"] == "completed", done
+            assert done["chunks_done"] == done["chunks_total"] > 0
+            assert done["bytes_written"] > 0 and done["elapsed_seconds"] > 0
+            group = body.get("destination", f"{source}_pyramid")
+            datasets = check_pyramid(root, source, group, method, factors, version, levels)
+            assert done["levels"] == len(datasets)
+            # The same request again: the same job runs again and finds everything done.
+            code, _, again = request("POST", f"{server.url}/api/v1/pyramids/p/{source}", body)
+            assert code == 202 and again["id"] == status["id"], again
+            again = wait(server, again)
+            assert again["state"] == "completed", again
+            stored = [p for p in (root / group).rglob("*")
+                      if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs", ".zgroup")]
+            # Every stored chunk is found done; only chunks never stored (all fill) are looked at again.
+            assert again["chunks_skipped"] == len(stored) > 0, (again, len(stored))
+            assert again["chunks_total"] == done["chunks_total"]
+        # level= reads a level of the multiscale group (v3 0.5 and v2 0.4), selections included.
+        for group, version, level, sel in [("vol_pyramid", 3, 2, "1:7,::2,3"), ("counts_ms", 2, 1, "2:9,-3:")]:
+            url = f"{server.url}/api/v1/data/p/{group}?level={level}&format=npy&sel={sel}"
+            with urllib.request.urlopen(url, timeout=30) as r:
+                got = np.load(io.BytesIO(r.read()))
+            whole = open_level(root, group, level, version).read().result()
+            index = tuple(
+                int(p) if ":" not in p else slice(*[int(x) if x else None for x in p.split(":")]) for p in sel.split(",")
+            )
+            np.testing.assert_array_equal(got, whole[index])
+        for target, words in [("vol_pyramid?level=4", "level 4: the group has 4 levels (0 to 3)"),
+                              ("vol?level=0", "is an array"), ("vol_pyramid/1?level=0", "is an array")]:
+            code, _, answer = request("GET", f"{server.url}/api/v1/data/p/{target}")
+            assert code == 400 and answer["error"]["message"].startswith("level:"), answer
+            assert words in answer["error"]["message"], answer
+        # Jobs are in the metrics.
+        with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
+            metrics = r.read().decode()
+        assert 'zarrd_jobs{state="completed"} 3' in metrics and "zarrd_job_chunks_done " in metrics, metrics[-2000:]
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"factors": [2, 2]}, "factors"),
+        ({"factors": [2, 0, 2]}, "factors[1]"),
+        ({"factors": [2, 2, 2**40]}, "factors[2]"),
+        ({"levels": 0}, "levels"),
+        ({"levels": 33}, "levels"),
+        ({"method": "average"}, "request body: unknown variant `average`"),
+        ({"destination": "../x"}, "destination"),
+        ({"destination": "bad_src"}, "destination"),
+    ],
+)
+def test_bad_requests_answer_400_naming_the_member(root, logs, body, field):
+    make_source(root, "bad_src", "int32", (6, 6, 6), [3, 3, 3]) if not (root / "bad_src").exists() else None
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-bad.log")
+    try:
+        code, _, answer = request("POST", f"{server.url}/api/v1/pyramids/p/bad_src", body)
+        assert code == 400, answer
+        assert answer["error"]["message"].startswith(field), answer
+    finally:
+        server.stop()
+
+
+def test_kill_9_in_the_middle_then_the_same_request_resumes(root, logs):
+    shape = (48, 192, 192)
+    make_source(root, "big", "float32", shape, [8, 32, 32])
+    body = {"method": "mean"}
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-kill.log")
+    killed_at = None
+    try:
+        code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/big", body)
+        assert code == 202, status
+        url = f"{server.url}/api/v1/jobs/p/{status['id']}"
+        for _ in range(MAX_POLLS):
+            _, _, st = request("GET", url)
+            if st["state"] != "running" or st["level"] >= 1 and st["chunks_done"] > st["chunks_total"] * 0.8:
+                break
+            time.sleep(0.01)
+        assert st["state"] == "running", f"the build ended before it could be killed: {st}"
+        killed_at = st
+        server.proc.kill()  # SIGKILL: no shutdown, no cleanup
+        server.proc.wait(timeout=30)
+    finally:
+        server.stop()
+    group = root / "big_pyramid"
+    assert "ome" not in json.loads((group / "zarr.json").read_text()).get("attributes", {}), "not complete yet"
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-resume.log")
+    try:
+        code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/big", body)
+        assert code == 202, status
+        done = wait(server, status)
+        assert done["state"] == "completed", done
+        # What the first server finished was found in the store, not redone.
+        assert done["chunks_skipped"] >= killed_at["chunks_done"] // 2 > 0, (killed_at, done)
+    finally:
+        server.stop()
+    check_pyramid(root, "big", "big_pyramid", "mean", [2, 2, 2], 3)
+
+
+def test_cancel_stops_a_job_and_the_same_request_resumes_it(root, logs):
+    make_source(root, "cancel_me", "int16", (40, 160, 160), [8, 32, 32])
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-cancel.log")
+    try:
+        body = {"method": "max"}
+        code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/cancel_me", body)
+        assert code == 202, status
+        url = f"{server.url}/api/v1/jobs/p/{status['id']}"
+        code, _, cancelled = request("DELETE", url)
+        assert code == 200 and cancelled["state"] == "cancelled", cancelled
+        _, _, after = request("GET", url)
+        assert after["state"] == "cancelled"
+        code, _, again = request("GET", f"{server.url}/api/v1/jobs/p/pyramid-0000000000000000")
+        assert code == 404
+        code, _, resumed = request("POST", f"{server.url}/api/v1/pyramids/p/cancel_me", body)
+        assert code == 202 and resumed["id"] == status["id"]
+        done = wait(server, resumed)
+        assert done["state"] == "completed", done
+    finally:
+        server.stop()
+    check_pyramid(root, "cancel_me", "cancel_me_pyramid", "max", [2, 2, 2], 3)
