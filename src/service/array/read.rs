@@ -16,14 +16,22 @@
 //! inner chunk ranges conditioned on the index's ETag, decoded and copied
 //! on the CPU pool).
 //!
+//! - Slabs of fixed-size elements are about a quarter of the answer (at
+//!   least 1 MiB, at most `read_slab_bytes`), so sending one overlaps
+//!   reading the next from the first slab on, and end where units end
+//!   rather than cut them (a cut unit would be read and decoded for both
+//!   slabs): a slab grows up to 2 × `read_slab_bytes` for that. Two slabs
+//!   are read at once, each on its own task, so the CPU pool does not wait
+//!   for a slab's last unit, nor for the socket.
 //! - A producer task sends each slab's bytes through a channel of one, in
 //!   messages of about a slab, so a read holds about four slabs (one
-//!   message being written to the socket, one queued, one being encoded and
-//!   the slab it comes from) plus the chunks being decoded, whatever its
-//!   size. A client that goes away stops the producer.
+//!   message being written to the socket, one queued, and two being read;
+//!   variable-length elements: one being encoded and the slab it comes
+//!   from) plus the chunks being decoded, whatever its size. A client that
+//!   goes away stops the producer and the slab reads.
 //! - Started answers are bounded together: an answer larger than
 //!   1 MiB takes a share of `limits.read_answer_budget_bytes`
-//!   (4 × `read_slab_bytes`) before its first slab, and every message it
+//!   (4 × its largest slab) before its first slab, and every message it
 //!   sends holds the share until the socket has taken it, so clients that
 //!   stop reading hold at most the budget (and `server` closes their
 //!   connections after `limits.send_stall_timeout_seconds`).
@@ -355,8 +363,12 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
     let array = src.array.clone();
     // Planning (and counting the units touched) runs on the CPU pool: it
     // costs up to the selection's lists.
+    let slab_budget = slab_budget(sel.num_elements(), es, variable, budget);
     let (read_plan, touched) = cpu::run_or_inline(plan::is_cheap(&sel), move || {
-        let plan = plan_read(&array.desc, sel, budget)?;
+        let plan = plan_read(&array.desc, sel, slab_budget)?;
+        // Fixed-size slabs end where units end rather than cut them (a cut
+        // unit is read and decoded for each slab), up to twice the limit.
+        let plan = if variable { plan } else { plan.growing_to(budget.saturating_mul(2)) };
         let touched = plan.touched_units();
         Ok::<_, plan::PlanError>((plan, touched))
     })
@@ -392,6 +404,22 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
     start(Arc::new(plan), content_length).await
 }
 
+/// Slabs of fixed-size elements are at least this big (unless the answer
+/// is smaller): smaller ones cost more in hand-offs than they gain.
+const MIN_SLAB: u64 = 1 << 20;
+
+/// The slab budget of a read of `elements` elements of `es` bytes: about a
+/// quarter of the answer, so that sending one slab overlaps reading the
+/// next from the start (one slab of `limits.read_slab_bytes` would be read
+/// whole before its first byte is sent), within [`MIN_SLAB`] and `limit`.
+/// Variable-length elements: `limit` (their slabs are sized as they go).
+fn slab_budget(elements: u64, es: usize, variable: bool, limit: u64) -> u64 {
+    if variable {
+        return limit;
+    }
+    (elements.saturating_mul(es as u64) / 4).clamp(MIN_SLAB.min(limit), limit)
+}
+
 /// The JSON text of one variable-length element.
 fn variable_text(dt: &DataType, b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -409,7 +437,14 @@ async fn start(plan: Arc<Plan>, content_length: Option<u64>) -> ServiceResult<Da
     let producer = plan.clone();
     tokio::spawn(async move {
         let cache = producer.cache.clone();
-        let message = if producer.small { SMALL_ANSWER } else { producer.answer.slab_bytes };
+        let message = if producer.small {
+            SMALL_ANSWER
+        } else if producer.variable {
+            producer.answer.slab_bytes
+        } else {
+            // A message per slab: sent as soon as it is read.
+            producer.plan.budget()
+        };
         let mut out = Out::new(tx, message);
         for h in header {
             out.push(h);
@@ -460,9 +495,11 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
     let a = &plan.answer;
     let mut small = plan.small;
     // Four slabs' worth (one message being sent, one queued, one being
-    // encoded and its slab), or less for a fixed-size answer that is
+    // encoded and its slab; for fixed-size elements: one being sent, one
+    // queued, two being read), or less for a fixed-size answer that is
     // smaller: a 2 MiB answer does not hold 128 MiB of the budget.
-    let full = a.slab_bytes.saturating_mul(4);
+    let largest = if plan.variable { a.slab_bytes } else { plan.plan.max_slab_bytes() };
+    let full = largest.saturating_mul(4);
     let share = if plan.variable {
         full
     } else {
@@ -478,6 +515,9 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
     }
     let mut json =
         (plan.format == WireFormat::Json).then(|| JsonEncoder::new(plan.out_type.clone(), plan.out_shape.clone()));
+    if !plan.variable {
+        return produce_fixed(plan, out, json).await;
+    }
     let mut read_plan = plan.plan.clone();
     // Slabs are planned inline when that costs less than the hand-off: the
     // plan is the same for all of them (a variable-length read's new plans
@@ -526,6 +566,76 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
                 read_plan = larger;
                 slabs = read_plan.slabs_from(offset);
             }
+        }
+    }
+    if let Some(enc) = json.as_mut() {
+        let mut end = Vec::new();
+        enc.finish(&mut end);
+        out.push(Bytes::from(end));
+    }
+    Ok(true)
+}
+
+/// Slabs of fixed-size elements read at once: the next one is read while
+/// this one is finished and sent, so the CPU pool is never idle waiting
+/// for a slab's last unit or for the socket.
+const READ_AHEAD: usize = 2;
+
+/// One slab being read on its own task; dropping it stops the read.
+struct SlabTask(tokio::task::JoinHandle<ServiceResult<Option<SlabData>>>);
+
+impl SlabTask {
+    fn spawn(plan: &Arc<Plan>, slab: Arc<Slab>) -> Self {
+        let plan = plan.clone();
+        Self(tokio::spawn(async move {
+            let engine = &plan.engine;
+            // Fixed-size slabs have no cap.
+            let read = read_slab(&engine.ctx, &engine.store, slab, u64::MAX).await;
+            read.map_err(|e| region_error(&engine.path, e))
+        }))
+    }
+
+    async fn join(mut self) -> ServiceResult<SlabData> {
+        match (&mut self.0).await {
+            Ok(Ok(Some(data))) => Ok(data),
+            Ok(Ok(None)) => Err(ServiceError::Internal("a slab of fixed-size elements went past its cap".into())),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(ServiceError::Internal(format!("reading a slab failed: {e}"))),
+        }
+    }
+}
+
+impl Drop for SlabTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// [`produce`] for fixed-size elements: [`READ_AHEAD`] slabs read at once,
+/// each on its own task, and sent in order.
+async fn produce_fixed(plan: &Arc<Plan>, out: &mut Out, mut json: Option<JsonEncoder>) -> ServiceResult<bool> {
+    let cheap = plan.plan.is_cheap();
+    let mut slabs = Some(plan.plan.slabs());
+    let mut ahead = std::collections::VecDeque::with_capacity(READ_AHEAD);
+    let mut text = 0u64;
+    loop {
+        while ahead.len() < READ_AHEAD {
+            let Some(rest) = slabs.take() else { break };
+            let (rest, next) = next_slab(rest, cheap).await?;
+            let Some(slab) = next else { break };
+            slabs = Some(rest);
+            ahead.push_back(SlabTask::spawn(plan, slab));
+        }
+        let Some(task) = ahead.pop_front() else { break };
+        // The previous slab's message goes once the next slab is known to
+        // exist (the last one's goes with the end mark; an error in a later
+        // slab cuts the body, the first slab's errors are the answer's).
+        if !out.flush(true).await {
+            return Ok(false);
+        }
+        let data = task.join().await?;
+        if !encode_slab(plan, data, &mut json, &mut text, out).await? {
+            return Ok(false);
         }
     }
     if let Some(enc) = json.as_mut() {

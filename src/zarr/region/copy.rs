@@ -15,7 +15,7 @@
 
 use std::sync::Mutex;
 
-use super::plan::UnitCopy;
+use super::plan::{Strided, UnitCopy};
 use super::RegionError;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::subset::{copy_region, ArraySubset, SubsetError};
@@ -107,11 +107,18 @@ pub fn copy_unit(
                     format!("decoded to {} bytes, expected {}", src.len(), unit_elems * es as u64),
                 ));
             }
-            #[allow(clippy::cast_possible_truncation)] // within the buffers, checked above and by construction
-            spec.each(&mut |s, d, n| {
-                let (s, d, n) = (s as usize * es, d as usize * es, n as usize * es);
-                dst[d..d + n].copy_from_slice(&src[s..s + n]);
-            });
+            match es {
+                1 => spec.each_strided(&mut |g| copy_strided::<1>(src, dst, &g)),
+                2 => spec.each_strided(&mut |g| copy_strided::<2>(src, dst, &g)),
+                4 => spec.each_strided(&mut |g| copy_strided::<4>(src, dst, &g)),
+                8 => spec.each_strided(&mut |g| copy_strided::<8>(src, dst, &g)),
+                16 => spec.each_strided(&mut |g| copy_strided::<16>(src, dst, &g)),
+                #[allow(clippy::cast_possible_truncation)] // within the buffers, checked above and by construction
+                _ => spec.each(&mut |s, d, n| {
+                    let (s, d, n) = (s as usize * es, d as usize * es, n as usize * es);
+                    dst[d..d + n].copy_from_slice(&src[s..s + n]);
+                }),
+            }
         }
         (ChunkData::Variable(src), SlabData::Variable(dst)) => {
             if src.len() as u64 != unit_elems {
@@ -137,6 +144,37 @@ pub fn copy_unit(
         _ => return Err(corrupt(key, "decoded to the wrong kind of elements".into())),
     }
     Ok(())
+}
+
+/// Copies the runs of `g` from `src` into `dst`, elements of `E` bytes: a
+/// run of one element is a fixed-size move, not a call to `memcpy`.
+#[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)] // within the buffers, checked by the caller and by construction
+fn copy_strided<const E: usize>(src: &[u8], dst: &mut [u8], g: &Strided) {
+    let n = g.n as usize * E;
+    // Runs back to back on both sides: one copy.
+    if g.count > 1 && g.src_step == g.n as i64 && g.dst_step == g.n {
+        let (s, d, all) = (g.src as usize * E, g.dst as usize * E, n * g.count as usize);
+        dst[d..d + all].copy_from_slice(&src[s..s + all]);
+        return;
+    }
+    for j in 0..g.count {
+        let (s, d) = g.at(j);
+        let (s, d) = (s as usize * E, d as usize * E);
+        match n {
+            _ if n == E => fixed::<E>(&src[s..], &mut dst[d..]),
+            16 => fixed::<16>(&src[s..], &mut dst[d..]),
+            32 => fixed::<32>(&src[s..], &mut dst[d..]),
+            64 => fixed::<64>(&src[s..], &mut dst[d..]),
+            _ => dst[d..d + n].copy_from_slice(&src[s..s + n]),
+        }
+    }
+}
+
+/// Copies the first `N` bytes of `src` to `dst`: a fixed-size move.
+#[inline(always)]
+fn fixed<const N: usize>(src: &[u8], dst: &mut [u8]) {
+    let e: [u8; N] = src[..N].try_into().unwrap_or([0; N]);
+    dst[..N].copy_from_slice(&e);
 }
 
 /// Writes the fill value where `spec` would copy.

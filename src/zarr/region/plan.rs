@@ -93,6 +93,10 @@ pub struct ReadPlan {
     /// number of positions before it.
     k: usize,
     max_rows: u64,
+    /// Outer mode: rows a slab may grow to so that it ends where a unit
+    /// ends instead of cutting it (see [`ReadPlan::growing_to`]); at least
+    /// `max_rows`.
+    grow_rows: u64,
     prefix_count: u64,
     /// Outer mode: the dimensions after `k` (every slab's).
     tail: Arc<Vec<Axis>>,
@@ -166,6 +170,35 @@ impl ReadPlan {
         self.budget
     }
 
+    /// The same plan, whose slabs may grow up to `max_bytes` (more than
+    /// the budget) to end where a unit ends rather than cut it: a unit cut
+    /// between two slabs is read and decoded once for each. A slab grows
+    /// only over the one run of positions inside a unit it would otherwise
+    /// cut (its first), so it stays below `max_bytes` and the budget when
+    /// units are small. Not for variable-length elements (their slabs are
+    /// sized by their real bytes).
+    #[must_use]
+    pub fn growing_to(mut self, max_bytes: u64) -> Self {
+        if self.sel.mode != SelectionMode::Coordinate && !self.lens.is_empty() {
+            let row = self.lens[self.k + 1..].iter().fold(self.es, |a, &l| a.saturating_mul(l)).max(1);
+            self.grow_rows = self.max_rows.max(max_bytes / row);
+        }
+        self
+    }
+
+    /// The most bytes (elements of the plan's estimated size) one slab of
+    /// this plan holds: the budget, or more when slabs grow to end on a
+    /// unit ([`ReadPlan::growing_to`]) or one row of the split dimension
+    /// is larger.
+    #[must_use]
+    pub fn max_slab_bytes(&self) -> u64 {
+        if self.sel.mode == SelectionMode::Coordinate || self.lens.is_empty() {
+            return self.points_per_slab.saturating_mul(self.es).max(self.es);
+        }
+        let row = self.lens[self.k + 1..].iter().fold(self.es, |a, &l| a.saturating_mul(l));
+        row.saturating_mul(self.grow_rows.min(self.lens[self.k].max(1)))
+    }
+
     fn split_from(
         sel: Selection,
         unit: Vec<u64>,
@@ -202,6 +235,7 @@ impl ReadPlan {
             elements,
             k: 0,
             max_rows: 1,
+            grow_rows: 1,
             prefix_count: 0,
             tail: Arc::new(Vec::new()),
             points_per_slab: (budget / es.max(POINT_COST)).clamp(1, u64::from(u32::MAX)),
@@ -213,6 +247,7 @@ impl ReadPlan {
             let k = (0..rank).find(|&d| row(d) <= budget).unwrap_or(rank - 1).max(min_k.min(rank - 1));
             plan.k = k;
             plan.max_rows = (budget / row(k).max(1)).max(1);
+            plan.grow_rows = plan.max_rows;
             plan.prefix_count = plan.lens[..k].iter().fold(1u64, |a, &b| a.saturating_mul(b));
             let tail = (k + 1..rank).map(|d| Axis::of(&plan.sel.dims[d], 0..plan.lens[d], plan.unit[d])).collect();
             plan.tail = Arc::new(tail);
@@ -359,7 +394,9 @@ impl ReadPlan {
             if run_end <= limit {
                 e = run_end;
             } else if e == s {
-                e = limit;
+                // One run longer than the slab: whole when the plan lets
+                // slabs grow that far, else cut.
+                e = if run_end - s <= self.grow_rows { run_end } else { limit };
             } else {
                 break;
             }
@@ -477,7 +514,59 @@ pub struct UnitCopy {
     pick: Vec<u64>,
 }
 
+/// `count` runs of `n` consecutive elements to copy from a unit into a
+/// slab: run `j` from unit element `src + j * src_step` to slab element
+/// `dst + j * dst_step` (flat, C order; `src_step` may be negative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Strided {
+    /// The first run's first unit element.
+    pub src: u64,
+    /// Unit elements from one run to the next.
+    pub src_step: i64,
+    /// The first run's first slab element.
+    pub dst: u64,
+    /// Slab elements from one run to the next.
+    pub dst_step: u64,
+    /// Runs.
+    pub count: u64,
+    /// Elements per run.
+    pub n: u64,
+}
+
+impl Strided {
+    /// Run `j`'s first unit and slab elements.
+    #[must_use]
+    pub fn at(&self, j: u64) -> (u64, u64) {
+        (at(self.src, self.src_step, j), self.dst + j * self.dst_step)
+    }
+}
+
 impl UnitCopy {
+    /// Calls `f` for every group of equally spaced runs to copy from the
+    /// unit (C order, flat) into the slab (flat): the same copies as
+    /// [`UnitCopy::each`], in the same order, but a plane's single elements
+    /// come as one [`Strided`] per row instead of one call each, so the copy
+    /// kernel can loop without a call per element.
+    pub fn each_strided(&self, f: &mut impl FnMut(Strided)) {
+        let slab = &self.slab;
+        match &slab.kind {
+            SlabKind::Outer { head, dst_strides } => {
+                let mut runs = Vec::with_capacity(self.pick.len());
+                let mut bounds = Vec::with_capacity(self.pick.len() + 1);
+                for (d, &g) in self.pick.iter().enumerate() {
+                    bounds.push(runs.len());
+                    slab.axis(d, head).runs(g, &mut runs);
+                }
+                bounds.push(runs.len());
+                let per_dim: Vec<&[Run]> = bounds.windows(2).map(|w| &runs[w[0]..w[1]]).collect();
+                for_each_strided(&per_dim, &slab.plan.unit_strides, dst_strides, f);
+            }
+            SlabKind::Points { .. } => {
+                self.each(&mut |src, dst, n| f(Strided { src, src_step: 0, dst, dst_step: 0, count: 1, n }));
+            }
+        }
+    }
+
     /// Calls `f(src, dst, n)` for every run of `n` consecutive elements to
     /// copy from the unit (C order, flat) into the slab (flat).
     pub fn each(&self, f: &mut impl FnMut(u64, u64, u64)) {
@@ -753,6 +842,53 @@ pub fn for_each_copy(runs: &[&[Run]], ss: &[u64], ds: &[u64], f: &mut impl FnMut
     }
 }
 
+/// [`for_each_copy`] in groups of equally spaced runs ([`Strided`]): the
+/// last dimension's runs, and when the last dimension has a single run
+/// (contiguous, or one element), the dimension before it, one group per
+/// run of that one.
+pub fn for_each_strided(runs: &[&[Run]], ss: &[u64], ds: &[u64], f: &mut impl FnMut(Strided)) {
+    #[allow(clippy::cast_possible_wrap)] // unit strides are far below 2^63
+    fn rec(d: usize, runs: &[&[Run]], ss: &[u64], ds: &[u64], so: u64, dof: u64, f: &mut impl FnMut(Strided)) {
+        let contiguous = |r: &Run, d: usize| (r.step == 1 && ss[d] == 1 && ds[d] == 1) || r.len == 1;
+        if d + 1 == runs.len() {
+            for r in runs[d] {
+                let (src, dst) = (so.saturating_add(r.inn.saturating_mul(ss[d])), dof + r.out * ds[d]);
+                if contiguous(r, d) {
+                    f(Strided { src, src_step: 0, dst, dst_step: 0, count: 1, n: r.len });
+                } else {
+                    let src_step = r.step.saturating_mul(ss[d] as i64);
+                    f(Strided { src, src_step, dst, dst_step: ds[d], count: r.len, n: 1 });
+                }
+            }
+            return;
+        }
+        if d + 2 == runs.len() && runs[d + 1].len() == 1 && contiguous(&runs[d + 1][0], d + 1) {
+            let q = &runs[d + 1][0];
+            let (qs, qd) = (q.inn.saturating_mul(ss[d + 1]), q.out * ds[d + 1]);
+            for r in runs[d] {
+                let src = so.saturating_add(r.inn.saturating_mul(ss[d])).saturating_add(qs);
+                let dst = dof + r.out * ds[d] + qd;
+                let src_step = r.step.saturating_mul(ss[d] as i64);
+                f(Strided { src, src_step, dst, dst_step: ds[d], count: r.len, n: q.len });
+            }
+            return;
+        }
+        for r in runs[d] {
+            for j in 0..r.len {
+                let inn = at(r.inn, r.step, j);
+                let s = so.saturating_add(inn.saturating_mul(ss[d]));
+                let o = dof.saturating_add((r.out + j).saturating_mul(ds[d]));
+                rec(d + 1, runs, ss, ds, s, o, f);
+            }
+        }
+    }
+    if runs.is_empty() {
+        f(Strided { src: 0, src_step: 0, dst: 0, dst_step: 0, count: 1, n: 1 });
+    } else {
+        rec(0, runs, ss, ds, 0, 0, f);
+    }
+}
+
 /// Checks a plan against the selection it came from, for tests and the
 /// `read_plan` fuzz target: the slabs tile the output in order (their
 /// lengths add up to the selection's elements, none over the budget's
@@ -887,6 +1023,13 @@ mod tests {
     use super::*;
     use crate::zarr::selection::SelectionSpec;
 
+    impl ReadPlan {
+        /// The same plan again (the tests' plans are shared).
+        fn clone_of(p: &ReadPlan) -> ReadPlan {
+            ReadPlan::new(p.sel.clone(), p.unit.clone(), p.per_shard.clone(), p.es, p.budget).unwrap()
+        }
+    }
+
     fn plan(
         shape: &[u64],
         unit: &[u64],
@@ -929,6 +1072,103 @@ mod tests {
             for (shape, unit, shards, sel, mode) in cases {
                 let p = plan(shape, unit, *shards, sel, *mode, budget);
                 verify(&p, u64::MAX, u64::MAX, u64::MAX).unwrap_or_else(|e| panic!("{sel} {shape:?} {budget}: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn growing_slabs_end_where_units_end() {
+        use SelectionMode::Basic;
+        // 16 rows of 4 one-byte elements in units of 4 rows: a budget of 2
+        // rows cuts every unit between two slabs.
+        let units_per_slab = |p: &Arc<ReadPlan>| -> Vec<Vec<Vec<u64>>> {
+            p.slabs().map(|s| s.units().map(|u| u.coords).collect()).collect()
+        };
+        let cut = plan(&[16, 4], &[4, 4], None, "", Basic, 8);
+        assert_eq!(cut.slabs().map(|s| s.len).collect::<Vec<_>>(), vec![8; 8]);
+        assert_eq!(units_per_slab(&cut)[..2], [vec![vec![0, 0]], vec![vec![0, 0]]]);
+        assert_eq!(cut.max_slab_bytes(), 8);
+        // Allowed 4 rows, each slab is one whole unit, read once.
+        let grown = Arc::new(ReadPlan::clone_of(&cut).growing_to(16));
+        assert_eq!(grown.slabs().map(|s| s.len).collect::<Vec<_>>(), vec![16; 4]);
+        let seen = units_per_slab(&grown);
+        assert_eq!(seen, (0..4).map(|u| vec![vec![u, 0]]).collect::<Vec<_>>());
+        assert_eq!(grown.max_slab_bytes(), 16);
+        verify(&grown, u64::MAX, u64::MAX, u64::MAX).unwrap();
+        // Not allowed enough (3 rows): cut as before.
+        let short = Arc::new(ReadPlan::clone_of(&cut).growing_to(12));
+        assert_eq!(short.slabs().map(|s| s.len).collect::<Vec<_>>(), vec![8; 8]);
+        // A selection starting inside a unit: its first run is 1 row, then
+        // whole units, the last one cut by the selection's end.
+        let p = Arc::new(ReadPlan::clone_of(&plan(&[16, 4], &[4, 4], None, "3:14", Basic, 8)).growing_to(16));
+        assert_eq!(p.slabs().map(|s| s.len / 4).collect::<Vec<_>>(), vec![1, 4, 4, 2]);
+        verify(&p, u64::MAX, u64::MAX, u64::MAX).unwrap();
+        // Small units merge up to the budget and no further.
+        let p = Arc::new(ReadPlan::clone_of(&plan(&[16, 4], &[2, 4], None, "", Basic, 24)).growing_to(1 << 20));
+        assert_eq!(p.slabs().map(|s| s.len / 4).collect::<Vec<_>>(), vec![6, 6, 4]);
+    }
+
+    #[test]
+    fn strided_copies_are_the_same_copies() {
+        use SelectionMode::{Basic, Coordinate};
+        type Case<'a> = (&'a [u64], &'a [u64], Option<&'a [u64]>, &'a str, SelectionMode);
+        let cases: &[Case] = &[
+            (&[10, 9], &[3, 4], None, "1:9:2,::-1", Basic),
+            (&[10, 9], &[3, 4], None, "-1,[8,0,3,3]", Basic),
+            (&[10, 9, 5], &[3, 4, 5], None, ":,:,2", Basic),
+            (&[10, 9, 5], &[3, 4, 5], None, "::-1,1:8,1:3", Basic),
+            (&[10, 9, 5], &[3, 4, 2], None, ":,::3,::-2", Basic),
+            (&[10, 9, 6], &[2, 3, 2], Some(&[2, 2, 3]), "[9,0,4],::2,4", Basic),
+            (&[10, 9], &[2, 3], None, "[9,0,4,5,9],[1,2,8,8,0]", Coordinate),
+            (&[], &[], None, "", Basic),
+        ];
+        for budget in [1, 7, 1 << 20] {
+            for (shape, unit, shards, sel, mode) in cases {
+                let p = plan(shape, unit, *shards, sel, *mode, budget);
+                for slab in p.slabs() {
+                    let copies: Vec<UnitCopy> = if shards.is_some() {
+                        slab.shards().flat_map(|s| s.units.map(|u| u.copy).collect::<Vec<_>>()).collect()
+                    } else {
+                        slab.units().map(|u| u.copy).collect()
+                    };
+                    for c in copies {
+                        let mut one = Vec::new();
+                        c.each(&mut |s, d, n| one.extend((0..n).map(|i| (s + i, d + i))));
+                        let mut grouped = Vec::new();
+                        c.each_strided(&mut |g| {
+                            for j in 0..g.count {
+                                let (s, d) = g.at(j);
+                                grouped.extend((0..g.n).map(|i| (s + i, d + i)));
+                            }
+                        });
+                        assert_eq!(one, grouped, "{sel} {shape:?} {budget}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn growing_plans_tile_the_selection_exactly() {
+        use SelectionMode::Basic;
+        type Case<'a> = (&'a [u64], &'a [u64], Option<&'a [u64]>, &'a str);
+        let cases: &[Case] = &[
+            (&[10, 9], &[3, 4], None, "1:9:2,::-1"),
+            (&[10, 9], &[3, 4], None, "::-4,2:8:5"),
+            (&[10, 9], &[2, 3], Some(&[2, 2]), "[9,0,4,5],::2"),
+            (&[4, 5, 6], &[3, 2, 4], None, "1:,::-2,[5,0,1]"),
+            (&[17, 3, 5], &[5, 2, 2], None, "2:16,:,1:"),
+        ];
+        for budget in [1, 3, 7, 16] {
+            for grow in [1, 2, 3, 8] {
+                for (shape, unit, shards, sel) in cases {
+                    let p = plan(shape, unit, *shards, sel, Basic, budget);
+                    let g = Arc::new(ReadPlan::clone_of(&p).growing_to(budget * grow));
+                    verify(&g, u64::MAX, u64::MAX, u64::MAX)
+                        .unwrap_or_else(|e| panic!("{sel} {shape:?} {budget} x{grow}: {e}"));
+                    let max = g.max_slab_bytes();
+                    assert!(g.slabs().all(|s| s.len <= max), "{sel} {budget} x{grow}");
+                }
             }
         }
     }
