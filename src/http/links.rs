@@ -128,9 +128,11 @@ pub struct Link {
         (status = 201, description = "The link", body = Link),
         (status = 400, description = "A prefix that is not a key path; expires_in outside 1..2592000", body = ErrorBody),
         (status = 401, description = "No or a wrong token", body = ErrorBody),
-        (status = 403, description = "No read scope on the mount", body = ErrorBody),
+        (status = 403, description = "No read scope on the mount; no auth.link_key configured", body = ErrorBody),
         (status = 404, description = "No such mount", body = ErrorBody),
-        (status = 501, description = "No auth.link_key configured", body = ErrorBody),
+        (status = 413, description = "A body larger than limits.max_body_bytes", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape (an unknown member, a wrong type)", body = ErrorBody),
     )
 )]
 pub async fn mint(
@@ -143,7 +145,7 @@ pub async fn mint(
         return Err(ErrorCode::Forbidden.error(format!("a link to mount `{}` needs the read scope on it", req.mount)));
     }
     let Some(secret) = app.config().auth.link_key.as_ref() else {
-        return Err(ErrorCode::NotSupported.error("signed links need auth.link_key in the configuration"));
+        return Err(ErrorCode::Forbidden.error("signed links are not enabled on this server (no auth.link_key)"));
     };
     if !(1..=MAX_EXPIRES_IN).contains(&req.expires_in) {
         return Err(ErrorCode::BadRequest.error(format!("expires_in: from 1 to {MAX_EXPIRES_IN} seconds")));
@@ -163,13 +165,19 @@ pub async fn mint(
     get,
     path = "/s/{link}/{*key}",
     tag = "store",
-    params(("link" = String, Path, description = "The link, as minted"), ("key" = String, Path, description = "A key under the link's prefix")),
+    params(
+        ("link" = String, Path, description = "The link, as minted", example = "ZGF0YQphcnIKMTkwMDAwMDAwMA.bm90LWEtdGFn"),
+        ("key" = String, Path, description = "A key under the link's prefix", example = "zarr.json"),
+    ),
     responses(
         (status = 200, description = "The object", body = crate::http::openapi::Binary),
         (status = 206, description = "The range asked for", body = crate::http::openapi::Binary),
         (status = 304, description = "Not modified"),
-        (status = 403, description = "A link that is malformed, expired or signed with another key; a key outside its prefix", body = ErrorBody),
-        (status = 404, description = "No such key", body = ErrorBody),
+        (status = 400, description = "A key that is not valid", body = ErrorBody),
+        (status = 403, description = "A link that is malformed, expired or signed with another key; links not enabled", body = ErrorBody),
+        (status = 404, description = "No such key or mount", body = ErrorBody),
+        (status = 412, description = "A precondition failed", body = ErrorBody),
+        (status = 416, description = "A range outside the object", body = ErrorBody),
     )
 )]
 pub async fn read_linked(
