@@ -46,8 +46,8 @@ pub mod jobs;
 pub mod keys;
 pub mod locks;
 pub mod node;
-pub mod render;
 pub mod pyramid;
+pub mod render;
 pub mod wire;
 
 pub use app::{App, MountRef, NodeRef};
