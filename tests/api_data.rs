@@ -187,7 +187,7 @@ async fn selection_errors(s: TestServer) {
     err("sel=z%3D1", 400, "invalid_selection", "no dimension named `z`").await;
     err("sel=[1,2", 400, "invalid_selection", "unbalanced").await;
     err("sel=1&mode=sideways", 400, "invalid_selection", "sideways").await;
-    err("format=png", 400, "invalid_format", "png").await;
+    err("format=tiff", 400, "invalid_format", "tiff").await;
     err("fill_missing=perhaps", 400, "invalid_query", "fill_missing").await;
     err("field=t", 400, "invalid_selection", "no fields").await;
     err("sel=8:,10:&fill_missing=false", 404, "missing_chunk", "a/c/2/2").await;

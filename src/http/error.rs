@@ -331,6 +331,7 @@ impl From<ServiceError> for ApiError {
                 C::CorruptChunk.error(message)
             }
             ServiceError::SelectionTooLarge(_) => C::SelectionTooLarge.error(message),
+            ServiceError::Busy(_) => C::Overloaded.error(message).with_header(header::RETRY_AFTER, "10"),
             ServiceError::Internal(_) | ServiceError::Cpu(_) => {
                 tracing::error!(error = %message, "internal error");
                 C::Internal.error("internal error")

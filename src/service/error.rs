@@ -103,6 +103,10 @@ pub enum ServiceError {
     /// and the limit).
     #[error("{0}")]
     SelectionTooLarge(String),
+    /// Work refused for want of room (as many background jobs running as
+    /// allowed); the message says what to wait for.
+    #[error("{0}")]
+    Busy(String),
     /// A fault inside zarrd (logged in full; answered generically).
     #[error("internal error: {0}")]
     Internal(String),

@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::Serialize;
+
+use super::{ServiceError, ServiceResult};
 use utoipa::ToSchema;
 
 /// A job's state.
@@ -179,6 +181,13 @@ impl Job {
     }
 }
 
+/// At most this many jobs run at once (each holds a share of the CPU pool,
+/// its copies' budget and its writes' locks); one more is 503 `overloaded`.
+pub const MAX_RUNNING: usize = 4;
+
+/// At most this many jobs are remembered (running ones always are).
+pub const MAX_KEPT: usize = 256;
+
 /// The jobs of one app, by id.
 #[derive(Debug, Default)]
 pub struct Jobs {
@@ -195,16 +204,35 @@ impl Jobs {
     /// The running job with `job`'s id if there is one (`false`), else
     /// `job`, registered (`true`): a job that ended runs again (the store
     /// says what is left to do, which may be nothing).
-    pub fn start(&self, job: Job) -> (Arc<Job>, bool) {
+    ///
+    /// At most [`MAX_RUNNING`] jobs run at once, and at most [`MAX_KEPT`]
+    /// are remembered: registering one more forgets the ended jobs that
+    /// ended first.
+    ///
+    /// # Errors
+    /// [`ServiceError::Busy`] when [`MAX_RUNNING`] jobs are running.
+    pub fn start(&self, job: Job) -> ServiceResult<(Arc<Job>, bool)> {
         let mut jobs = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(j) = jobs.get(&job.id) {
             if j.state() == JobState::Running {
-                return (j.clone(), false);
+                return Ok((j.clone(), false));
             }
+        }
+        let running = jobs.values().filter(|j| j.state() == JobState::Running).count();
+        if running >= MAX_RUNNING {
+            return Err(ServiceError::Busy(format!(
+                "{running} jobs are running, the most zarrd runs at once; wait for one to end or cancel one \
+                 (DELETE /api/v1/jobs/{{mount}}/{{id}})"
+            )));
+        }
+        while jobs.len() >= MAX_KEPT {
+            let oldest = jobs.values().filter(|j| j.state() != JobState::Running).min_by_key(|j| j.started).cloned();
+            let Some(oldest) = oldest else { break };
+            jobs.remove(&oldest.id);
         }
         let job = Arc::new(job);
         jobs.insert(job.id.clone(), job.clone());
-        (job, true)
+        Ok((job, true))
     }
 
     /// How many jobs are in each state (for `/metrics`).
@@ -236,9 +264,9 @@ mod tests {
     #[test]
     fn a_running_job_is_found_again_and_a_cancelled_one_replaced() {
         let jobs = Jobs::default();
-        let (a, new) = jobs.start(Job::new("j".into(), "m".into(), "p".into(), "d".into()));
+        let (a, new) = jobs.start(Job::new("j".into(), "m".into(), "p".into(), "d".into())).unwrap();
         assert!(new);
-        let (b, new) = jobs.start(Job::new("j".into(), "m".into(), "p".into(), "d".into()));
+        let (b, new) = jobs.start(Job::new("j".into(), "m".into(), "p".into(), "d".into())).unwrap();
         assert!(!new && Arc::ptr_eq(&a, &b));
         a.total.store(10, Ordering::Relaxed);
         a.done.store(4, Ordering::Relaxed);
@@ -249,7 +277,32 @@ mod tests {
         a.finish(JobState::Completed, None);
         assert_eq!(a.state(), JobState::Cancelled, "a cancelled job stays cancelled");
         assert_eq!(jobs.counts()[3], (JobState::Cancelled, 1));
-        let (c, new) = jobs.start(Job::new("j".into(), "m".into(), "p".into(), "d".into()));
+        let (c, new) = jobs.start(Job::new("j".into(), "m".into(), "p".into(), "d".into())).unwrap();
         assert!(new && !Arc::ptr_eq(&a, &c));
+    }
+
+    #[test]
+    fn running_jobs_are_capped_and_ended_ones_forgotten_oldest_first() {
+        let jobs = Jobs::default();
+        let job = |i: usize| Job::new(format!("j{i}"), "m".into(), "p".into(), "d".into());
+        for i in 0..MAX_RUNNING {
+            assert!(jobs.start(job(i)).unwrap().1);
+        }
+        let err = jobs.start(job(MAX_RUNNING)).unwrap_err();
+        assert!(matches!(err, ServiceError::Busy(ref m) if m.contains("running")), "{err}");
+        // The same request as a running job finds it, even at the cap.
+        assert!(!jobs.start(job(0)).unwrap().1);
+        for i in 0..MAX_RUNNING {
+            jobs.get(&format!("j{i}")).unwrap().finish(JobState::Completed, None);
+        }
+        for i in MAX_RUNNING..MAX_KEPT + 10 {
+            let (j, new) = jobs.start(job(i)).unwrap();
+            assert!(new);
+            j.finish(JobState::Completed, None);
+        }
+        let kept = jobs.jobs.lock().unwrap().len();
+        assert_eq!(kept, MAX_KEPT);
+        assert!(jobs.get("j0").is_none(), "the first ended job is forgotten first");
+        assert!(jobs.get(&format!("j{}", MAX_KEPT + 9)).is_some());
     }
 }

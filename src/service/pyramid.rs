@@ -198,7 +198,7 @@ pub async fn start(app: &Arc<App>, at: &super::NodeRef<'_>, req: PyramidRequest)
     let mount = at.mount_name().to_string();
     let id = job_id(&mount, array.path.as_str(), &plan);
     let job = Job::new(id, mount.clone(), array.path.as_str().into(), plan.destination.as_str().into());
-    let (job, new) = app.jobs().start(job);
+    let (job, new) = app.jobs().start(job)?;
     if !new {
         return Ok(job.status());
     }
