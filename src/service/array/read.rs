@@ -20,14 +20,14 @@
 //!   least 1 MiB, at most `read_slab_bytes`), so sending one overlaps
 //!   reading the next from the first slab on, and end where units end
 //!   rather than cut them (a cut unit would be read and decoded for both
-//!   slabs): a slab grows up to 2 × `read_slab_bytes` for that. Two slabs
-//!   are read at once, each on its own task, so the CPU pool does not wait
-//!   for a slab's last unit, nor for the socket.
+//!   slabs): a slab grows up to 2 × `read_slab_bytes` for that. Each slab
+//!   is read on its own task, and the next one starts before this one's
+//!   message is handed on, so reading it overlaps waiting for the socket.
 //! - A producer task sends each slab's bytes through a channel of one, in
 //!   messages of about a slab, so a read holds about four slabs (one
-//!   message being written to the socket, one queued, and two being read;
-//!   variable-length elements: one being encoded and the slab it comes
-//!   from) plus the chunks being decoded, whatever its size. A client that
+//!   message being written to the socket, one queued, one waiting to be
+//!   queued and the next being read; variable-length elements: one being
+//!   encoded and the slab it comes from) plus the chunks being decoded, whatever its size. A client that
 //!   goes away stops the producer and the slab reads.
 //! - Started answers are bounded together: an answer larger than
 //!   1 MiB takes a share of `limits.read_answer_budget_bytes`
@@ -441,9 +441,12 @@ async fn start(plan: Arc<Plan>, content_length: Option<u64>) -> ServiceResult<Da
             SMALL_ANSWER
         } else if producer.variable {
             producer.answer.slab_bytes
-        } else {
-            // A message per slab: sent as soon as it is read.
+        } else if producer.format == WireFormat::Json {
             producer.plan.budget()
+        } else {
+            // A message per slab, sent by `produce_fixed` once the next
+            // slab is being read.
+            u64::MAX
         };
         let mut out = Out::new(tx, message);
         for h in header {
@@ -496,7 +499,7 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
     let mut small = plan.small;
     // Four slabs' worth (one message being sent, one queued, one being
     // encoded and its slab; for fixed-size elements: one being sent, one
-    // queued, two being read), or less for a fixed-size answer that is
+    // queued, one waiting and the next being read), or less for a fixed-size answer that is
     // smaller: a 2 MiB answer does not hold 128 MiB of the budget.
     let largest = if plan.variable { a.slab_bytes } else { plan.plan.max_slab_bytes() };
     let full = largest.saturating_mul(4);
@@ -576,11 +579,6 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
     Ok(true)
 }
 
-/// Slabs of fixed-size elements read at once: the next one is read while
-/// this one is finished and sent, so the CPU pool is never idle waiting
-/// for a slab's last unit or for the socket.
-const READ_AHEAD: usize = 2;
-
 /// One slab being read on its own task; dropping it stops the read.
 struct SlabTask(tokio::task::JoinHandle<ServiceResult<Option<SlabData>>>);
 
@@ -611,30 +609,30 @@ impl Drop for SlabTask {
     }
 }
 
-/// [`produce`] for fixed-size elements: [`READ_AHEAD`] slabs read at once,
-/// each on its own task, and sent in order.
+/// [`produce`] for fixed-size elements: each slab read on its own task,
+/// the next one started before this one's message is handed on, so reading
+/// it overlaps waiting for the socket; one message being written, one
+/// queued, one waiting to be queued and the next slab being read are all
+/// the slabs the answer holds.
 async fn produce_fixed(plan: &Arc<Plan>, out: &mut Out, mut json: Option<JsonEncoder>) -> ServiceResult<bool> {
     let cheap = plan.plan.is_cheap();
-    let mut slabs = Some(plan.plan.slabs());
-    let mut ahead = std::collections::VecDeque::with_capacity(READ_AHEAD);
+    let mut slabs = plan.plan.slabs();
     let mut text = 0u64;
-    loop {
-        while ahead.len() < READ_AHEAD {
-            let Some(rest) = slabs.take() else { break };
-            let (rest, next) = next_slab(rest, cheap).await?;
-            let Some(slab) = next else { break };
-            slabs = Some(rest);
-            ahead.push_back(SlabTask::spawn(plan, slab));
-        }
-        let Some(task) = ahead.pop_front() else { break };
-        // The previous slab's message goes once the next slab is known to
-        // exist (the last one's goes with the end mark; an error in a later
-        // slab cuts the body, the first slab's errors are the answer's).
-        if !out.flush(true).await {
-            return Ok(false);
-        }
+    let (rest, first) = next_slab(slabs, cheap).await?;
+    slabs = rest;
+    let mut next = first.map(|slab| SlabTask::spawn(plan, slab));
+    while let Some(task) = next.take() {
         let data = task.join().await?;
         if !encode_slab(plan, data, &mut json, &mut text, out).await? {
+            return Ok(false);
+        }
+        let (rest, following) = next_slab(slabs, cheap).await?;
+        slabs = rest;
+        next = following.map(|slab| SlabTask::spawn(plan, slab));
+        // This slab's message goes when another slab follows (the last
+        // one's goes with the end mark; an error in a later slab cuts the
+        // body, the first slab's errors are the answer's).
+        if next.is_some() && !out.flush(true).await {
             return Ok(false);
         }
     }

@@ -196,7 +196,9 @@ impl ReadPlan {
             return self.points_per_slab.saturating_mul(self.es).max(self.es);
         }
         let row = self.lens[self.k + 1..].iter().fold(self.es, |a, &l| a.saturating_mul(l));
-        row.saturating_mul(self.grow_rows.min(self.lens[self.k].max(1)))
+        // A slab grows over one run inside a unit: at most the unit's extent.
+        let rows = self.max_rows.max(self.grow_rows.min(self.unit[self.k]));
+        row.saturating_mul(rows.min(self.lens[self.k].max(1)))
     }
 
     fn split_from(
