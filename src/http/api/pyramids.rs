@@ -31,7 +31,7 @@ use crate::service::App;
         (status = 404, description = "No such mount or array", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
         (status = 422, description = "A body of the wrong shape; stored metadata that is invalid or unsupported", body = ErrorBody),
-        (status = 503, description = "Storage unavailable", body = ErrorBody),
+        (status = 503, description = "Storage unavailable; as many jobs running as zarrd runs at once (4: `overloaded`, with Retry-After)", body = ErrorBody),
     )
 )]
 pub async fn build_pyramid(
