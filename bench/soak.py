@@ -133,7 +133,9 @@ def main() -> int:
     os.environ["RUST_LOG"] = "warn"
     from azurite import Azurite, BlobClient, start_replicas
 
-    azurite = Azurite().start()
+    # Blobs on disk: in memory, Azurite's extents of overwritten blobs pile up and it slows
+    # to a crawl near its memory limit within ten minutes of this load.
+    azurite = Azurite(on_disk=True).start()
     logs = Path(tempfile.mkdtemp(prefix="zarrd-soak-"))
     servers = []
     try:
