@@ -37,12 +37,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::read::{DataRead, Pieces, ReadParams};
+use super::read::{check_limits, npy_header, DataRead, Pieces, ReadParams};
 use super::source::{region_error, MountChunkStore};
 use crate::service::cache::chunk::ArrayCache;
 use crate::service::node::{self, NodePath};
-use crate::service::wire::json::{empty_size, JsonEncoder};
-use crate::service::wire::{npy, numpy_descr, zarr_name, WireFormat};
+use crate::service::wire::json::JsonEncoder;
+use crate::service::wire::WireFormat;
 use crate::service::{cpu, NodeRef, ServiceError, ServiceResult};
 use crate::zarr::array::ArrayDescription;
 use crate::zarr::byte_range::ByteRangeRequest;
@@ -570,44 +570,6 @@ fn source_units_per_tile(desc: &ArrayDescription, factors: &[u64], tile: &[u64])
             span.div_ceil(u.max(1)) + u64::from(span % u.max(1) != 0)
         })
         .fold(1u64, u64::saturating_mul)
-}
-
-/// Checks the answer's size limits; its exact length for raw and npy.
-fn check_limits(
-    app: &crate::service::App,
-    format: WireFormat,
-    out_type: &crate::zarr::data_type::DataType,
-    out_shape: &[u64],
-) -> ServiceResult<Option<u64>> {
-    let limits = &app.config().limits;
-    let elements = out_shape.iter().fold(1u64, |a, &d| a.saturating_mul(d));
-    let bytes = elements.saturating_mul(out_type.size().unwrap_or(1) as u64);
-    if bytes > limits.max_selection_bytes {
-        return Err(ServiceError::SelectionTooLarge(format!(
-            "the selection is {bytes} bytes ({elements} elements of {}, shape {out_shape:?}), more than limits.max_selection_bytes = {}",
-            zarr_name(out_type),
-            limits.max_selection_bytes
-        )));
-    }
-    if format == WireFormat::Json {
-        let n = elements.max(empty_size(out_shape));
-        if n > limits.max_json_elements {
-            return Err(ServiceError::SelectionTooLarge(format!(
-                "the selection has {n} elements, more than limits.max_json_elements = {} for format=json; use raw or npy",
-                limits.max_json_elements
-            )));
-        }
-    }
-    format.check(out_type).map_err(|e| ServiceError::UnsupportedFormat(e.0))?;
-    Ok(match format {
-        WireFormat::Raw => Some(bytes),
-        WireFormat::Npy => Some(npy_header(out_type, out_shape).len() as u64 + bytes),
-        WireFormat::Json => None,
-    })
-}
-
-fn npy_header(dt: &crate::zarr::data_type::DataType, shape: &[u64]) -> Vec<u8> {
-    npy::header(&numpy_descr(dt).unwrap_or_else(|| "|V1".into()), shape)
 }
 
 /// A downsampled read, checked: produced by a task, slab by slab.

@@ -297,7 +297,12 @@ fn output_of(
 }
 
 /// Checks the size limits; the exact body length for raw and npy.
-fn check_limits(app: &App, format: WireFormat, out_type: &DataType, out_shape: &[u64]) -> ServiceResult<Option<u64>> {
+pub(super) fn check_limits(
+    app: &App,
+    format: WireFormat,
+    out_type: &DataType,
+    out_shape: &[u64],
+) -> ServiceResult<Option<u64>> {
     let limits = &app.config().limits;
     let elements = out_shape.iter().fold(1u64, |a, &d| a.saturating_mul(d));
     // Variable-length elements: at least their JSON text `""` and a
@@ -328,7 +333,7 @@ fn check_limits(app: &App, format: WireFormat, out_type: &DataType, out_shape: &
     })
 }
 
-fn npy_header(dt: &DataType, shape: &[u64]) -> Vec<u8> {
+pub(super) fn npy_header(dt: &DataType, shape: &[u64]) -> Vec<u8> {
     npy::header(&numpy_descr(dt).unwrap_or_else(|| "|V1".into()), shape)
 }
 
