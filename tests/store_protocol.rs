@@ -57,6 +57,7 @@ conformance!(
     ranges_are_never_content_encoded,
     cors_on_success_error_and_preflight,
     html_and_json_listings,
+    listing_links_never_take_a_scheme_from_a_key,
     mount_root_listing_links_resolve,
     propfind_depths,
     mkcol_and_other_methods,
@@ -935,6 +936,33 @@ async fn html_and_json_listings(s: TestServer) {
 
     s.get("/zarr/data/grp/arr/c/").await.expect_status(200);
     s.get("/zarr/data/nope/").await.expect_error(404, "not_found");
+}
+
+async fn listing_links_never_take_a_scheme_from_a_key(s: TestServer) {
+    // A writer (or a bucket's owner) picks key names: a key named like a
+    // `javascript:` URL must stay a relative link to itself, and the page
+    // allows no script anyway.
+    let names = ["javascript:fetch('x',{method:'DELETE'})", "JaVaScRiPt:alert(4)", "data:text,hi", "a:b"];
+    for name in names {
+        let encoded: String =
+            url::form_urlencoded::byte_serialize(name.as_bytes()).collect::<String>().replace('+', "%20");
+        put_ok(&s, &format!("/zarr/data/hostile/{encoded}"), "x").await;
+    }
+    let url = url::Url::parse(&s.url("/zarr/data/hostile/")).unwrap();
+    let r = s.get("/zarr/data/hostile/").await;
+    r.expect_status(200);
+    let csp = r.must_header("content-security-policy");
+    assert!(csp.contains("default-src 'none'") && !csp.contains("script-src"), "{csp}");
+    assert_eq!(r.must_header("x-content-type-options"), "nosniff");
+    let links = html_links(&r.text());
+    assert_eq!(links.len(), names.len() + 1, "{}", r.text());
+    for link in links.iter().filter(|l| *l != "../") {
+        assert!(!link.contains(':'), "link {link} has a scheme separator");
+        let target = url.join(link).unwrap();
+        assert_eq!(target.scheme(), "http", "{link} -> {target}");
+        let got = s.send(s.client.get(target.as_str())).await;
+        assert_eq!((got.status, got.text()), (200, "x".to_string()), "link {link} -> {target}");
+    }
 }
 
 async fn mount_root_listing_links_resolve(s: TestServer) {

@@ -75,7 +75,15 @@ fn html_response(body: String) -> Response {
 /// The server's own base URL as the client addressed it (`Host`; https
 /// when zarrd serves TLS), for the snippets.
 fn base_url(app: &App, headers: &HeaderMap) -> String {
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+    // The Host header is the client's to choose: only a plain host[:port]
+    // goes into the page (it ends up inside snippets people run).
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            !h.is_empty() && h.len() <= 255 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        })
+        .unwrap_or("127.0.0.1");
     let scheme = if app.config().tls.is_some() { "https" } else { "http" };
     format!("{scheme}://{host}")
 }
@@ -265,21 +273,25 @@ fn snippets(base: &str, mount: &str, path: &str, v: u8, shape: &[u64]) -> String
     let fragment =
         percent_encoding::utf8_percent_encode(&layer.to_string(), percent_encoding::NON_ALPHANUMERIC).to_string();
     let ng = format!("https://neuroglancer-demo.appspot.com/#!{fragment}");
+    // Names are chosen by whoever wrote the data: every value is a Python
+    // string literal (JSON's string syntax is Python's) before it is HTML.
+    let py = |text: &str| serde_json::Value::from(text).to_string();
     format!(
-        "<h3>zarr-python</h3><pre id=\"snippet-zarr\">import zarr\na = zarr.open_array(\"{store}\", mode=\"r\")</pre>\
+        "<h3>zarr-python</h3><pre id=\"snippet-zarr\">import zarr\na = zarr.open_array({store_py}, mode=\"r\")</pre>\
          <h3>TensorStore</h3><pre id=\"snippet-tensorstore\">import tensorstore as ts\n\
-         a = ts.open({{\"driver\": \"{driver}\", \"kvstore\": \"{store}/\"}}, read=True).result()</pre>\
+         a = ts.open({{\"driver\": \"{driver}\", \"kvstore\": {kv_py}}}, read=True).result()</pre>\
          <h3>xarray</h3><pre id=\"snippet-xarray\">import xarray as xr\n\
-         da = xr.open_zarr(\"{parent}\", consolidated=False)[\"{leaf}\"]</pre>\
+         da = xr.open_zarr({parent}, consolidated=False)[{leaf}]</pre>\
          <h3>curl</h3><pre id=\"snippet-curl\">{}</pre>\
          <h3>neuroglancer</h3><p><a id=\"neuroglancer\" href=\"{}\">open in neuroglancer</a> \
          (source <code>{}</code>)</p>",
         esc(&curl),
         esc(&ng),
         esc(&format!("zarr{v}://{store}/")),
-        store = esc(&store),
-        parent = esc(&parent),
-        leaf = esc(&leaf),
+        store_py = esc(&py(&store)),
+        kv_py = esc(&py(&format!("{store}/"))),
+        parent = esc(&py(&parent)),
+        leaf = esc(&py(&leaf)),
     )
 }
 

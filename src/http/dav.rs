@@ -30,6 +30,11 @@ const SEGMENT: &AsciiSet = &CONTROLS
     .add(b'\'')
     .add(b'&');
 
+/// Characters escaped in a segment of the HTML index's relative links: also
+/// `:`, so that a key named `javascript:...` (any key a writer or a bucket
+/// chose) stays a relative path and never becomes a URL scheme.
+const LINK_SEGMENT: &AsciiSet = &SEGMENT.add(b':');
+
 fn encode_path(path: &str) -> String {
     path.split('/').map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect::<Vec<_>>().join("/")
 }
@@ -105,7 +110,12 @@ pub(crate) fn json_listing(mount: &str, prefix: &KeyPrefix, listing: &Listing) -
     })
 }
 
-pub(crate) fn html_listing(mount: &str, prefix: &KeyPrefix, listing: &Listing) -> Html<String> {
+///
+/// Key names are chosen by whoever can write (or by the bucket's owner): the
+/// links are relative paths whatever the name (`:` escaped), the text is
+/// escaped, and the page carries the browser pages' Content-Security-Policy
+/// (no script) and `nosniff`.
+pub(crate) fn html_listing(mount: &str, prefix: &KeyPrefix, listing: &Listing) -> Response {
     let title = escape_xml(&format!(
         "/zarr/{mount}/{}",
         if prefix.is_root() { String::new() } else { format!("{}/", prefix.as_str()) }
@@ -123,7 +133,8 @@ pub(crate) fn html_listing(mount: &str, prefix: &KeyPrefix, listing: &Listing) -
         };
         // Relative links (fsspec joins them to the listing URL, which always
         // ends in `/`: a prefix without one is redirected).
-        let href = encode_path(&name);
+        let href =
+            name.split('/').map(|s| utf8_percent_encode(s, LINK_SEGMENT).to_string()).collect::<Vec<_>>().join("/");
         let _ = writeln!(html, "<li><a href=\"{}\">{}</a></li>", escape_xml(&href), escape_xml(&shown));
     }
     html.push_str("</ul>\n");
@@ -131,7 +142,11 @@ pub(crate) fn html_listing(mount: &str, prefix: &KeyPrefix, listing: &Listing) -
         html.push_str("<p>This listing was cut at the configured maximum number of entries.</p>\n");
     }
     html.push_str("</body></html>\n");
-    Html(html)
+    let mut response = Html(html).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(crate::http::browser::html::CSP));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
 }
 
 fn dav_response(out: &mut String, href: &str, meta: Option<&ObjectMeta>) {

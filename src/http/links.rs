@@ -140,10 +140,12 @@ pub async fn mint(
     access: Option<Extension<Access>>,
     TypedJsonBody(req): TypedJsonBody<LinkRequest>,
 ) -> ApiResult<Response> {
-    app.mount(&req.mount)?;
+    // Rights first: a caller without them learns nothing about which mounts
+    // exist (the same 403 for a hidden mount and for none).
     if !access.as_ref().is_some_and(|Extension(a)| a.may(&app, &req.mount, Scope::Read)) {
         return Err(ErrorCode::Forbidden.error(format!("a link to mount `{}` needs the read scope on it", req.mount)));
     }
+    app.mount(&req.mount)?;
     let Some(secret) = app.config().auth.link_key.as_ref() else {
         return Err(ErrorCode::Forbidden.error("signed links are not enabled on this server (no auth.link_key)"));
     };

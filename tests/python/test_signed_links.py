@@ -94,6 +94,21 @@ def test_links_that_must_not_work(secured):
     assert r.status_code == 403 and "expired" in r.json()["error"]["message"]
 
 
+def test_minting_tells_no_one_without_rights_which_mounts_exist(secured):
+    server, _ = secured
+
+    def mint_on(mount: str, token: str | None) -> tuple[int, str]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        body = {"mount": mount, "prefix": "", "expires_in": 60}
+        r = requests.post(f"{server.url}/api/v1/links", json=body, headers=headers, timeout=30)
+        return r.status_code, r.json()["error"]["code"]
+
+    # Anonymous: the existing, hidden mount and a made-up one answer alike.
+    assert mint_on("sec", None) == mint_on("nope", None) == (403, "forbidden")
+    # The reader has rights on `sec` only: another name is refused, not looked up.
+    assert mint_on("nope", READ_TOKEN) == (403, "forbidden")
+
+
 def test_rotating_the_key_revokes_links(secured, tmp_path_factory):
     server, root = secured
     link = mint(server, "proj", 3600).json()["path"]
