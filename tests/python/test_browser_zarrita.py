@@ -119,7 +119,8 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("zarrita-pub")
     secret = tmp_path_factory.mktemp("zarrita-secret")
     arrays = make_arrays(root, secret)
-    tokens = f'[{{ name = "t", sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}", scopes = {{ "*" = ["admin"] }} }}]'
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    tokens = f'[{{ name = "t", sha256 = "{digest}", scopes = {{ "*" = ["admin"] }} }}]'
     env = {
         "ZARRD_AUTH__TOKENS": tokens,
         "ZARRD_AUTH__LINK_KEY": LINK_KEY,
