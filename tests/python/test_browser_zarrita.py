@@ -6,6 +6,9 @@ sparse arrays whose missing chunks read as the fill value, all via plain store U
 token, the page given only the link. The page also reads `WWW-Authenticate` from a 401 in
 script. Every selection the page read is compared exactly with numpy's values of the same
 selection of what zarr-python wrote.
+
+zarr.js (npm `zarr`, the older client: Zarr v2 only, no zstd) reads the v2 arrays the same way,
+the linked one included.
 """
 
 from __future__ import annotations
@@ -39,13 +42,26 @@ async function read(url, sel, version) {
   return {array_shape: arr.shape, chunks: arr.chunks, dtype: arr.dtype,
           shape: got.shape, values: Array.from(got.data, Number)};
 }
+async function readZarrJs(url, sel) {
+  const arr = await zarrjs.openArray({store: url, mode: "r"});
+  const got = await arr.get(sel.map(d => d === null ? null : zarrjs.slice(d[0], d[1])));
+  return {array_shape: arr.shape, chunks: arr.chunks, dtype: arr.dtype,
+          shape: got.shape, values: Array.from(got.flatten(), Number)};
+}
 async function run(args) {
-  const out = {cases: {}};
+  const out = {cases: {}, zarrjs: {}};
   for (const c of args.cases) {
     try {
       out.cases[c.name] = await read(c.url, c.sel, c.version);
     } catch (e) {
       out.cases[c.name] = {error: String(e)};
+    }
+  }
+  for (const c of args.zarrjs_cases) {
+    try {
+      out.zarrjs[c.name] = await readZarrJs(c.url, c.sel);
+    } catch (e) {
+      out.zarrjs[c.name] = {error: String(e)};
     }
   }
   // A protected mount without the link: a 401 whose challenge the script can read.
@@ -104,6 +120,7 @@ def make_arrays(root, secret):
     arrays["sparse_sharded"] = sps[...]
     sp2 = zarr.create_array(
         root / "sparse_v2", shape=(30, 30), chunks=(7, 7), dtype="<u1", zarr_format=2, fill_value=200,
+        compressors=numcodecs.GZip(level=1),
     )
     sp2[20:23, 2:5] = 9
     arrays["sparse_v2"] = sp2[...]
@@ -111,6 +128,12 @@ def make_arrays(root, secret):
     img = zarr.create_array(secret / "proj" / "img", shape=(20, 30), chunks=(8, 8), dtype="uint16")
     img[...] = np.arange(600, dtype="uint16").reshape(20, 30)
     arrays["linked"] = img[...]
+    img2 = zarr.create_array(
+        secret / "proj" / "img2", shape=(25, 18), chunks=(10, 10), dtype="<i4", zarr_format=2, fill_value=-3,
+        compressors=numcodecs.Zlib(level=1),
+    )
+    img2[:12] = np.arange(12 * 18, dtype="int32").reshape(12, 18) * -1000
+    arrays["linked_v2"] = img2[...]
     return arrays
 
 
@@ -162,8 +185,16 @@ def test_zarrita_reads_v2_v3_sharded_sparse_and_linked_arrays(setup):
         ("sparse_v2", f"{pub}/sparse_v2", [[10, 30], None], 2),
         ("linked", f"{link}img", [[3, 19], [2, 29]], None),
     ]
+    # zarr.js reads Zarr v2 only (and has no zstd: the v2 arrays use zlib, gzip and blosc).
+    zarrjs_cases = [
+        ("v2_f8be", f"{pub}/v2_f8be", [[2, 11], [3, 16]]),
+        ("v2_i2_blosc", f"{pub}/v2_i2_blosc", [None, [5, 30]]),
+        ("sparse_v2", f"{pub}/sparse_v2", [[10, 30], None]),
+        ("linked_v2", f"{link}img2", [[5, 25], [1, 17]]),
+    ]
     args = {
         "cases": [{"name": n, "url": u, "sel": s, "version": v} for n, u, s, v in cases],
+        "zarrjs_cases": [{"name": n, "url": u, "sel": s} for n, u, s in zarrjs_cases],
         "protected_url": f"{server.url}/zarr/sec/proj/img",
     }
     # The page is given the link, never the token.
@@ -181,6 +212,17 @@ def test_zarrita_reads_v2_v3_sharded_sparse_and_linked_arrays(setup):
         assert got["dtype"] == dtypes[key], (name, got["dtype"])
         assert got["shape"] == list(want.shape), (name, got["shape"], want.shape)
         np.testing.assert_array_equal(np.array(got["values"], dtype=want.dtype).reshape(want.shape), want, err_msg=name)
+    for name, _, sel in zarrjs_cases:
+        got = out["zarrjs"][name]
+        assert "error" not in got, (name, got)
+        want = arrays[name][selection(sel, arrays[name].ndim)]
+        assert got["array_shape"] == list(arrays[name].shape), (name, got["array_shape"])
+        assert got["dtype"] == arrays[name].dtype.str, (name, got["dtype"])
+        assert got["shape"] == list(want.shape), (name, got["shape"], want.shape)
+        np.testing.assert_array_equal(
+            np.array(got["values"], dtype=want.dtype).reshape(want.shape), want, err_msg=f"zarr.js {name}"
+        )
+    assert out["zarrjs"]["linked_v2"]["values"].count(-3) > 0
     # The fill value really was read for missing chunks (the selections cross unwritten ones).
     assert out["cases"]["sparse_v3"]["values"].count(-1.5) > 0
     assert out["cases"]["sparse_sharded"]["values"].count(-7) > 0
