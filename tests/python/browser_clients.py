@@ -10,7 +10,8 @@ loopback port (another origin than zarrd's), so every read is a cross-origin fet
 A page runs an async `run()` that returns a JSON-able value; the harness writes it into
 `<pre id="out">` (or `error: ...`), and `run_page` reads it from `--dump-dom`. Chromium gets a
 virtual time budget, so the page's fetches finish before the DOM is dumped, bounded in time
-by test_browser.chromium's timeout.
+by test_browser.chromium's timeout. Virtual time waits for network fetches and main-thread
+work, not for work on other threads (an image's `decode()`): pages leave that to the test.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class Origin:
         self.pages[f"/{name}.html"] = (PAGE % {"args": json.dumps(args), "script": script}).encode()
         dom = Dom(chromium(f"{self.url}/{name}.html", f"--virtual-time-budget={budget_ms}", "--dump-dom"))
         text = dom.ids.get("out", "")
+        assert text != "pending", "the page had not finished when Chromium dumped the DOM"
         assert text.startswith(("{", "[")), text[:4000]
         return json.loads(text)
 
