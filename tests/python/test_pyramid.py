@@ -97,7 +97,9 @@ def open_level(root: Path, group: str, level: int, version: int):
 
 
 def check_pyramid(root: Path, source: str, group: str, method: str, factors, version: int, n_levels=None):
-    """The group's metadata and every level against TensorStore's downsample of level 0."""
+    """The group's metadata and every level against TensorStore's downsample of level 0.
+
+    `factors`: one list for every level, or one list per level after level 0."""
     g = zarr.open_group(str(root / group), mode="r")
     if version == 3:
         attrs = dict(g.attrs)
@@ -112,7 +114,9 @@ def check_pyramid(root: Path, source: str, group: str, method: str, factors, ver
     datasets = ms["datasets"]
     if n_levels is not None:
         assert len(datasets) == n_levels
-    rank = len(factors)
+    steps = factors if isinstance(factors[0], list) else [factors] * (len(datasets) - 1)
+    assert len(steps) == len(datasets) - 1
+    rank = len(steps[0])
     assert [a["name"] for a in ms["axes"]] == ["z", "y", "x"][3 - rank:]
     assert all(a["type"] == "space" for a in ms["axes"])
     level0 = open_level(root, group, 0, version)
@@ -140,7 +144,8 @@ def check_pyramid(root: Path, source: str, group: str, method: str, factors, ver
             )
         # zarr-python reads the level too.
         np.testing.assert_array_equal(zarr.open_array(str(root / group / str(k)), mode="r")[...], got)
-        cumulative = [c * f for c, f in zip(cumulative, factors)]
+        if k < len(steps):
+            cumulative = [c * f for c, f in zip(cumulative, steps[k])]
     return datasets
 
 
@@ -209,6 +214,81 @@ def test_pyramids_of_v3_v2_and_sharded_arrays_equal_tensorstore(root, logs):
         server.stop()
 
 
+def test_request_options_per_level_factors_coarsest_chunks_and_codecs(root, logs):
+    """Per-level factors, a coarsest size, the levels' chunk shape and codecs: the levels have the
+    requested layout (zarr-python and TensorStore read it) and still equal TensorStore's downsample
+    of level 0 by the cumulative factors."""
+    make_source(root, "opt_vol", "float32", (37, 70, 51), [8, 16, 16])
+    make_source(root, "opt_counts", "int16", (30, 41), [8, 8], version=2, fill=7)
+    make_source(root, "opt_labels", "uint8", (20, 40, 36), [4, 8, 8], shard=[8, 16, 16])
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-options.log")
+    zstd = [{"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "zstd", "configuration": {"level": 5, "checksum": False}}]
+    inner = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 3}}]
+    sharding = [{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [2, 4, 4], "codecs": inner,
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "index_location": "end"}}]
+    cases = [
+        # Per-level factors, other chunks and codecs (v3).
+        ("opt_vol", "mean", {"factors": [[1, 2, 2], [2, 2, 2], [3, 1, 2]], "chunks": [5, 12, 9], "codecs": zstd},
+         [[1, 2, 2], [2, 2, 2], [3, 1, 2]], 3, 4, [5, 12, 9]),
+        # A coarsest size: every dimension at most 10 (37 -> 19 -> 10, 70 -> 35 -> 18 -> 9).
+        ("opt_vol", "median", {"method": "median", "coarsest": 10, "destination": "opt_vol_c10"},
+         [2, 2, 2], 3, 4, [8, 16, 16]),
+        # v2: chunks, compressor and filters.
+        ("opt_counts", "max", {"method": "max", "factors": [[2, 3], [2, 2]], "chunks": [6, 5],
+                               "compressor": {"id": "zlib", "level": 4}, "filters": None},
+         [[2, 3], [2, 2]], 2, 3, [6, 5]),
+        # Sharded: another shard shape and another sharding codec (inner chunks, codecs).
+        ("opt_labels", "mode", {"method": "mode", "factors": [1, 2, 2], "levels": 3, "chunks": [4, 8, 8],
+                                "codecs": sharding},
+         [1, 2, 2], 3, 3, [4, 8, 8]),
+    ]
+    try:
+        for source, method, body, factors, version, levels, chunks in cases:
+            code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/{source}", body)
+            assert code == 202, status
+            done = wait(server, status)
+            assert done["state"] == "completed", done
+            assert done["levels"] == levels, done
+            group = body.get("destination", f"{source}_pyramid")
+            check_pyramid(root, source, group, method, factors, version, levels)
+            for k in range(1, levels):
+                arr = zarr.open_array(str(root / group / str(k)), mode="r")
+                level = open_level(root, group, k, version)
+                if version == 3:
+                    meta = json.loads((root / group / str(k) / "zarr.json").read_text())
+                    assert meta["chunk_grid"]["configuration"]["chunk_shape"] == chunks, meta
+                    assert meta["codecs"] == body.get("codecs", meta["codecs"])
+                    assert list(level.chunk_layout.write_chunk.shape) == chunks
+                    if "codecs" in body and "sharding" in json.dumps(body["codecs"]):
+                        assert list(level.chunk_layout.read_chunk.shape) == [2, 4, 4]
+                        assert arr.shards == tuple(chunks) and arr.chunks == (2, 4, 4)
+                    else:
+                        assert arr.chunks == tuple(chunks)
+                        assert [c["name"] for c in meta["codecs"]] == [c["name"] for c in body.get("codecs", zstd)] \
+                            or "codecs" not in body
+                else:
+                    meta = json.loads((root / group / str(k) / ".zarray").read_text())
+                    assert meta["chunks"] == chunks and meta["compressor"] == {"id": "zlib", "level": 4}, meta
+                    assert arr.chunks == tuple(chunks)
+                    assert list(level.chunk_layout.read_chunk.shape) == chunks
+            # Level 0 keeps the source's layout.
+            src_meta = (root / source / ("zarr.json" if version == 3 else ".zarray")).read_text()
+            lvl0_meta = json.loads((root / group / "0" / ("zarr.json" if version == 3 else ".zarray")).read_text())
+            key = "chunk_grid" if version == 3 else "chunks"
+            assert lvl0_meta[key] == json.loads(src_meta)[key]
+        # Another layout into an existing pyramid is refused, not mixed in.
+        code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/opt_vol",
+                                  {"factors": [[1, 2, 2], [2, 2, 2], [3, 1, 2]], "chunks": [5, 12, 10], "codecs": zstd})
+        assert code == 202, status
+        failed = wait(server, status)
+        assert failed["state"] == "failed" and "another `chunk_grid`" in failed["error"], failed
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize(
     "body, field",
     [
@@ -220,6 +300,19 @@ def test_pyramids_of_v3_v2_and_sharded_arrays_equal_tensorstore(root, logs):
         ({"method": "average"}, "request body: unknown variant `average`"),
         ({"destination": "../x"}, "destination"),
         ({"destination": "bad_src"}, "destination"),
+        ({"factors": [[2, 2, 2], [2, 2]]}, "factors[1]: 2 factors"),
+        ({"factors": [[2, 2, 2], [2, 2**62, 2]]}, "factors[1][1]"),
+        ({"factors": [[2, 2, 2]] * 1000}, "factors: 1000 levels"),
+        ({"factors": [[2, 2, 2]], "levels": 3}, "levels"),
+        ({"coarsest": 0}, "coarsest"),
+        ({"coarsest": [4, 4]}, "coarsest: 2 extents"),
+        ({"coarsest": 4, "levels": 2}, "coarsest"),
+        ({"chunks": [3, 3, 0]}, "chunks[2]"),
+        ({"chunks": [2**40, 2**40, 2**40]}, "chunks: "),
+        ({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "lz4hc"}]}, "codecs: "),
+        ({"codecs": [{"name": "crc32c"}] * 100}, "codecs: 100 entries"),
+        ({"codecs": "zstd"}, "codecs: "),
+        ({"compressor": {"id": "zlib"}}, "compressor: a Zarr v3 source"),
     ],
 )
 def test_bad_requests_answer_400_naming_the_member(root, logs, body, field):
