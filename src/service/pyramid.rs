@@ -19,15 +19,15 @@
 //! for the factors `f_k` of that level (the same at every level, or given
 //! per level).
 //!
-//! Each level is computed from the one before when the method composes
-//! exactly (`stride`, `min`, `max`); `mean`, `median` and `mode` do not
-//! (a mean of means weighs partial edge blocks wrongly and rounds twice),
-//! so their levels are computed from level 0 by the cumulative factors:
-//! every level equals TensorStore's `downsample` of level 0 by its
-//! cumulative factors. Chunks (shards) of a level are computed through the
-//! downsampled view ([`super::array::downsample`]) and written through the
-//! normal write path (per-key locks, conditional writes, cache
-//! invalidation), several at once.
+//! The levels after level 0 are computed in one pass over level 0
+//! ([`onepass`]: each block of level 0 read once and reduced to every level
+//! at once; `mean`, `median` and `mode` by the cumulative factors, `stride`,
+//! `min` and `max` chained, both exact), so every level equals TensorStore's
+//! `downsample` of level 0 by its cumulative factors. Levels the pass cannot
+//! hold in memory are computed after it through the downsampled view
+//! ([`super::array::downsample`]), from level 0 (or, chaining, from the
+//! level before). Chunks (shards) are written through the normal write path
+//! (per-key locks, conditional writes, cache invalidation), several at once.
 //!
 //! Resuming: progress is derived from the store. A level's chunk that
 //! exists is done (every put is atomic); one that does not is computed
@@ -45,16 +45,14 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::array::downsample::{Source, View};
-use super::array::write::{self, WriteRequest};
 use super::jobs::{Job, JobState, JobStatus};
 use super::node::{self, ArrayNode, AttributeUpdate, NodePath, OpenMode};
-use super::wire::WireFormat;
 use super::{App, ServiceError, ServiceResult};
 use crate::storage::{PutCondition, StorageError};
 use crate::zarr::array::ZarrFormat;
 use crate::zarr::downsample::Method;
-use crate::zarr::selection::{SelectionMode, SelectionSpec};
 
+mod onepass;
 mod options;
 
 use options::Factors;
@@ -481,12 +479,36 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
         .try_collect::<()>()
         .await?;
 
-    let composes = matches!(plan.method, Method::Stride | Method::Min | Method::Max);
+    // Every level's array, then one pass over level 0 for the levels it
+    // can build ([`onepass`]), then any further level through the
+    // downsampled view.
     let cumulative = plan.cumulative();
-    for (k, cumulative) in cumulative.iter().enumerate().skip(1) {
-        job.level.store(k as u64, Ordering::Relaxed);
+    let mut levels = Vec::with_capacity(plan.shapes.len());
+    for k in 1..plan.shapes.len() {
         let path = level_path(k)?;
-        let level = ensure_level(app, mount_name, &path, &level_document(source, k, plan), k).await?;
+        let array = ensure_level(app, mount_name, &path, &level_document(source, k, plan), k).await?;
+        levels.push(onepass::Level { array, path });
+    }
+    let es = source.desc.data_type.size().unwrap_or(1) as u64;
+    let slab = app.config().limits.read_slab_bytes;
+    let scheme = onepass::scheme(&plan.shapes, &cumulative, &plan.level_chunks, es, slab, slab.saturating_mul(2));
+    tracing::info!(target: "zarrd::jobs", job = %job.id, streamed = scheme.streamed, held = scheme.held,
+        block = ?scheme.block, levels = plan.shapes.len(), "pyramid levels: one pass over level 0");
+    if scheme.streamed > 0 {
+        job.level.store(1, Ordering::Relaxed);
+        let ones = vec![1u64; plan.shapes[0].len()];
+        let view = View::new(
+            app,
+            &Source { mount_name, mount: &mount, array: &level0, fill_missing: true, fill_cache: false },
+            &ones,
+            plan.method,
+        )?;
+        onepass::run(app, job, plan, &scheme, &view, &levels).await?;
+    }
+    let composes = matches!(plan.method, Method::Stride | Method::Min | Method::Max);
+    for (k, cumulative) in cumulative.iter().enumerate().skip(scheme.held + 1) {
+        job.level.store(k as u64, Ordering::Relaxed);
+        let onepass::Level { array: level, path } = &levels[k - 1];
         // The level it is computed from, and by which factors.
         let (from, factors) = if composes {
             (level_path(k - 1)?, plan.steps[k - 1].clone())
@@ -507,7 +529,7 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
         let chunk = &level.desc.chunk_shape;
         stream::iter(grid_coords(shape, chunk))
             .map(|coords| {
-                let (mount, level, view, path) = (&mount, &level, &view, &path);
+                let (mount, level, view) = (&mount, &level, &view);
                 async move {
                     let key = level.chunk_key(&coords)?;
                     if exists(mount, &key).await? {
@@ -518,16 +540,7 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
                             start.iter().zip(chunk).zip(shape).map(|((&s, &n), &e)| (s + n).min(e) - s).collect();
                         let data = view.read_box(&start, &size).await?;
                         job.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                        let text: Vec<String> =
-                            start.iter().zip(&size).map(|(&s, &n)| format!("{s}:{}", s + n)).collect();
-                        let selection = SelectionSpec::parse(&text.join(","), SelectionMode::Basic)?;
-                        let request = WriteRequest {
-                            selection,
-                            format: WireFormat::Raw,
-                            body: bytes::Bytes::from(data),
-                            write_empty_chunks: None,
-                        };
-                        write::write(&app.node(mount_name, path)?, request).await?;
+                        onepass::write_box(app, mount_name, path, &start, &size, data).await?;
                     }
                     job.done.fetch_add(1, Ordering::Relaxed);
                     Ok::<_, ServiceError>(())

@@ -289,6 +289,33 @@ def test_request_options_per_level_factors_coarsest_chunks_and_codecs(root, logs
         server.stop()
 
 
+def test_one_pass_streams_holds_and_falls_back_exactly(root, logs):
+    """One pass over level 0 with a small slab (limits.read_slab_bytes = 16 KiB): on a
+    (40, 100, 100) float32 array in (4, 8, 8) chunks with factors [1, 2, 2] and 6 levels,
+    blocks are level 2's chunk footprint (4, 32, 32) = 16 KiB, so levels 1-2 are written block
+    by block, level 3 (27 KiB) is held in memory (two slabs: 32 KiB), and levels 4-5 are
+    computed afterwards through the downsampled view. Every level equals TensorStore's
+    downsample of level 0 (mean: from level 0; max: chained), edges and missing chunks included."""
+    make_source(root, "pass_vol", "float32", (40, 100, 100), [4, 8, 8])
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-onepass.log",
+                         env={"ZARRD_LIMITS__READ_SLAB_BYTES": "16384"})
+    try:
+        for method in ["mean", "max", "median"]:
+            body = {"method": method, "factors": [1, 2, 2], "levels": 6, "destination": f"pass_{method}"}
+            code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/pass_vol", body)
+            assert code == 202, status
+            done = wait(server, status)
+            assert done["state"] == "completed", done
+            assert done["chunks_done"] == done["chunks_total"] > 0, done
+            check_pyramid(root, "pass_vol", f"pass_{method}", method, [1, 2, 2], 3, 6)
+    finally:
+        server.stop()
+    # The three ways were taken: levels 1-2 streamed in (4, 32, 32) blocks, level 3 held.
+    log = (logs / "zarrd-pyramid-onepass.log").read_text()
+    passes = [line for line in log.splitlines() if "one pass over level 0" in line]
+    assert len(passes) == 3 and all("streamed=2" in p and "held=3" in p and "[4, 32, 32]" in p for p in passes), passes
+
+
 @pytest.mark.parametrize(
     "body, field",
     [
@@ -330,7 +357,9 @@ def test_kill_9_in_the_middle_then_the_same_request_resumes(root, logs):
     shape = (48, 192, 192)
     make_source(root, "big", "float32", shape, [8, 32, 32])
     body = {"method": "mean"}
-    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-kill.log")
+    # A 1 MiB slab: level 1 is written block by block, levels 2-4 are held until the pass ends.
+    slab = {"ZARRD_LIMITS__READ_SLAB_BYTES": str(1 << 20)}
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-kill.log", env=slab)
     killed_at = None
     try:
         code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/big", body)
@@ -349,7 +378,7 @@ def test_kill_9_in_the_middle_then_the_same_request_resumes(root, logs):
         server.stop()
     group = root / "big_pyramid"
     assert "ome" not in json.loads((group / "zarr.json").read_text()).get("attributes", {}), "not complete yet"
-    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-resume.log")
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-resume.log", env=slab)
     try:
         code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/big", body)
         assert code == 202, status
