@@ -26,11 +26,13 @@
 //! aligned to those factors); `stride`, `min` and `max` compose exactly, so
 //! level `j` is reduced from the block's level `j - 1`.
 //!
-//! Memory: at most [`BLOCKS_AT_ONCE`] blocks in flight, each its decoded
-//! block (at most one slab), the decoded source chunks the engine holds
-//! while filling it, and its reduced levels (at most the block again); plus
-//! the held levels (at most two slabs): with the default 32 MiB slab about
-//! `2 × (32 + 32 + 32) + 64 = 256 MiB`.
+//! Memory: one block in flight ([`BLOCKS_AT_ONCE`]; its source chunks are
+//! decoded in parallel and its levels reduced in parallel, so it keeps the
+//! CPU pool busy): its decoded block (at most one slab), the decoded source
+//! chunks the engine holds while filling it (at most 8 in flight), its
+//! reduced levels (at most the block again) and the chunks being written;
+//! plus the held levels (at most two slabs): with the default 32 MiB slab
+//! and 4 MiB chunks about `32 + 2 × 8 × 4 + 32 + 64 = 192 MiB`.
 //!
 //! Resuming: a block whose streamed chunks all exist is skipped when the
 //! held levels are complete too; otherwise it is read again (the held levels
@@ -51,8 +53,9 @@ use crate::service::{cpu, App, ServiceError, ServiceResult};
 use crate::zarr::downsample::{self, Method};
 use crate::zarr::selection::{SelectionMode, SelectionSpec};
 
-/// Blocks read and reduced at once.
-pub const BLOCKS_AT_ONCE: usize = 2;
+/// Blocks read and reduced at once (each block's levels are reduced in
+/// parallel, and its chunks decoded in parallel).
+pub const BLOCKS_AT_ONCE: usize = 1;
 
 /// Chunks of one block written at once.
 const WRITES_AT_ONCE: usize = 4;
@@ -264,17 +267,26 @@ pub(super) async fn run(
                     (plan.method, cumulative.clone(), plan.steps.clone(), size.clone(), dt.clone());
                 let last = if held_done { scheme.streamed } else { scheme.held };
                 let outs = cpu::run(move || {
+                    let failed = |e: downsample::DownsampleError| ServiceError::Internal(e.0);
+                    if !chains {
+                        // Every level from the block, the levels in parallel.
+                        use rayon::prelude::*;
+                        return (1..=last)
+                            .into_par_iter()
+                            .map(|j| downsample::reduce(&dt2, method, &cumulative2[j], &block, &size2).map_err(failed))
+                            .collect::<ServiceResult<Vec<Vec<u8>>>>();
+                    }
                     let mut outs: Vec<Vec<u8>> = Vec::with_capacity(last);
                     for j in 1..=last {
-                        let out = if chains && j > 1 {
+                        let out = if j > 1 {
                             let prev = downsample::downsampled_shape(&size2, &cumulative2[j - 1]);
                             downsample::reduce(&dt2, method, &steps[j - 1], &outs[j - 2], &prev)
                         } else {
                             downsample::reduce(&dt2, method, &cumulative2[j], &block, &size2)
                         };
-                        outs.push(out.map_err(|e| ServiceError::Internal(e.0))?);
+                        outs.push(out.map_err(failed)?);
                     }
-                    Ok::<_, ServiceError>(outs)
+                    Ok(outs)
                 })
                 .await
                 .map_err(ServiceError::Cpu)??;
