@@ -14,9 +14,9 @@ TensorStore. Then, alternating which goes first over `ROUNDS` rounds (default 2)
    chunk), polled until done; its RSS is sampled from /proc every 10 ms (peak above idle).
    TensorStore does the same in-process: level 0 copied file for file (as zarrd does, key
    for key), and each level k written from `ts.downsample(level 0, 2^k, "mean")` into an
-   array with the same chunks and codecs (zarrd computes mean levels from level 0 too, so
-   both do the same work and produce the same values; the script checks the coarsest
-   level is equal).
+   array with the same chunks and codecs (zarrd's levels equal TensorStore's downsample of
+   level 0 too; it computes them all in one pass over level 0; the script checks the
+   coarsest level is equal).
 2. **Downsampled read.** The whole array read by 4x4x4 mean: zarrd's
    `GET /api/v1/data/...?downsample=4,4,4&downsample_method=mean&format=raw` against
    `ts.downsample(array, [4, 4, 4], "mean").read()`; the two results are compared.
