@@ -14,14 +14,16 @@ TensorStore. Then, alternating which goes first over `ROUNDS` rounds (default 2)
    chunk), polled until done; its RSS is sampled from /proc every 10 ms (peak above idle).
    TensorStore does the same in-process: level 0 copied file for file (as zarrd does, key
    for key), and each level k written from `ts.downsample(level 0, 2^k, "mean")` into an
-   array with the same chunks and codecs (zarrd computes mean levels from level 0 too, so
-   both do the same work and produce the same values; the script checks the coarsest
-   level is equal).
+   array with the same chunks and codecs (zarrd's levels equal TensorStore's downsample of
+   level 0 too; it computes them all in one pass over level 0; the script checks the
+   coarsest level is equal).
 2. **Downsampled read.** The whole array read by 4x4x4 mean: zarrd's
    `GET /api/v1/data/...?downsample=4,4,4&downsample_method=mean&format=raw` against
    `ts.downsample(array, [4, 4, 4], "mean").read()`; the two results are compared.
 
-Prints a table of seconds per round and the medians; the targets (issue 16) are zarrd's
+Prints a table of seconds per round and the medians, and per round zarrd's CPU seconds
+(/proc/<pid>/stat) and idle RSS during its build, the load average and the page cache's
+dirty and writeback MiB before it (/proc/meminfo); the targets (issue 16) are zarrd's
 pyramid at least as fast as TensorStore's with peak RSS under 512 MiB above idle, and the
 downsampled read at least 1.0x TensorStore's.
 """
@@ -61,6 +63,22 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the process so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def meminfo_mib(*keys: str) -> dict:
+    """Fields of /proc/meminfo, in MiB (page cache, dirty pages)."""
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        k, v = line.split(":", 1)
+        if k in keys:
+            out[k] = int(v.split()[0]) // 1024
+    return out
 
 
 def create(path: Path, shape) -> ts.TensorStore:
@@ -133,8 +151,10 @@ class Server:
             self.proc.kill()
 
 
-def zarrd_pyramid(server: Server, name: str) -> tuple[float, float]:
+def zarrd_pyramid(server: Server, name: str) -> tuple[float, float, float, float]:
+    """Seconds, peak RSS above idle (MiB), CPU seconds, idle RSS before (MiB)."""
     idle = rss_kib(server.proc.pid)
+    cpu0 = cpu_seconds(server.proc.pid)
     peak = [idle]
     done = threading.Event()
 
@@ -159,7 +179,7 @@ def zarrd_pyramid(server: Server, name: str) -> tuple[float, float]:
     done.set()
     sampler.join()
     assert st["state"] == "completed", st
-    return elapsed, (peak[0] - idle) / 1024
+    return elapsed, (peak[0] - idle) / 1024, cpu_seconds(server.proc.pid) - cpu0, idle / 1024
 
 
 def main() -> None:
@@ -188,7 +208,9 @@ def main() -> None:
             for who in order:
                 if who == "zarrd":
                     shutil.rmtree(data / f"z{r}", ignore_errors=True)
-                    times["zarrd"], times["rss"] = zarrd_pyramid(server, f"z{r}")
+                    times["mem"] = meminfo_mib("Cached", "Dirty", "Writeback", "MemAvailable")
+                    times["load"] = os.getloadavg()[0]
+                    times["zarrd"], times["rss"], times["cpu"], times["idle"] = zarrd_pyramid(server, f"z{r}")
                 else:
                     times["ts"] = tensorstore_pyramid(data / "src", tmp / f"ts{r}")
             last = len(level_shapes()) - 1
@@ -213,8 +235,9 @@ def main() -> None:
             shutil.rmtree(tmp / f"ts{r}", ignore_errors=True)
             shutil.rmtree(data / f"z{r}", ignore_errors=True)
             rows.append(times)
-            print(f"round {r}: {times}", file=sys.stderr)
-        med = {k: statistics.median(t[k] for t in rows) for k in rows[0]}
+            print(f"round {r}: " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                                             for k, v in times.items()), file=sys.stderr)
+        med = {k: statistics.median(t[k] for t in rows) for k in rows[0] if k != "mem"}
         print(f"| measure | zarrd | TensorStore | TensorStore / zarrd |")
         print(f"|---|---|---|---|")
         print(f"| pyramid, {gib:.2f} GiB float32 zstd, mean, {len(level_shapes())} levels (s) "
@@ -223,6 +246,9 @@ def main() -> None:
               f"| {med['ts_read'] / med['zarrd_read']:.2f}x |")
         print(f"| zarrd peak RSS above idle during the pyramid (MiB) | {max(t['rss'] for t in rows):.0f} "
               f"| | limit {LIMIT_MIB} |")
+        print(f"| zarrd pyramid per round: seconds / CPU seconds / idle RSS MiB | "
+              + "; ".join(f"{t['zarrd']:.1f} / {t['cpu']:.1f} / {t['idle']:.0f}" for t in rows) + " | | |")
+        print(f"| TensorStore pyramid per round (s) | | " + "; ".join(f"{t['ts']:.1f}" for t in rows) + " | |")
     finally:
         if server is not None:
             server.stop()

@@ -14,18 +14,20 @@
 //! key for key (chunks and shards as stored, never decoded or re-encoded;
 //! its metadata gains `dimension_names`), and the source is never changed:
 //! a failed or cancelled build cannot damage it. Level `k` has the source's
-//! data type, fill value, chunk grid and codecs, and shape
-//! `ceil(shape_{k-1} / f)`.
+//! data type and fill value, the requested chunk shape and codecs (default
+//! the source's; checked in [`options`]), and shape `ceil(shape_{k-1} / f_k)`
+//! for the factors `f_k` of that level (the same at every level, or given
+//! per level).
 //!
-//! Each level is computed from the one before when the method composes
-//! exactly (`stride`, `min`, `max`); `mean`, `median` and `mode` do not
-//! (a mean of means weighs partial edge blocks wrongly and rounds twice),
-//! so their levels are computed from level 0 by the cumulative factors:
-//! every level equals TensorStore's `downsample` of level 0 by its
-//! cumulative factors. Chunks (shards) of a level are computed through the
-//! downsampled view ([`super::array::downsample`]) and written through the
-//! normal write path (per-key locks, conditional writes, cache
-//! invalidation), several at once.
+//! The levels after level 0 are computed in one pass over level 0
+//! ([`onepass`]: each block of level 0 read once and reduced to every level
+//! at once; `mean`, `median` and `mode` by the cumulative factors, `stride`,
+//! `min` and `max` chained, both exact), so every level equals TensorStore's
+//! `downsample` of level 0 by its cumulative factors. Levels the pass cannot
+//! hold in memory are computed after it through the downsampled view
+//! ([`super::array::downsample`]), from level 0 (or, chaining, from the
+//! level before). Chunks (shards) are written through the normal write path
+//! (per-key locks, conditional writes, cache invalidation), several at once.
 //!
 //! Resuming: progress is derived from the store. A level's chunk that
 //! exists is done (every put is atomic); one that does not is computed
@@ -43,15 +45,17 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::array::downsample::{Source, View};
-use super::array::write::{self, WriteRequest};
 use super::jobs::{Job, JobState, JobStatus};
 use super::node::{self, ArrayNode, AttributeUpdate, NodePath, OpenMode};
-use super::wire::WireFormat;
 use super::{App, ServiceError, ServiceResult};
 use crate::storage::{PutCondition, StorageError};
 use crate::zarr::array::ZarrFormat;
 use crate::zarr::downsample::Method;
-use crate::zarr::selection::{SelectionMode, SelectionSpec};
+
+mod onepass;
+mod options;
+
+use options::Factors;
 
 /// The most levels a pyramid may have (level 0 included).
 pub const MAX_LEVELS: usize = 32;
@@ -74,24 +78,77 @@ pub struct PyramidRequest {
     /// `stride`, `mean` (default), `median`, `mode`, `min` or `max`.
     #[schema(value_type = Option<String>, example = "mean")]
     pub method: Option<Method>,
-    /// The factor per dimension from one level to the next (default 2 on
-    /// `space` axes, 1 on the others); each at least 1, at most 2^20.
-    pub factors: Option<Vec<u64>>,
-    /// Levels in all, level 0 included (default: until a level fits in one
-    /// chunk; at most 32).
+    /// The factors from one level to the next: one list (a factor per
+    /// dimension, the same at every level; default 2 on `space` axes, 1 on
+    /// the others), or one such list per level after level 0 (`[[1, 2, 2],
+    /// [2, 2, 2]]`: the number of levels follows). Each factor 1 to 2^20.
+    #[schema(value_type = Option<Vec<Object>>, example = json!([1, 2, 2]))]
+    pub factors: Option<Value>,
+    /// Levels in all, level 0 included (1 to 32; default: until the
+    /// coarsest level is at most `coarsest`).
     pub levels: Option<u64>,
+    /// The coarsest size: levels are added until every dimension whose
+    /// factor is above 1 has at most this extent (one number for every
+    /// dimension, or one per dimension; default the levels' chunk shape:
+    /// until a level fits in one chunk). Not with `levels` or per-level
+    /// factors.
+    #[schema(value_type = Option<Object>, example = 64)]
+    pub coarsest: Option<Value>,
+    /// The chunk shape of the levels after level 0 (default the source's;
+    /// a sharded source's: the shard shape, its inner chunk shape kept
+    /// unless `codecs` gives another sharding codec).
+    #[schema(value_type = Option<Vec<u64>>)]
+    pub chunks: Option<Value>,
+    /// Zarr v3: the codecs of the levels after level 0, as in `zarr.json`
+    /// (default the source's).
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub codecs: Option<Value>,
+    /// Zarr v2: the compressor of the levels after level 0, as in `.zarray`
+    /// (`null`: none; default the source's).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    pub compressor: Option<Value>,
+    /// Zarr v2: the filters of the levels after level 0, as in `.zarray`
+    /// (`null`: none; default the source's).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub filters: Option<Value>,
+}
+
+/// A member that is present, `null` included.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 /// A request, checked: what the job builds.
 #[derive(Debug, Clone)]
 struct Plan {
     method: Method,
-    factors: Vec<u64>,
+    /// The factors from level `k` to level `k + 1`, one list per level
+    /// after level 0.
+    steps: Vec<Vec<u64>>,
     /// Shapes of the levels, level 0 first.
     shapes: Vec<Vec<u64>>,
     axes: Vec<(String, Option<&'static str>)>,
     destination: NodePath,
     format: ZarrFormat,
+    /// The document of the levels after level 0 (the source's, with the
+    /// requested chunk shape and codecs; shape and names set per level).
+    level_doc: Value,
+    /// Their chunk (shard) shape.
+    level_chunks: Vec<u64>,
+}
+
+impl Plan {
+    /// The cumulative factors of every level, level 0 first.
+    fn cumulative(&self) -> Vec<Vec<u64>> {
+        let mut all = vec![vec![1u64; self.shapes[0].len()]];
+        for step in &self.steps {
+            let last = all.last().cloned().unwrap_or_default();
+            all.push(last.iter().zip(step).map(|(&c, &f)| c.saturating_mul(f)).collect());
+        }
+        all
+    }
 }
 
 fn invalid(field: &str, reason: impl Into<String>) -> ServiceError {
@@ -127,46 +184,72 @@ fn axes_of(names: Option<&[Option<String>]>, rank: usize) -> ServiceResult<Vec<(
         .collect())
 }
 
-fn plan(array: &ArrayNode, req: &PyramidRequest) -> ServiceResult<Plan> {
+fn plan(array: &ArrayNode, req: &PyramidRequest, limits: &crate::zarr::array::ArrayLimits) -> ServiceResult<Plan> {
     let desc = &array.desc;
     let rank = desc.shape.len();
     let axes = axes_of(desc.dimension_names.as_deref(), rank)?;
     let method = req.method.unwrap_or(Method::Mean);
     crate::zarr::downsample::check_type(&desc.data_type, method).map_err(|e| invalid("method", e.0))?;
     let factors = match &req.factors {
-        Some(f) => {
-            if f.len() != rank {
-                return Err(invalid("factors", format!("{} factors for an array of {rank} dimensions", f.len())));
-            }
-            if let Some(i) = f.iter().position(|&f| !(1..=1 << 20).contains(&f)) {
-                return Err(invalid(&format!("factors[{i}]"), format!("{} is not between 1 and 2^20", f[i])));
-            }
-            f.clone()
-        }
-        None => axes.iter().map(|(_, k)| if *k == Some("space") { 2 } else { 1 }).collect(),
+        Some(f) => options::parse_factors(f, rank, MAX_LEVELS)?,
+        None => Factors::Same(axes.iter().map(|(_, k)| if *k == Some("space") { 2 } else { 1 }).collect()),
     };
     if let Some(n) = req.levels {
         if !(1..=MAX_LEVELS as u64).contains(&n) {
             return Err(invalid("levels", format!("{n} is not between 1 and {MAX_LEVELS}")));
         }
-    }
-    let mut shapes = vec![desc.shape.clone()];
-    loop {
-        let last = shapes.last().cloned().unwrap_or_default();
-        let next: Vec<u64> = last.iter().zip(&factors).map(|(&s, &f)| s.div_ceil(f)).collect();
-        let enough = match req.levels {
-            Some(n) => shapes.len() as u64 >= n,
-            // Until a level fits in one chunk along every downsampled
-            // dimension, or stops shrinking.
-            None => {
-                last.iter().zip(&desc.chunk_shape).zip(&factors).all(|((&s, &c), &f)| f == 1 || s <= c) || next == last
+        if let Factors::PerLevel(l) = &factors {
+            if n != l.len() as u64 + 1 {
+                return Err(invalid("levels", format!("{n} levels, but factors are given for {}", l.len() + 1)));
             }
-        };
-        if enough || shapes.len() >= MAX_LEVELS {
-            break;
         }
-        shapes.push(next);
     }
+    let coarsest = match &req.coarsest {
+        None => None,
+        Some(_) if req.levels.is_some() => return Err(invalid("coarsest", "give `levels` or `coarsest`, not both")),
+        Some(_) if matches!(factors, Factors::PerLevel(_)) => {
+            return Err(invalid("coarsest", "per-level factors give the levels; `coarsest` takes one list of factors"))
+        }
+        Some(c) => Some(options::parse_coarsest(c, rank)?),
+    };
+    let layout = options::Layout {
+        chunks: req.chunks.as_ref().map(|c| options::parse_chunks(c, rank)).transpose()?,
+        codecs: req.codecs.as_ref(),
+        compressor: req.compressor.as_ref(),
+        filters: req.filters.as_ref(),
+    };
+    let (level_doc, level_chunks) = options::level_template(&array.metadata, desc.zarr_format, &layout, limits)?;
+    let mut shapes = vec![desc.shape.clone()];
+    let steps = match factors {
+        Factors::PerLevel(steps) => {
+            for step in &steps {
+                let last = shapes.last().cloned().unwrap_or_default();
+                shapes.push(crate::zarr::downsample::downsampled_shape(&last, step));
+            }
+            steps
+        }
+        Factors::Same(factors) => {
+            // Default: until a level fits in one of the levels' chunks.
+            let target = coarsest.unwrap_or_else(|| level_chunks.clone());
+            loop {
+                let last = shapes.last().cloned().unwrap_or_default();
+                let next = crate::zarr::downsample::downsampled_shape(&last, &factors);
+                let enough = match req.levels {
+                    Some(n) => shapes.len() as u64 >= n,
+                    // Until every downsampled dimension is at most the
+                    // target, or the levels stop shrinking.
+                    None => {
+                        last.iter().zip(&target).zip(&factors).all(|((&s, &t), &f)| f == 1 || s <= t) || next == last
+                    }
+                };
+                if enough || shapes.len() >= MAX_LEVELS {
+                    break;
+                }
+                shapes.push(next);
+            }
+            vec![factors; shapes.len() - 1]
+        }
+    };
     let destination = match &req.destination {
         Some(d) => NodePath::new(d).map_err(|e| invalid("destination", e.to_string()))?,
         None => NodePath::new(&format!("{}_pyramid", array.path.as_str()))?,
@@ -174,7 +257,7 @@ fn plan(array: &ArrayNode, req: &PyramidRequest) -> ServiceResult<Plan> {
     if destination.is_root() || destination == array.path {
         return Err(invalid("destination", "must be a new path beside the source"));
     }
-    Ok(Plan { method, factors, shapes, axes, destination, format: desc.zarr_format })
+    Ok(Plan { method, steps, shapes, axes, destination, format: desc.zarr_format, level_doc, level_chunks })
 }
 
 /// The job id of a request: the same request (mount, path, body) finds
@@ -182,7 +265,12 @@ fn plan(array: &ArrayNode, req: &PyramidRequest) -> ServiceResult<Plan> {
 fn job_id(mount: &str, path: &str, plan: &Plan) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (mount, path, plan.destination.as_str(), plan.method.name(), &plan.factors, plan.shapes.len()).hash(&mut h);
+    (mount, path, plan.destination.as_str(), plan.method.name(), &plan.steps, plan.shapes.len()).hash(&mut h);
+    // The levels' layout.
+    plan.level_chunks.hash(&mut h);
+    for member in ["codecs", "compressor", "filters"] {
+        plan.level_doc.get(member).map(Value::to_string).hash(&mut h);
+    }
     format!("pyramid-{:016x}", h.finish())
 }
 
@@ -194,7 +282,7 @@ fn job_id(mount: &str, path: &str, plan: &Plan) -> String {
 pub async fn start(app: &Arc<App>, at: &super::NodeRef<'_>, req: PyramidRequest) -> ServiceResult<JobStatus> {
     at.writable()?;
     let array = node::open_array(at).await?;
-    let plan = plan(&array, &req)?;
+    let plan = plan(&array, &req, &node::array_limits(app))?;
     let mount = at.mount_name().to_string();
     let id = job_id(&mount, array.path.as_str(), &plan);
     let job = Job::new(id, mount.clone(), array.path.as_str().into(), plan.destination.as_str().into());
@@ -226,10 +314,11 @@ pub async fn start(app: &Arc<App>, at: &super::NodeRef<'_>, req: PyramidRequest)
     Ok(job.status())
 }
 
-/// A level's array document: the source's, with the level's shape and
-/// the axes as dimension names (v3).
-fn level_document(array: &ArrayNode, shape: &[u64], plan: &Plan) -> Value {
-    let mut doc = array.metadata.clone();
+/// A level's array document: the source's (level 0) or the levels'
+/// template, with the level's shape and the axes as dimension names (v3).
+fn level_document(array: &ArrayNode, level: usize, plan: &Plan) -> Value {
+    let shape = &plan.shapes[level];
+    let mut doc = if level == 0 { array.metadata.clone() } else { plan.level_doc.clone() };
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("shape".into(), json!(shape));
         match plan.format {
@@ -256,17 +345,12 @@ fn multiscales(plan: &Plan, name: &str) -> Map<String, Value> {
             None => json!({"name": n}),
         })
         .collect();
-    let mut scale = vec![1f64; plan.factors.len()];
     let mut datasets = Vec::new();
-    for level in 0..plan.shapes.len() {
+    for (level, cumulative) in plan.cumulative().iter().enumerate() {
+        #[allow(clippy::cast_precision_loss)] // a scale, not an index
+        let scale: Vec<f64> = cumulative.iter().map(|&c| c as f64).collect();
         datasets.push(json!({"path": level.to_string(),
-            "coordinateTransformations": [{"type": "scale", "scale": scale.clone()}]}));
-        for (s, &f) in scale.iter_mut().zip(&plan.factors) {
-            #[allow(clippy::cast_precision_loss)] // factors at most 2^20
-            {
-                *s *= f as f64;
-            }
-        }
+            "coordinateTransformations": [{"type": "scale", "scale": scale}]}));
     }
     let mut entry = json!({"name": name, "axes": axes, "datasets": datasets,
         "type": plan.method.name(), "metadata": {"method": format!("zarrd downsample {}", plan.method)}});
@@ -320,11 +404,39 @@ async fn exists(mount: &crate::storage::Mount, key: &crate::storage::StoreKey) -
     Ok(head(mount, key).await?.is_some())
 }
 
+/// Creates (or opens) level `level`'s array and checks that an existing
+/// one has the layout the plan writes (a group left by a request with
+/// other chunks or codecs is not mixed into).
+async fn ensure_level(
+    app: &App,
+    mount: &str,
+    path: &NodePath,
+    doc: &Value,
+    level: usize,
+) -> ServiceResult<Arc<ArrayNode>> {
+    ensure(app, mount, path, doc).await?;
+    let array = node::open_array(&app.node(mount, path)?).await?;
+    for member in ["chunk_grid", "codecs", "chunks", "compressor", "filters"] {
+        if array.metadata.get(member) != doc.get(member) {
+            return Err(ServiceError::Conflict(format!(
+                "level {level} of the pyramid (`{path}`) exists with another `{member}` than this request's; \
+                 delete it or choose another destination"
+            )));
+        }
+    }
+    Ok(array)
+}
+
 async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> ServiceResult<()> {
     let mount_name = job.mount.as_str();
     let mount = app.mount(mount_name)?.clone();
-    let chunk = source.desc.chunk_shape.clone();
-    let total: u64 = plan.shapes.iter().map(|s| grid_coords(s, &chunk).size_hint().0 as u64).sum();
+    let chunk0 = source.desc.chunk_shape.clone();
+    let total: u64 = plan
+        .shapes
+        .iter()
+        .enumerate()
+        .map(|(k, s)| grid_coords(s, if k == 0 { &chunk0 } else { &plan.level_chunks }).size_hint().0 as u64)
+        .fold(0, u64::saturating_add);
     job.total.store(total, Ordering::Relaxed);
     let group_key = match plan.format {
         ZarrFormat::V3 => json!({"zarr_format": 3, "node_type": "group"}),
@@ -335,11 +447,10 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
 
     // Level 0: the source's chunks, key for key.
     let path0 = level_path(0)?;
-    ensure(app, mount_name, &path0, &level_document(source, &plan.shapes[0], plan)).await?;
-    let level0 = node::open_array(&app.node(mount_name, &path0)?).await?;
+    let level0 = ensure_level(app, mount_name, &path0, &level_document(source, 0, plan), 0).await?;
     let budget_kib = u32::try_from(COPY_BUDGET / 1024).unwrap_or(u32::MAX);
     let budget = Arc::new(tokio::sync::Semaphore::new(budget_kib as usize));
-    stream::iter(grid_coords(&plan.shapes[0], &chunk))
+    stream::iter(grid_coords(&plan.shapes[0], &chunk0))
         .map(|coords| {
             let (mount, source, level0, budget) = (&mount, source, &level0, budget.clone());
             async move {
@@ -368,19 +479,42 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
         .try_collect::<()>()
         .await?;
 
-    let composes = matches!(plan.method, Method::Stride | Method::Min | Method::Max);
-    let mut cumulative = vec![1u64; plan.factors.len()];
+    // Every level's array, then one pass over level 0 for the levels it
+    // can build ([`onepass`]), then any further level through the
+    // downsampled view.
+    let cumulative = plan.cumulative();
+    let mut levels = Vec::with_capacity(plan.shapes.len());
     for k in 1..plan.shapes.len() {
-        job.level.store(k as u64, Ordering::Relaxed);
-        for (c, &f) in cumulative.iter_mut().zip(&plan.factors) {
-            *c = c.saturating_mul(f);
-        }
         let path = level_path(k)?;
-        ensure(app, mount_name, &path, &level_document(source, &plan.shapes[k], plan)).await?;
-        let level = node::open_array(&app.node(mount_name, &path)?).await?;
+        let array = ensure_level(app, mount_name, &path, &level_document(source, k, plan), k).await?;
+        levels.push(onepass::Level { array, path });
+    }
+    let es = source.desc.data_type.size().unwrap_or(1) as u64;
+    let slab = app.config().limits.read_slab_bytes;
+    let scheme = onepass::scheme(&plan.shapes, &cumulative, &plan.level_chunks, es, slab, slab.saturating_mul(2));
+    tracing::info!(target: "zarrd::jobs", job = %job.id, streamed = scheme.streamed, held = scheme.held,
+        block = ?scheme.block, levels = plan.shapes.len(), "pyramid levels: one pass over level 0");
+    if scheme.streamed > 0 {
+        job.level.store(1, Ordering::Relaxed);
+        let ones = vec![1u64; plan.shapes[0].len()];
+        let view = View::new(
+            app,
+            &Source { mount_name, mount: &mount, array: &level0, fill_missing: true, fill_cache: false },
+            &ones,
+            plan.method,
+        )?;
+        onepass::run(app, job, plan, &scheme, &view, &levels).await?;
+    }
+    let composes = matches!(plan.method, Method::Stride | Method::Min | Method::Max);
+    for (k, cumulative) in cumulative.iter().enumerate().skip(scheme.held + 1) {
+        job.level.store(k as u64, Ordering::Relaxed);
+        let onepass::Level { array: level, path } = &levels[k - 1];
         // The level it is computed from, and by which factors.
-        let (from, factors) =
-            if composes { (level_path(k - 1)?, plan.factors.clone()) } else { (path0.clone(), cumulative.clone()) };
+        let (from, factors) = if composes {
+            (level_path(k - 1)?, plan.steps[k - 1].clone())
+        } else {
+            (path0.clone(), cumulative.clone())
+        };
         let from = node::open_array(&app.node(mount_name, &from)?).await?;
         let view = View::new(
             app,
@@ -392,9 +526,10 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
             return Err(ServiceError::Internal(format!("level {k}: {:?} is not {:?}", view.shape, plan.shapes[k])));
         }
         let shape = &plan.shapes[k];
-        stream::iter(grid_coords(shape, &chunk))
+        let chunk = &level.desc.chunk_shape;
+        stream::iter(grid_coords(shape, chunk))
             .map(|coords| {
-                let (mount, level, view, path, chunk) = (&mount, &level, &view, &path, &chunk);
+                let (mount, level, view) = (&mount, &level, &view);
                 async move {
                     let key = level.chunk_key(&coords)?;
                     if exists(mount, &key).await? {
@@ -405,16 +540,7 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
                             start.iter().zip(chunk).zip(shape).map(|((&s, &n), &e)| (s + n).min(e) - s).collect();
                         let data = view.read_box(&start, &size).await?;
                         job.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                        let text: Vec<String> =
-                            start.iter().zip(&size).map(|(&s, &n)| format!("{s}:{}", s + n)).collect();
-                        let selection = SelectionSpec::parse(&text.join(","), SelectionMode::Basic)?;
-                        let request = WriteRequest {
-                            selection,
-                            format: WireFormat::Raw,
-                            body: bytes::Bytes::from(data),
-                            write_empty_chunks: None,
-                        };
-                        write::write(&app.node(mount_name, path)?, request).await?;
+                        onepass::write_box(app, mount_name, path, &start, &size, data).await?;
                     }
                     job.done.fetch_add(1, Ordering::Relaxed);
                     Ok::<_, ServiceError>(())

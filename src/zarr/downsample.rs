@@ -486,27 +486,29 @@ impl Sample for bool {
 }
 
 fn typed<T: Sample>(grid: &Grid, method: Method, src: &[u8]) -> Vec<u8> {
-    let values: Vec<T> = src.chunks_exact(T::SIZE).map(T::load).collect();
     let method = if T::BY_MEAN && matches!(method, Method::Median | Method::Mode) { Method::Mean } else { method };
+    // Mean, min and max read the elements where they are; median and mode
+    // sort each block, from a typed copy.
+    let values = || -> Vec<T> { src.chunks_exact(T::SIZE).map(T::load).collect() };
     let out: Vec<T> = match method {
         Method::Mean => {
             let mut acc = vec![T::zero(); grid.out_len()];
-            accumulate(grid, &values, &mut acc, |a, x| T::add(a, x));
+            accumulate(grid, src, &mut acc, |a, x: T| T::add(a, x));
             acc.into_iter().zip(grid.counts()).map(|(a, n)| T::mean(a, n)).collect()
         }
         Method::Min => {
             let mut acc = vec![T::highest(); grid.out_len()];
-            accumulate(grid, &values, &mut acc, |a, x| if x < a { x } else { a });
+            accumulate(grid, src, &mut acc, |a: T, x: T| if x < a { x } else { a });
             acc
         }
         Method::Max => {
             let mut acc = vec![T::lowest(); grid.out_len()];
-            accumulate(grid, &values, &mut acc, |a, x| if a < x { x } else { a });
+            accumulate(grid, src, &mut acc, |a: T, x: T| if a < x { x } else { a });
             acc
         }
         Method::Median => {
             let mut out = vec![T::lowest(); grid.out_len()];
-            grid.blocks(&values, |o, block| {
+            grid.blocks(&values(), |o, block| {
                 let mid = (block.len() - 1) / 2;
                 let (_, m, _) = block.select_nth_unstable_by(mid, T::order);
                 out[o] = *m;
@@ -515,7 +517,7 @@ fn typed<T: Sample>(grid: &Grid, method: Method, src: &[u8]) -> Vec<u8> {
         }
         Method::Mode => {
             let mut out = vec![T::lowest(); grid.out_len()];
-            grid.blocks(&values, |o, block| out[o] = mode(block));
+            grid.blocks(&values(), |o, block| out[o] = mode(block));
             out
         }
         Method::Stride => unreachable!("stride is reduced by bytes"),
@@ -527,21 +529,22 @@ fn typed<T: Sample>(grid: &Grid, method: Method, src: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// Folds every source element into its output element's accumulator, C
-/// order over the source (so each block in C order too).
-fn accumulate<T: Sample, A: Copy>(grid: &Grid, src: &[T], acc: &mut [A], op: impl Fn(A, T) -> A) {
+/// Folds every source element (little-endian bytes of `T`) into its output
+/// element's accumulator, C order over the source (so each block in C order
+/// too).
+fn accumulate<T: Sample, A: Copy>(grid: &Grid, src: &[u8], acc: &mut [A], op: impl Fn(A, T) -> A) {
     let rank = grid.src.len();
     if rank == 0 {
-        acc[0] = op(acc[0], src[0]);
+        acc[0] = op(acc[0], T::load(&src[..T::SIZE]));
         return;
     }
     let (inner, f) = (grid.src[rank - 1], grid.f[rank - 1]);
     grid.rows(|so, oo| {
-        let row = &src[so..so + inner];
-        for (j, block) in row.chunks(f).enumerate() {
+        let row = &src[so * T::SIZE..(so + inner) * T::SIZE];
+        for (j, block) in row.chunks(f * T::SIZE).enumerate() {
             let a = &mut acc[oo + j];
-            for &x in block {
-                *a = op(*a, x);
+            for x in block.chunks_exact(T::SIZE) {
+                *a = op(*a, T::load(x));
             }
         }
     });

@@ -97,7 +97,9 @@ def open_level(root: Path, group: str, level: int, version: int):
 
 
 def check_pyramid(root: Path, source: str, group: str, method: str, factors, version: int, n_levels=None):
-    """The group's metadata and every level against TensorStore's downsample of level 0."""
+    """The group's metadata and every level against TensorStore's downsample of level 0.
+
+    `factors`: one list for every level, or one list per level after level 0."""
     g = zarr.open_group(str(root / group), mode="r")
     if version == 3:
         attrs = dict(g.attrs)
@@ -112,7 +114,9 @@ def check_pyramid(root: Path, source: str, group: str, method: str, factors, ver
     datasets = ms["datasets"]
     if n_levels is not None:
         assert len(datasets) == n_levels
-    rank = len(factors)
+    steps = factors if isinstance(factors[0], list) else [factors] * (len(datasets) - 1)
+    assert len(steps) == len(datasets) - 1
+    rank = len(steps[0])
     assert [a["name"] for a in ms["axes"]] == ["z", "y", "x"][3 - rank:]
     assert all(a["type"] == "space" for a in ms["axes"])
     level0 = open_level(root, group, 0, version)
@@ -140,7 +144,8 @@ def check_pyramid(root: Path, source: str, group: str, method: str, factors, ver
             )
         # zarr-python reads the level too.
         np.testing.assert_array_equal(zarr.open_array(str(root / group / str(k)), mode="r")[...], got)
-        cumulative = [c * f for c, f in zip(cumulative, factors)]
+        if k < len(steps):
+            cumulative = [c * f for c, f in zip(cumulative, steps[k])]
     return datasets
 
 
@@ -209,6 +214,108 @@ def test_pyramids_of_v3_v2_and_sharded_arrays_equal_tensorstore(root, logs):
         server.stop()
 
 
+def test_request_options_per_level_factors_coarsest_chunks_and_codecs(root, logs):
+    """Per-level factors, a coarsest size, the levels' chunk shape and codecs: the levels have the
+    requested layout (zarr-python and TensorStore read it) and still equal TensorStore's downsample
+    of level 0 by the cumulative factors."""
+    make_source(root, "opt_vol", "float32", (37, 70, 51), [8, 16, 16])
+    make_source(root, "opt_counts", "int16", (30, 41), [8, 8], version=2, fill=7)
+    make_source(root, "opt_labels", "uint8", (20, 40, 36), [4, 8, 8], shard=[8, 16, 16])
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-options.log")
+    zstd = [{"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "zstd", "configuration": {"level": 5, "checksum": False}}]
+    inner = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 3}}]
+    sharding = [{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [2, 4, 4], "codecs": inner,
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "index_location": "end"}}]
+    cases = [
+        # Per-level factors, other chunks and codecs (v3).
+        ("opt_vol", "mean", {"factors": [[1, 2, 2], [2, 2, 2], [3, 1, 2]], "chunks": [5, 12, 9], "codecs": zstd},
+         [[1, 2, 2], [2, 2, 2], [3, 1, 2]], 3, 4, [5, 12, 9]),
+        # A coarsest size: every dimension at most 10 (37 -> 19 -> 10, 70 -> 35 -> 18 -> 9).
+        ("opt_vol", "median", {"method": "median", "coarsest": 10, "destination": "opt_vol_c10"},
+         [2, 2, 2], 3, 4, [8, 16, 16]),
+        # v2: chunks, compressor and filters.
+        ("opt_counts", "max", {"method": "max", "factors": [[2, 3], [2, 2]], "chunks": [6, 5],
+                               "compressor": {"id": "zlib", "level": 4}, "filters": None},
+         [[2, 3], [2, 2]], 2, 3, [6, 5]),
+        # Sharded: another shard shape and another sharding codec (inner chunks, codecs).
+        ("opt_labels", "mode", {"method": "mode", "factors": [1, 2, 2], "levels": 3, "chunks": [4, 8, 8],
+                                "codecs": sharding},
+         [1, 2, 2], 3, 3, [4, 8, 8]),
+    ]
+    try:
+        for source, method, body, factors, version, levels, chunks in cases:
+            code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/{source}", body)
+            assert code == 202, status
+            done = wait(server, status)
+            assert done["state"] == "completed", done
+            assert done["levels"] == levels, done
+            group = body.get("destination", f"{source}_pyramid")
+            check_pyramid(root, source, group, method, factors, version, levels)
+            for k in range(1, levels):
+                arr = zarr.open_array(str(root / group / str(k)), mode="r")
+                level = open_level(root, group, k, version)
+                if version == 3:
+                    meta = json.loads((root / group / str(k) / "zarr.json").read_text())
+                    assert meta["chunk_grid"]["configuration"]["chunk_shape"] == chunks, meta
+                    assert meta["codecs"] == body.get("codecs", meta["codecs"])
+                    assert list(level.chunk_layout.write_chunk.shape) == chunks
+                    if "codecs" in body and "sharding" in json.dumps(body["codecs"]):
+                        assert list(level.chunk_layout.read_chunk.shape) == [2, 4, 4]
+                        assert arr.shards == tuple(chunks) and arr.chunks == (2, 4, 4)
+                    else:
+                        assert arr.chunks == tuple(chunks)
+                        assert [c["name"] for c in meta["codecs"]] == [c["name"] for c in body.get("codecs", zstd)] \
+                            or "codecs" not in body
+                else:
+                    meta = json.loads((root / group / str(k) / ".zarray").read_text())
+                    assert meta["chunks"] == chunks and meta["compressor"] == {"id": "zlib", "level": 4}, meta
+                    assert arr.chunks == tuple(chunks)
+                    assert list(level.chunk_layout.read_chunk.shape) == chunks
+            # Level 0 keeps the source's layout.
+            src_meta = (root / source / ("zarr.json" if version == 3 else ".zarray")).read_text()
+            lvl0_meta = json.loads((root / group / "0" / ("zarr.json" if version == 3 else ".zarray")).read_text())
+            key = "chunk_grid" if version == 3 else "chunks"
+            assert lvl0_meta[key] == json.loads(src_meta)[key]
+        # Another layout into an existing pyramid is refused, not mixed in.
+        code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/opt_vol",
+                                  {"factors": [[1, 2, 2], [2, 2, 2], [3, 1, 2]], "chunks": [5, 12, 10], "codecs": zstd})
+        assert code == 202, status
+        failed = wait(server, status)
+        assert failed["state"] == "failed" and "another `chunk_grid`" in failed["error"], failed
+    finally:
+        server.stop()
+
+
+def test_one_pass_streams_holds_and_falls_back_exactly(root, logs):
+    """One pass over level 0 with a small slab (limits.read_slab_bytes = 16 KiB): on a
+    (40, 100, 100) float32 array in (4, 8, 8) chunks with factors [1, 2, 2] and 6 levels,
+    blocks are level 2's chunk footprint (4, 32, 32) = 16 KiB, so levels 1-2 are written block
+    by block, level 3 (27 KiB) is held in memory (two slabs: 32 KiB), and levels 4-5 are
+    computed afterwards through the downsampled view. Every level equals TensorStore's
+    downsample of level 0 (mean: from level 0; max: chained), edges and missing chunks included."""
+    make_source(root, "pass_vol", "float32", (40, 100, 100), [4, 8, 8])
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-onepass.log",
+                         env={"ZARRD_LIMITS__READ_SLAB_BYTES": "16384"})
+    try:
+        for method in ["mean", "max", "median"]:
+            body = {"method": method, "factors": [1, 2, 2], "levels": 6, "destination": f"pass_{method}"}
+            code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/pass_vol", body)
+            assert code == 202, status
+            done = wait(server, status)
+            assert done["state"] == "completed", done
+            assert done["chunks_done"] == done["chunks_total"] > 0, done
+            check_pyramid(root, "pass_vol", f"pass_{method}", method, [1, 2, 2], 3, 6)
+    finally:
+        server.stop()
+    # The three ways were taken: levels 1-2 streamed in (4, 32, 32) blocks, level 3 held.
+    log = (logs / "zarrd-pyramid-onepass.log").read_text()
+    passes = [line for line in log.splitlines() if "one pass over level 0" in line]
+    assert len(passes) == 3 and all("streamed=2" in p and "held=3" in p and "[4, 32, 32]" in p for p in passes), passes
+
+
 @pytest.mark.parametrize(
     "body, field",
     [
@@ -220,6 +327,19 @@ def test_pyramids_of_v3_v2_and_sharded_arrays_equal_tensorstore(root, logs):
         ({"method": "average"}, "request body: unknown variant `average`"),
         ({"destination": "../x"}, "destination"),
         ({"destination": "bad_src"}, "destination"),
+        ({"factors": [[2, 2, 2], [2, 2]]}, "factors[1]: 2 factors"),
+        ({"factors": [[2, 2, 2], [2, 2**62, 2]]}, "factors[1][1]"),
+        ({"factors": [[2, 2, 2]] * 1000}, "factors: 1000 levels"),
+        ({"factors": [[2, 2, 2]], "levels": 3}, "levels"),
+        ({"coarsest": 0}, "coarsest"),
+        ({"coarsest": [4, 4]}, "coarsest: 2 extents"),
+        ({"coarsest": 4, "levels": 2}, "coarsest"),
+        ({"chunks": [3, 3, 0]}, "chunks[2]"),
+        ({"chunks": [2**40, 2**40, 2**40]}, "chunks: "),
+        ({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "lz4hc"}]}, "codecs: "),
+        ({"codecs": [{"name": "crc32c"}] * 100}, "codecs: 100 entries"),
+        ({"codecs": "zstd"}, "codecs: "),
+        ({"compressor": {"id": "zlib"}}, "compressor: a Zarr v3 source"),
     ],
 )
 def test_bad_requests_answer_400_naming_the_member(root, logs, body, field):
@@ -237,7 +357,9 @@ def test_kill_9_in_the_middle_then_the_same_request_resumes(root, logs):
     shape = (48, 192, 192)
     make_source(root, "big", "float32", shape, [8, 32, 32])
     body = {"method": "mean"}
-    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-kill.log")
+    # A 1 MiB slab: level 1 is written block by block, levels 2-4 are held until the pass ends.
+    slab = {"ZARRD_LIMITS__READ_SLAB_BYTES": str(1 << 20)}
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-kill.log", env=slab)
     killed_at = None
     try:
         code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/big", body)
@@ -256,7 +378,7 @@ def test_kill_9_in_the_middle_then_the_same_request_resumes(root, logs):
         server.stop()
     group = root / "big_pyramid"
     assert "ome" not in json.loads((group / "zarr.json").read_text()).get("attributes", {}), "not complete yet"
-    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-resume.log")
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd-pyramid-resume.log", env=slab)
     try:
         code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/big", body)
         assert code == 202, status

@@ -27,7 +27,7 @@ use crate::service::App;
     request_body(content = PyramidRequest, content_type = "application/json"),
     responses(
         (status = 202, description = "The job, started or found (its URL in Location)", body = JobStatus),
-        (status = 400, description = "A member that does not fit the array (factors, levels, method, destination: named); an array of fewer than 2 or more than 5 dimensions", body = ErrorBody),
+        (status = 400, description = "A member that does not fit the array (factors, levels, coarsest, chunks, codecs, compressor, filters, method, destination: named); an array of fewer than 2 or more than 5 dimensions", body = ErrorBody),
         (status = 404, description = "No such mount or array", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
         (status = 422, description = "A body of the wrong shape; stored metadata that is invalid or unsupported", body = ErrorBody),

@@ -208,6 +208,22 @@ impl Tiles {
         }
     }
 
+    /// The source box `[start, start + shape)`, decoded, C order.
+    async fn read_source(&self, start: &[u64], shape: &[u64]) -> Result<Vec<u8>, RegionError> {
+        let dims = start.iter().zip(shape).map(|(&start, &len)| DimIndexer::Slice { start, step: 1, len }).collect();
+        let sel = Selection { dims, mode: SelectionMode::Basic };
+        let plan = Arc::new(plan_read(&self.source_desc, sel, u64::MAX).map_err(|e| RegionError::Internal(e.0))?);
+        let mut source = Vec::new();
+        for slab in plan.slabs() {
+            match read_slab(&self.source_ctx, &self.store, slab, u64::MAX).await? {
+                Some(SlabData::Fixed(b)) if source.is_empty() => source = b,
+                Some(SlabData::Fixed(b)) => source.extend_from_slice(&b),
+                _ => return Err(RegionError::Internal("a downsample source slab of variable-length elements".into())),
+            }
+        }
+        Ok(source)
+    }
+
     async fn compute(&self, coords: &[u64]) -> Result<ChunkData, RegionError> {
         let desc = &self.source_desc;
         let rank = coords.len();
@@ -218,17 +234,7 @@ impl Tiles {
             start.push(s);
             shape.push(s.saturating_add(span).min(desc.shape[d]) - s);
         }
-        let dims = start.iter().zip(&shape).map(|(&start, &len)| DimIndexer::Slice { start, step: 1, len }).collect();
-        let sel = Selection { dims, mode: SelectionMode::Basic };
-        let plan = Arc::new(plan_read(desc, sel, u64::MAX).map_err(|e| RegionError::Internal(e.0))?);
-        let mut source = Vec::new();
-        for slab in plan.slabs() {
-            match read_slab(&self.source_ctx, &self.store, slab, u64::MAX).await? {
-                Some(SlabData::Fixed(b)) if source.is_empty() => source = b,
-                Some(SlabData::Fixed(b)) => source.extend_from_slice(&b),
-                _ => return Err(RegionError::Internal("a downsample source slab of variable-length elements".into())),
-            }
-        }
+        let source = self.read_source(&start, &shape).await?;
         let (dt, method, factors, tile) =
             (desc.data_type.clone(), self.method, self.factors.clone(), self.tile.clone());
         let fill = desc.fill_value.clone();
@@ -528,6 +534,16 @@ impl View {
         let vdesc = Arc::new(virtual_desc(desc, shape.clone(), tile.clone()));
         let (ctx, tiles) = engine(app, source, vdesc, method, factors, tile);
         Ok(Self { ctx, tiles, path: source.array.path.clone(), shape })
+    }
+
+    /// The box `[start, start + shape)` of the source array (not
+    /// downsampled), decoded, C order: what the one-pass pyramid build
+    /// reduces to every level at once.
+    ///
+    /// # Errors
+    /// A store failure, a corrupt or (with `fill_missing` off) missing chunk.
+    pub(crate) async fn read_source_box(&self, start: &[u64], shape: &[u64]) -> ServiceResult<Vec<u8>> {
+        self.tiles.read_source(start, shape).await.map_err(|e| region_error(&self.path, e))
     }
 
     /// The box `[start, start + shape)` of the downsampled array, C order.
