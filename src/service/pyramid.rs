@@ -60,6 +60,21 @@ use options::Factors;
 /// The most levels a pyramid may have (level 0 included).
 pub const MAX_LEVELS: usize = 32;
 
+/// The most chunks (shards) a pyramid may have, all levels together: far
+/// beyond any real pyramid, and a bound on the job's counters.
+const MAX_CHUNKS: u64 = 1 << 40;
+
+/// The group attribute that marks a destination as a pyramid job's own
+/// (`{"zarrd_pyramid": {"job": "pyramid-..."}}`): only the same request
+/// writes into it again (resuming); any other existing node or data at the
+/// destination is a conflict.
+const MARK: &str = "zarrd_pyramid";
+
+/// Up to how many stored objects of the source the end-of-job check lists
+/// to find data written while the job ran (beyond that, only the source's
+/// metadata is checked; about 150 bytes each).
+const CHANGE_CHECK_OBJECTS: usize = 1 << 18;
+
 /// Chunks of one level computed (or copied) at once (each reads its
 /// tiles concurrently too).
 const CONCURRENCY: usize = 2;
@@ -257,6 +272,30 @@ fn plan(array: &ArrayNode, req: &PyramidRequest, limits: &crate::zarr::array::Ar
     if destination.is_root() || destination == array.path {
         return Err(invalid("destination", "must be a new path beside the source"));
     }
+    // Every level smaller than the one before (a level of factors 1 would
+    // be a full copy), and a number of chunks the counters can hold.
+    for (k, pair) in shapes.windows(2).enumerate() {
+        if pair[0] == pair[1] {
+            let field = if req.levels.is_some() { "levels" } else { "factors" };
+            return Err(invalid(
+                field,
+                format!("level {} would be as large as level {k} ({:?}): every level must be smaller", k + 1, pair[1]),
+            ));
+        }
+    }
+    let mut chunks_total = 0u64;
+    for (k, shape) in shapes.iter().enumerate() {
+        let chunk = if k == 0 { &desc.chunk_shape } else { &level_chunks };
+        let n = shape
+            .iter()
+            .zip(chunk)
+            .try_fold(1u64, |n, (&s, &c)| n.checked_mul(s.div_ceil(c.max(1))))
+            .and_then(|n| chunks_total.checked_add(n))
+            .filter(|&t| t <= MAX_CHUNKS);
+        chunks_total = n.ok_or_else(|| {
+            invalid("levels", format!("the pyramid would have more than {MAX_CHUNKS} chunks (level {k}: {shape:?})"))
+        })?;
+    }
     Ok(Plan { method, steps, shapes, axes, destination, format: desc.zarr_format, level_doc, level_chunks })
 }
 
@@ -285,6 +324,7 @@ pub async fn start(app: &Arc<App>, at: &super::NodeRef<'_>, req: PyramidRequest)
     let plan = plan(&array, &req, &node::array_limits(app))?;
     let mount = at.mount_name().to_string();
     let id = job_id(&mount, array.path.as_str(), &plan);
+    claim_destination(app, &mount, &plan, &id).await?;
     let job = Job::new(id, mount.clone(), array.path.as_str().into(), plan.destination.as_str().into());
     let (job, new) = app.jobs().start(job)?;
     if !new {
@@ -312,6 +352,101 @@ pub async fn start(app: &Arc<App>, at: &super::NodeRef<'_>, req: PyramidRequest)
     });
     job.set_task(task.abort_handle());
     Ok(job.status())
+}
+
+/// The destination's group document: a group marked as this job's.
+fn group_document(plan: &Plan, id: &str) -> Value {
+    let attributes = json!({ MARK: {"job": id} });
+    match plan.format {
+        ZarrFormat::V3 => json!({"zarr_format": 3, "node_type": "group", "attributes": attributes}),
+        ZarrFormat::V2 => json!({"zarr_format": 2, "attributes": attributes}),
+    }
+}
+
+/// Checks that the destination is free or this request's own pyramid: a
+/// group marked with this job's id (a partial or complete build of the same
+/// request) is resumed; any other node, or any data stored under the path,
+/// is a conflict — a pyramid never writes into data it did not make.
+async fn claim_destination(app: &App, mount: &str, plan: &Plan, id: &str) -> ServiceResult<()> {
+    let at = app.node(mount, &plan.destination)?;
+    let taken = |what: &str| {
+        ServiceError::Conflict(format!(
+            "destination `{}` {what}; a pyramid is written only to a new path (or resumed by the request that \
+             started it): delete it or choose another `destination`",
+            plan.destination
+        ))
+    };
+    match node::open(&at).await {
+        Ok(node::Node::Group(g)) => match g.attributes.get(MARK).and_then(|m| m.get("job")).and_then(Value::as_str) {
+            Some(job) if job == id => Ok(()),
+            Some(_) => Err(taken("holds a pyramid built by another request (other method, factors or layout)")),
+            None => Err(taken("is an existing group")),
+        },
+        Ok(node::Node::Array(_)) => Err(taken("is an existing array")),
+        Err(ServiceError::NodeNotFound { .. }) => {
+            let mount = app.mount(mount)?;
+            if mount.storage().list_recursive(&plan.destination.prefix()?, 1).await?.is_empty() {
+                Ok(())
+            } else {
+                Err(taken("holds stored objects"))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Fails the job when the source changed while it ran: its array document
+/// (shape, data type, codecs — attributes aside), or, for sources of up to
+/// [`CHANGE_CHECK_OBJECTS`] stored objects, any object written after the
+/// destination group was created (the store's clock on both sides). The
+/// levels would mix old and new data; the caller deletes the destination
+/// and asks again.
+async fn check_source_unchanged(app: &App, mount_name: &str, plan: &Plan, source: &ArrayNode) -> ServiceResult<()> {
+    let mount = app.mount(mount_name)?;
+    let changed = |what: String| {
+        ServiceError::Conflict(format!(
+            "the source `{}` changed while its pyramid was built ({what}); the levels may mix old and new data: \
+             delete `{}` and request the pyramid again",
+            source.path, plan.destination
+        ))
+    };
+    let strip = |doc: &Value| {
+        let mut doc = doc.clone();
+        if let Some(obj) = doc.as_object_mut() {
+            obj.remove("attributes");
+        }
+        doc
+    };
+    let doc_name = match plan.format {
+        ZarrFormat::V3 => "zarr.json",
+        ZarrFormat::V2 => ".zarray",
+    };
+    let now = match node::read_optional(mount, &source.path.key(doc_name)?).await? {
+        Some(bytes) => serde_json::from_slice::<Value>(&bytes).map_err(|e| changed(format!("{doc_name}: {e}")))?,
+        None => return Err(changed(format!("{doc_name} was deleted"))),
+    };
+    if strip(&now) != strip(&source.metadata) {
+        return Err(changed(format!("its {doc_name}")));
+    }
+    let group_doc = match plan.format {
+        ZarrFormat::V3 => "zarr.json",
+        ZarrFormat::V2 => ".zgroup",
+    };
+    let Some(since) = head(mount, &plan.destination.key(group_doc)?).await?.and_then(|m| m.last_modified) else {
+        return Ok(());
+    };
+    let listed = mount.storage().list_recursive(&source.path.prefix()?, CHANGE_CHECK_OBJECTS + 1).await?;
+    if listed.len() > CHANGE_CHECK_OBJECTS {
+        return Ok(());
+    }
+    let documents = ["zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"];
+    if let Some((key, _)) = listed
+        .iter()
+        .find(|(key, meta)| !documents.contains(&key.as_str()) && meta.last_modified.is_some_and(|t| t > since))
+    {
+        return Err(changed(format!("`{key}` was written after the job started")));
+    }
+    Ok(())
 }
 
 /// A level's array document: the source's (level 0) or the levels'
@@ -378,7 +513,8 @@ async fn ensure(app: &App, mount: &str, path: &NodePath, doc: &Value) -> Service
 /// Every chunk (shard) coordinate of a grid, C order.
 fn grid_coords(shape: &[u64], chunk: &[u64]) -> impl Iterator<Item = Vec<u64>> {
     let grid: Vec<u64> = shape.iter().zip(chunk).map(|(&s, &c)| s.div_ceil(c.max(1))).collect();
-    let n = grid.iter().product::<u64>();
+    // The plan bounds every level's chunk count (`MAX_CHUNKS`).
+    let n = grid.iter().try_fold(1u64, |n, &g| n.checked_mul(g)).unwrap_or(0);
     (0..n).map(move |mut i| {
         let mut c = vec![0u64; grid.len()];
         for d in (0..grid.len()).rev() {
@@ -438,11 +574,7 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
         .map(|(k, s)| grid_coords(s, if k == 0 { &chunk0 } else { &plan.level_chunks }).size_hint().0 as u64)
         .fold(0, u64::saturating_add);
     job.total.store(total, Ordering::Relaxed);
-    let group_key = match plan.format {
-        ZarrFormat::V3 => json!({"zarr_format": 3, "node_type": "group"}),
-        ZarrFormat::V2 => json!({"zarr_format": 2}),
-    };
-    ensure(app, mount_name, &plan.destination, &group_key).await?;
+    ensure(app, mount_name, &plan.destination, &group_document(plan, &job.id)).await?;
     let level_path = |k: usize| plan.destination.child(&k.to_string());
 
     // Level 0: the source's chunks, key for key.
@@ -550,7 +682,9 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
             .try_collect::<()>()
             .await?;
     }
-    // Last: the metadata that makes the group a complete multiscale image.
+    // Last: the metadata that makes the group a complete multiscale image,
+    // once the source is known not to have changed under the job.
+    check_source_unchanged(app, mount_name, plan, source).await?;
     let name = source.path.name().to_string();
     let group = app.node(mount_name, &plan.destination)?;
     node::update_attributes(&group, multiscales(plan, &name), AttributeUpdate::Merge).await?;

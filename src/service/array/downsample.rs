@@ -627,7 +627,15 @@ impl Job {
         let mut json =
             (self.format == WireFormat::Json).then(|| JsonEncoder::new(self.out_type.clone(), self.out_shape.clone()));
         for slab in self.plan.slabs() {
-            let data = match read_slab(&self.ctx, &NoStore, slab, u64::MAX).await {
+            // One slab of a downsampled answer can stand for any amount of
+            // source (a 1 MiB answer of a 1 TiB region): when the client
+            // goes away (or the request times out), the read stops here,
+            // between source tiles, not after the slab.
+            let read = tokio::select! {
+                read = read_slab(&self.ctx, &NoStore, slab, u64::MAX) => read,
+                () = tx.closed() => return Ok(false),
+            };
+            let data = match read {
                 Ok(Some(SlabData::Fixed(b))) => b,
                 Ok(_) => return Err(ServiceError::Internal("a downsampled slab of variable-length elements".into())),
                 Err(e) => {

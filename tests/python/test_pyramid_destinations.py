@@ -1,0 +1,101 @@
+"""A pyramid job writes only into what it made, from a source that did not change under it.
+
+Found by review: a pyramid requested into an existing group or array wrote its levels into
+them (an existing array's elements overwritten); a second request with another method into
+a finished pyramid skipped every chunk and labelled the first method's levels with its own;
+levels of factors 1 made full copies; a source whose grid overflowed 64 bits "completed"
+with no data; and data written to the source during a job ended up mixed into level 0.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+
+from test_pyramid import make_source, request, wait
+from zarrd_harness import start_zarrd
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("destinations")
+    make_source(root, "img", "uint16", (16, 64, 64), [4, 16, 16])
+    logs = tmp_path_factory.mktemp("destinations-logs")
+    server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd.log")
+    yield server, root
+    server.stop()
+
+
+def post(server, path: str, body: dict):
+    return request("POST", f"{server.url}/api/v1/pyramids/p/{path}", body)
+
+
+def test_existing_nodes_and_data_are_never_written_into(served):
+    server, root = served
+    victim = zarr.create_array(root / "victim" / "0", shape=(16, 64, 64), chunks=(4, 16, 16), dtype="uint16")
+    victim[0:4, 0:16, 0:16] = 7
+    zarr.open_group(root / "victim", mode="a").attrs["note"] = "keep me"
+    (root / "loose").mkdir()
+    (root / "loose" / "notes.txt").write_text("mine")
+    before = {p: p.read_bytes() for p in (root / "victim").rglob("*") if p.is_file()}
+    for destination, what in [("victim", "existing group"), ("victim/0", "existing array"), ("loose", "stored objects")]:
+        code, _, body = post(server, "img", {"levels": 2, "destination": destination})
+        assert code == 409 and what in body["error"]["message"], (destination, body)
+    after = {p: p.read_bytes() for p in (root / "victim").rglob("*") if p.is_file()}
+    assert after == before
+    assert (root / "loose" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (root / "loose").iterdir()) == ["notes.txt"]
+
+
+def test_a_finished_pyramid_is_resumed_only_by_its_own_request(served):
+    server, root = served
+    code, _, status = post(server, "img", {"levels": 2, "destination": "own"})
+    assert code == 202, status
+    assert wait(server, status)["state"] == "completed"
+    level1 = np.asarray(zarr.open_array(root / "own" / "1", mode="r")[...])
+    # The same request again: everything is skipped, still complete.
+    code, _, again = post(server, "img", {"levels": 2, "destination": "own"})
+    assert code == 202, again
+    done = wait(server, again)
+    assert done["state"] == "completed" and done["chunks_skipped"] > 0 and done["bytes_written"] == 0, done
+    # Another method into it is refused; the levels and their label are untouched.
+    code, _, other = post(server, "img", {"levels": 2, "destination": "own", "method": "max"})
+    assert code == 409 and "another request" in other["error"]["message"], other
+    np.testing.assert_array_equal(zarr.open_array(root / "own" / "1", mode="r")[...], level1)
+    attrs = json.loads((root / "own" / "zarr.json").read_text())["attributes"]
+    assert attrs["ome"]["multiscales"][0]["type"] == "mean"
+
+
+def test_levels_that_do_not_shrink_and_overflowing_grids_are_refused(served):
+    server, root = served
+    code, _, body = post(server, "img", {"levels": 3, "factors": [1, 1, 1], "destination": "ones"})
+    assert code == 400 and "levels" in body["error"]["message"] and "smaller" in body["error"]["message"], body
+    code, _, body = post(server, "img", {"factors": [[2, 2, 2], [1, 1, 1]], "destination": "ones"})
+    assert code == 400 and "smaller" in body["error"]["message"], body
+    huge = {"zarr_format": 3, "node_type": "array", "shape": [2**32, 2**32], "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 1]}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}],
+            "dimension_names": ["y", "x"]}
+    (root / "huge").mkdir()
+    (root / "huge" / "zarr.json").write_text(json.dumps(huge))
+    code, _, body = post(server, "huge", {"levels": 1, "method": "stride"})
+    assert code == 400 and "chunks" in body["error"]["message"], body
+    assert not (root / "huge_pyramid").exists()
+
+
+def test_a_source_written_during_the_job_fails_it(served):
+    server, root = served
+    code, _, status = post(server, "img", {"levels": 2, "destination": "moving"})
+    assert code == 202, status
+    assert wait(server, status)["state"] == "completed"
+    # Written after the job started (here: after it ended): the same request resumes,
+    # finds every chunk done, and must not call the mix complete.
+    zarr.open_array(root / "img", mode="a")[0:4, 0:16, 0:16] = 9
+    code, _, again = post(server, "img", {"levels": 2, "destination": "moving"})
+    assert code == 202, again
+    failed = wait(server, again)
+    assert failed["state"] == "failed" and "changed while its pyramid was built" in failed["error"], failed
+    assert "delete `moving`" in failed["error"]
