@@ -94,6 +94,7 @@ const DATA_PARAMS: Params = Params::Only(&[
             "downsample",
             "downsample_method",
             "level",
+            "size",
         ],
     ),
     ("PUT", &["sel", "mode", "format", "write_empty_chunks"]),

@@ -12,7 +12,9 @@
 //! - `image.rs`: the rules (layout, range, scaling, colormaps,
 //!   transparency) and the PNG encoding, with no I/O;
 //! - `preview.rs`: thumbnails (the last two dimensions, the middle of the
-//!   others, strided to a size), cached and tagged.
+//!   others, strided to a size), cached and tagged;
+//! - `levels.rs`: which level of an OME-Zarr multiscale group a preview or
+//!   a PNG with `size=` reads, and the striding to that size.
 //!
 //! Memory: the image's pixels are counted against `limits.max_image_pixels`
 //! from the read's answer shape before any element beyond the first slab
@@ -20,6 +22,7 @@
 //! `max_image_pixels × 4 channels × 8 bytes`.
 
 pub mod image;
+pub mod levels;
 pub mod preview;
 
 use bytes::Bytes;
