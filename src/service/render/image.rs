@@ -303,14 +303,22 @@ fn rint(y: f64) -> f64 {
     (y + MAGIC) - MAGIC
 }
 
-/// One value scaled to 0..=255.
+/// One value scaled to 0..=255 (`hi != lo`).
 #[inline]
 fn scale(v: f64, lo: f64, hi: f64) -> u8 {
-    if hi == lo || v.is_nan() {
+    if v.is_nan() {
         return 0;
     }
     let t = ((v - lo) / (hi - lo)).clamp(0.0, 1.0);
     rint(255.0 * t) as u8
+}
+
+/// Every value scaled to 0..=255 (everything 0 when `hi = lo`).
+fn scale_all(vals: &[f64], lo: f64, hi: f64) -> Vec<u8> {
+    if hi == lo {
+        return vec![0; vals.len()];
+    }
+    vals.iter().map(|&v| scale(v, lo, hi)).collect()
 }
 
 /// A rendered image, before encoding.
@@ -318,14 +326,17 @@ fn scale(v: f64, lo: f64, hi: f64) -> u8 {
 pub struct Pixels {
     pub width: u32,
     pub height: u32,
-    /// 1 gray, 2 gray + alpha, 3 RGB, 4 RGBA.
+    /// 1 gray (or palette indices), 2 gray + alpha, 3 RGB, 4 RGBA.
     pub channels: u8,
+    /// With one channel: the colours of the indices (an indexed PNG).
+    pub palette: Option<&'static [[u8; 3]; 256]>,
     /// Row-major, `channels` bytes a pixel.
     pub data: Vec<u8>,
 }
 
 /// Renders `data` (the selection's elements, `shape`, the engine's layout)
-/// as pixels.
+/// as pixels. A colormap without transparency gives palette indices (the
+/// scaled values; an indexed PNG, a third of the bytes of RGB).
 ///
 /// # Errors
 /// A type or shape that is not renderable.
@@ -355,69 +366,71 @@ pub fn render(
     // Element index of channel `k` of pixel `p`.
     let at = |p: usize, k: usize| if layout.channels_first { k * h * w + p } else { p * c + k };
     let fill = fill.filter(|f| opts.transparent_fill && f.len() == es);
-    let transparent = |p: usize| {
-        (0..c).any(|k| vals[at(p, k)].is_nan())
-            || fill.is_some_and(|f| (0..c).all(|k| &data[at(p, k) * es..(at(p, k) + 1) * es] == f))
-    };
     let n = h * w;
-    let mask: Vec<bool> = (0..n).map(transparent).collect();
-    let alpha = mask.iter().any(|&t| t);
-    let mut out = Vec::new();
-    let channels: u8 = match (c, opts.colormap, alpha) {
-        (1, Colormap::Gray, false) => {
-            out.extend(vals.iter().map(|&v| scale(v, lo, hi)));
-            1
-        }
-        (1, Colormap::Gray, true) => {
-            out.reserve(n * 2);
-            for (p, &v) in vals.iter().enumerate() {
-                let t = mask[p];
-                out.extend_from_slice(&[if t { 0 } else { scale(v, lo, hi) }, if t { 0 } else { 255 }]);
+    // Transparent pixels: NaN in a channel (floats only), or every channel the fill value.
+    let floats = matches!(
+        dt,
+        DataType::Float16 | DataType::BFloat16 | DataType::Float32 | DataType::Float64 | DataType::Float8(_)
+    );
+    let has_nan = floats && vals.iter().any(|v| v.is_nan());
+    let mask: Option<Vec<bool>> = (has_nan || fill.is_some()).then(|| {
+        (0..n)
+            .map(|p| {
+                (has_nan && (0..c).any(|k| vals[at(p, k)].is_nan()))
+                    || fill.is_some_and(|f| (0..c).all(|k| &data[at(p, k) * es..(at(p, k) + 1) * es] == f))
+            })
+            .collect()
+    });
+    let mask = mask.filter(|m| m.iter().any(|&t| t));
+    let scaled = scale_all(&vals, lo, hi);
+    drop(vals);
+    let (channels, palette, out): (u8, _, Vec<u8>) = match (c, opts.colormap, &mask) {
+        (1, Colormap::Gray, None) => (1, None, scaled),
+        (1, map, None) => (1, Some(map.table()), scaled),
+        (1, Colormap::Gray, Some(mask)) => {
+            let mut out = vec![0u8; n * 2];
+            for ((px, &v), &t) in out.chunks_exact_mut(2).zip(&scaled).zip(mask) {
+                if !t {
+                    px.copy_from_slice(&[v, 255]);
+                }
             }
-            2
+            (2, None, out)
         }
-        (1, map, alpha) => {
+        (1, map, Some(mask)) => {
             let table = map.table();
-            out.reserve(n * if alpha { 4 } else { 3 });
-            for (p, &v) in vals.iter().enumerate() {
-                if alpha && mask[p] {
-                    out.extend_from_slice(&[0, 0, 0, 0]);
-                    continue;
-                }
-                out.extend_from_slice(&table[usize::from(scale(v, lo, hi))]);
-                if alpha {
-                    out.push(255);
+            let mut out = vec![0u8; n * 4];
+            for ((px, &v), &t) in out.chunks_exact_mut(4).zip(&scaled).zip(mask) {
+                if !t {
+                    let [r, g, b] = table[usize::from(v)];
+                    px.copy_from_slice(&[r, g, b, 255]);
                 }
             }
-            if alpha {
-                4
-            } else {
-                3
-            }
+            (4, None, out)
         }
-        (c, _, alpha) => {
-            let channels = if alpha { 4 } else { c };
-            out.reserve(n * channels);
-            for (p, &t) in mask.iter().enumerate() {
-                if t {
-                    out.extend(std::iter::repeat_n(0, channels));
+        (c, _, mask) => {
+            let channels = if mask.is_some() { 4 } else { c };
+            let mut out = vec![0u8; n * channels];
+            for (p, px) in out.chunks_exact_mut(channels).enumerate() {
+                if mask.as_ref().is_some_and(|m| m[p]) {
                     continue;
                 }
-                out.extend((0..c).map(|k| scale(vals[at(p, k)], lo, hi)));
+                for (k, x) in px.iter_mut().take(c).enumerate() {
+                    *x = scaled[at(p, k)];
+                }
                 if channels > c {
-                    out.push(255);
+                    px[c] = 255;
                 }
             }
-            channels as u8
+            (channels as u8, None, out)
         }
     };
     let dim = |d: usize| u32::try_from(d).map_err(|_| RenderError(format!("an image side of {d} pixels is too large")));
-    Ok(Pixels { width: dim(w)?, height: dim(h)?, channels, data: out })
+    Ok(Pixels { width: dim(w)?, height: dim(h)?, channels, palette, data: out })
 }
 
-/// Encodes pixels as a PNG (8 bits a channel; the `png` crate's fastest
-/// setting: fdeflate and the `Up` filter, a 256 × 256 tile in well under a
-/// millisecond).
+/// Encodes pixels as a PNG (8 bits a channel, or 8-bit palette indices;
+/// the `png` crate's fastest setting: fdeflate and the `Up` filter, a
+/// 256 × 256 tile in well under a millisecond).
 ///
 /// # Errors
 /// The encoder's (an empty image: PNG has no zero-sized images).
@@ -425,14 +438,18 @@ pub fn encode_png(p: &Pixels) -> Result<Vec<u8>, RenderError> {
     if p.width == 0 || p.height == 0 {
         return Err(RenderError(format!("format=png: the selection is empty ({}×{})", p.height, p.width)));
     }
-    let mut out = Vec::with_capacity(p.data.len() / 2 + 1024);
+    let mut out = Vec::with_capacity(p.data.len() + 2048);
     let mut enc = png::Encoder::new(&mut out, p.width, p.height);
-    enc.set_color(match p.channels {
-        1 => png::ColorType::Grayscale,
-        2 => png::ColorType::GrayscaleAlpha,
-        3 => png::ColorType::Rgb,
+    enc.set_color(match (p.channels, p.palette) {
+        (1, Some(_)) => png::ColorType::Indexed,
+        (1, None) => png::ColorType::Grayscale,
+        (2, _) => png::ColorType::GrayscaleAlpha,
+        (3, _) => png::ColorType::Rgb,
         _ => png::ColorType::Rgba,
     });
+    if let (1, Some(table)) = (p.channels, p.palette) {
+        enc.set_palette(table.as_flattened().to_vec());
+    }
     enc.set_depth(png::BitDepth::Eight);
     enc.set_compression(png::Compression::Fastest);
     let err = |e: png::EncodingError| RenderError(format!("PNG encoding failed: {e}"));
@@ -515,8 +532,12 @@ mod tests {
         assert_eq!((p.channels, p.data.clone()), (2, vec![0, 255, 255, 255, 0, 0, 128, 255]));
         let opts = RenderOptions { colormap: Colormap::Viridis, ..opts };
         let p = render(&data[..8], &DataType::Float32, &[1, 2], None, &opts).unwrap();
-        assert_eq!(p.channels, 3);
-        assert_eq!(&p.data[..3], &Colormap::Viridis.table()[0]);
+        assert_eq!((p.channels, p.palette, p.data.clone()), (1, Some(Colormap::Viridis.table()), vec![0, 255]));
+        // With a NaN: RGBA, the NaN transparent.
+        let p = render(&data[..12], &DataType::Float32, &[1, 3], None, &opts).unwrap();
+        assert_eq!((p.channels, p.palette), (4, None));
+        assert_eq!(&p.data[..4], &[0x44, 0x01, 0x54, 255]);
+        assert_eq!(&p.data[8..], &[0, 0, 0, 0]);
         assert_eq!(Colormap::Viridis.table()[0], [0x44, 0x01, 0x54]); // matplotlib's first viridis entry
                                                                       // Fill transparency compares stored bytes.
         let ints = [7u8, 1, 7, 9];
@@ -551,7 +572,7 @@ mod tests {
 
     #[test]
     fn pngs_decode_back() {
-        let p = Pixels { width: 3, height: 2, channels: 3, data: (0..18).collect() };
+        let p = Pixels { width: 3, height: 2, channels: 3, palette: None, data: (0..18).collect() };
         let png = encode_png(&p).unwrap();
         let decoder = png::Decoder::new(std::io::Cursor::new(png));
         let mut reader = decoder.read_info().unwrap();
@@ -559,6 +580,17 @@ mod tests {
         let info = reader.next_frame(&mut buf).unwrap();
         assert_eq!((info.width, info.height, info.color_type), (3, 2, png::ColorType::Rgb));
         assert_eq!(&buf[..info.buffer_size()], &p.data[..]);
-        assert!(encode_png(&Pixels { width: 0, height: 2, channels: 1, data: vec![] }).is_err());
+        assert!(encode_png(&Pixels { width: 0, height: 2, channels: 1, palette: None, data: vec![] }).is_err());
+        // Palette indices decode to the palette's colours.
+        let table = Colormap::Magma.table();
+        let p = Pixels { width: 2, height: 2, channels: 1, palette: Some(table), data: vec![0, 255, 7, 128] };
+        let mut decoder = png::Decoder::new(std::io::Cursor::new(encode_png(&p).unwrap()));
+        decoder.set_transformations(png::Transformations::EXPAND);
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        let want: Vec<u8> = [0usize, 255, 7, 128].iter().flat_map(|&i| table[i]).collect();
+        assert_eq!(&buf[..info.buffer_size()], &want[..]);
     }
 }
