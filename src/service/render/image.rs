@@ -252,10 +252,30 @@ fn values(data: &[u8], dt: &DataType) -> Vec<f64> {
     }
 }
 
-/// numpy's `percentile(values, p)` (method `linear`) of `finite` (which it
-/// reorders), computed as numpy computes it so results agree to the bit.
-fn percentile(finite: &mut [f64], p: f64) -> f64 {
-    let n = finite.len();
+/// The key of a finite value whose unsigned order is the values' order
+/// (`f64::total_cmp`'s).
+#[inline]
+fn order_key(v: f64) -> u64 {
+    let b = v.to_bits();
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | (1 << 63)
+    }
+}
+
+/// The value of an [`order_key`].
+#[inline]
+fn key_value(k: u64) -> f64 {
+    f64::from_bits(if k >> 63 == 1 { k & !(1 << 63) } else { !k })
+}
+
+/// numpy's `percentile(values, p)` (method `linear`) of the finite values
+/// whose [`order_key`]s are `keys` (which it reorders), computed as numpy
+/// computes it so results agree to the bit. The selection compares plain
+/// integers (the keys), not floats through `total_cmp`.
+fn percentile(keys: &mut [u64], p: f64) -> f64 {
+    let n = keys.len();
     let q = p / 100.0;
     // numpy's virtual index for alpha = beta = 1.
     let virtual_index = (n as f64) * q + (1.0 - q) - 1.0;
@@ -263,9 +283,10 @@ fn percentile(finite: &mut [f64], p: f64) -> f64 {
     let gamma = virtual_index - below;
     let i = (below.max(0.0) as usize).min(n - 1);
     let j = (i + 1).min(n - 1);
-    let (_, a, rest) = finite.select_nth_unstable_by(i, f64::total_cmp);
-    let a = *a;
-    let b = if j == i { a } else { rest.iter().copied().min_by(f64::total_cmp).unwrap_or(a) };
+    let (_, ka, rest) = keys.select_nth_unstable(i);
+    let ka = *ka;
+    let kb = if j == i { ka } else { rest.iter().copied().min().unwrap_or(ka) };
+    let (a, b) = (key_value(ka), key_value(kb));
     // numpy's _lerp.
     let diff = b - a;
     if gamma >= 0.5 {
@@ -281,13 +302,11 @@ fn default_range(vals: &[f64], dt: &DataType) -> (f64, f64) {
         DataType::Bool => (0.0, 1.0),
         DataType::UInt8 => (0.0, 255.0),
         _ => {
-            let mut finite: Vec<f64> = vals.iter().copied().filter(|v| v.is_finite()).collect();
-            if finite.is_empty() {
+            let mut keys: Vec<u64> = vals.iter().copied().filter(|v| v.is_finite()).map(order_key).collect();
+            if keys.is_empty() {
                 return (0.0, 1.0);
             }
-            let lo = percentile(&mut finite, 2.0);
-            let hi = percentile(&mut finite, 98.0);
-            (lo, hi)
+            (percentile(&mut keys, 2.0), percentile(&mut keys, 98.0))
         }
     }
 }
@@ -303,12 +322,11 @@ fn rint(y: f64) -> f64 {
     (y + MAGIC) - MAGIC
 }
 
-/// One value scaled to 0..=255 (`hi != lo`).
+/// One value scaled to 0..=255 (`hi != lo`). Branch-free, so a loop of
+/// it vectorises: NaN passes `clamp` and the rounding as NaN, and casts
+/// to 0.
 #[inline]
 fn scale(v: f64, lo: f64, hi: f64) -> u8 {
-    if v.is_nan() {
-        return 0;
-    }
     let t = ((v - lo) / (hi - lo)).clamp(0.0, 1.0);
     rint(255.0 * t) as u8
 }
@@ -485,14 +503,22 @@ mod tests {
 
     #[test]
     fn percentiles_are_numpys() {
+        let pct = |v: &[f64], p: f64| percentile(&mut v.iter().copied().map(order_key).collect::<Vec<_>>(), p);
         // numpy.percentile(range(101), [2, 98]) == [2, 98];
         // numpy.percentile([0, 10], 2) == 0.2 and [1, 2, 3, 4] at 98 == 3.94.
-        let mut v: Vec<f64> = (0..=100).map(f64::from).collect();
-        assert_eq!(percentile(&mut v, 2.0), 2.0);
-        assert_eq!(percentile(&mut v, 98.0), 98.0);
-        assert!((percentile(&mut [10.0, 0.0], 2.0) - 0.2).abs() < 1e-12);
-        assert!((percentile(&mut [4.0, 1.0, 3.0, 2.0], 98.0) - 3.94).abs() < 1e-12);
-        assert_eq!(percentile(&mut [5.0], 98.0), 5.0);
+        let v: Vec<f64> = (0..=100).map(f64::from).collect();
+        assert_eq!(pct(&v, 2.0), 2.0);
+        assert_eq!(pct(&v, 98.0), 98.0);
+        assert!((pct(&[10.0, 0.0], 2.0) - 0.2).abs() < 1e-12);
+        assert!((pct(&[4.0, 1.0, 3.0, 2.0], 98.0) - 3.94).abs() < 1e-12);
+        assert_eq!(pct(&[5.0], 98.0), 5.0);
+        // Keys order as total_cmp does, and come back.
+        for v in [-1e300, -2.5, -0.0, 0.0, 1e-310, 3.0, f64::MAX] {
+            assert_eq!(key_value(order_key(v)).to_bits(), v.to_bits());
+        }
+        assert!(
+            order_key(-2.5) < order_key(-0.0) && order_key(-0.0) < order_key(0.0) && order_key(0.0) < order_key(1e-310)
+        );
     }
 
     #[test]
@@ -500,6 +526,8 @@ mod tests {
         assert_eq!(scale(-1.0, 0.0, 1.0), 0);
         assert_eq!(scale(2.0, 0.0, 1.0), 255);
         assert_eq!(scale(f64::INFINITY, 0.0, 1.0), 255);
+        assert_eq!(scale(f64::NAN, 0.0, 1.0), 0);
+        assert_eq!(scale_all(&[1.0, 5.0], 3.0, 3.0), [0, 0]);
         assert_eq!(scale(0.5, 0.0, 1.0), 128); // 127.5 → 128 (even)
         for (y, even) in
             [(2.5, 2.0), (3.5, 4.0), (254.5, 254.0), (0.49999999999999994, 0.0), (126.5, 126.0), (255.0, 255.0)]
