@@ -24,7 +24,9 @@
 //!   (within 1 of 255), `cividis` and `turbo` d3's polynomial fits of them
 //!   (up to 18 and 32 of 255 off matplotlib's tables). Three or four
 //!   channels are scaled each with the same `lo, hi` and written as
-//!   RGB/RGBA (a colormap is refused).
+//!   RGB/RGBA (a colormap is refused). A colormapped image with no
+//!   transparent pixel is encoded as an indexed PNG (the table as palette,
+//!   the scaled values as indices); with one, as RGBA.
 //! - **Transparency.** A pixel with a NaN value (in any channel), and with
 //!   `transparent_fill` a pixel whose values all equal the array's fill
 //!   value (compared as stored bytes), is fully transparent; the image then
