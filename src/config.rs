@@ -316,6 +316,14 @@ pub struct Limits {
     /// pixel (four channels of 8-byte values).
     #[serde(default = "default_max_image_pixels")]
     pub max_image_pixels: u64,
+    /// Memory all rendered images (`format=png`, previews) may use at once:
+    /// each takes `values × (4 × element size + 12) + pixels × 8` bytes of
+    /// it (the gathered elements, their scaling keys, the pixels and the
+    /// encoder's rows; `values` is pixels × channels) before it gathers its
+    /// elements, and keeps it until it is encoded; an image that needs more
+    /// than all of it is 413, others wait within the request timeout.
+    #[serde(default = "default_render_budget")]
+    pub render_budget_bytes: u64,
 }
 
 /// Caches.
@@ -390,6 +398,9 @@ const fn default_read_answer_budget() -> u64 {
 }
 const fn default_send_stall_timeout() -> u64 {
     60
+}
+const fn default_render_budget() -> u64 {
+    2 * 1024 * 1024 * 1024
 }
 const fn default_max_image_pixels() -> u64 {
     16 * 1024 * 1024
@@ -482,6 +493,7 @@ impl Default for Limits {
             read_answer_budget_bytes: default_read_answer_budget(),
             send_stall_timeout_seconds: default_send_stall_timeout(),
             max_image_pixels: default_max_image_pixels(),
+            render_budget_bytes: default_render_budget(),
         }
     }
 }
@@ -634,6 +646,7 @@ impl Config {
             ("read_answer_budget_bytes", l.read_answer_budget_bytes),
             ("send_stall_timeout_seconds", l.send_stall_timeout_seconds),
             ("max_image_pixels", l.max_image_pixels),
+            ("render_budget_bytes", l.render_budget_bytes),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             bail!("limits.{name}: must be greater than 0");
@@ -853,6 +866,7 @@ mod tests {
             "document_parse_budget_bytes",
             "read_answer_budget_bytes",
             "send_stall_timeout_seconds",
+            "render_budget_bytes",
         ] {
             let e = Config::from_toml_str(&format!("[limits]\n{name} = 0")).unwrap_err().to_string();
             assert!(e.contains(&format!("limits.{name}")), "{e}");

@@ -1,6 +1,7 @@
 //! The REST API's node endpoints on memory, file and S3 (moto, when the
 //! harness provides it) mounts: mounts,
-//! describing arrays and groups (v2 and v3), creating them (Zarr documents
+//! describing arrays and groups (v2 and v3) and plain directories (paged,
+//! chunk folders excluded, read access), creating them (Zarr documents
 //! and TensorStore specs), attributes, resize, delete, consolidate, the
 //! metadata cache, and every error status.
 
@@ -211,9 +212,13 @@ async fn create_errors(s: TestServer) {
     put("/api/v1/nodes/nosuch/x", spec.clone()).await.expect_error(404, "unknown_mount");
     let big = json!({"zarr_format": 3, "node_type": "group", "attributes": {"pad": "x".repeat(100_000)}});
     put("/api/v1/nodes/data/x", big).await.expect_error(413, "payload_too_large");
-    // Nothing was written by any of these.
+    // Nothing was written by any of these: the mount's root is an empty directory.
     s.get("/api/v1/nodes/data/x").await.expect_error(404, "node_not_found");
-    s.get("/api/v1/nodes/data").await.expect_error(404, "node_not_found");
+    let root = s.get("/api/v1/nodes/data").await.json();
+    assert_eq!(
+        (&root["node_type"], &root["children"], &root["children_total"]),
+        (&json!("directory"), &json!([]), &json!(0))
+    );
 }
 
 async fn describes_stats_and_children(s: TestServer) {
@@ -343,7 +348,8 @@ async fn deletes_nodes(s: TestServer) {
     send_json(&s, "PUT", "/api/v1/nodes/data/h/c", &spec).await.expect_status(201);
     s.delete("/api/v1/nodes/data").await.expect_error(409, "not_empty");
     s.delete("/api/v1/nodes/data?recursive=true").await.expect_status(204);
-    s.get("/api/v1/nodes/data").await.expect_error(404, "node_not_found");
+    let root = s.get("/api/v1/nodes/data").await.json();
+    assert_eq!((&root["node_type"], &root["children_total"]), (&json!("directory"), &json!(0)), "{root}");
     s.get("/zarr/data/h/c/.zarray").await.expect_status(404);
     let r = send_json(&s, "PUT", "/api/v1/nodes/data", &group).await;
     r.expect_status(201);
@@ -488,6 +494,81 @@ async fn describes_order_and_sharding(s: TestServer) {
     assert_eq!(j["inner_chunk_shape"], json!([3, 2]), "{j}");
 }
 
+/// A plain directory (the mount's root, a folder that is no Zarr node) is
+/// described with one page of its children, each classified; a chunk
+/// folder inside an array, and a path with nothing under it, are not nodes.
+async fn describes_plain_directories(s: TestServer) {
+    let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [4, 6],
+        "metadata": {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}}}});
+    send_json(&s, "PUT", "/api/v1/nodes/data/plain/arr", &spec).await.expect_status(201);
+    // The array's parent became a group: make a plain folder beside it instead.
+    s.delete("/zarr/data/plain/zarr.json").await.expect_status(204);
+    s.delete("/zarr/data/zarr.json").await.expect_status(204);
+    s.put("/zarr/data/plain/arr/c/0/1", vec![7u8; 4]).await.expect_status(201);
+    s.put("/zarr/data/plain/grp/.zgroup", r#"{"zarr_format":2}"#).await.expect_status(201);
+    s.put("/zarr/data/plain/sub/deeper/x.bin", vec![1u8; 3]).await.expect_status(201);
+    s.put("/zarr/data/plain/notes.txt", b"hello world!".to_vec()).await.expect_status(201);
+
+    let j = s.get("/api/v1/nodes/data/plain").await.json();
+    assert_eq!(j["node_type"], "directory", "{j}");
+    assert_eq!((j["mount"].as_str(), j["path"].as_str()), (Some("data"), Some("plain")));
+    assert_eq!(
+        (j["children_total"].as_u64(), j["page"].as_u64(), j["per_page"].as_u64()),
+        (Some(4), Some(0), Some(100))
+    );
+    assert_eq!(
+        j["children"],
+        json!([
+            {"name": "arr", "path": "plain/arr", "node_type": "array", "zarr_format": 3, "shape": [4, 6], "data_type": "uint8"},
+            {"name": "grp", "path": "plain/grp", "node_type": "group", "zarr_format": 2},
+            {"name": "sub", "path": "plain/sub", "node_type": "directory"},
+            {"name": "notes.txt", "path": "plain/notes.txt", "node_type": "file", "size": 12},
+        ])
+    );
+    // A folder below a folder; the mount's root.
+    let j = s.get("/api/v1/nodes/data/plain/sub").await.json();
+    assert_eq!(j["children"], json!([{"name": "deeper", "path": "plain/sub/deeper", "node_type": "directory"}]));
+    let j = s.get("/api/v1/nodes/data").await.json();
+    let names: Vec<&str> = j["children"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!((j["node_type"].as_str(), j["path"].as_str(), names), (Some("directory"), Some(""), vec!["plain"]));
+    // Paged: two a page, a page past the last is empty.
+    let page = |n: usize| {
+        let s = &s;
+        async move { s.get(&format!("/api/v1/nodes/data/plain?per_page=2&page={n}")).await.json() }
+    };
+    let names = |j: &Value| -> Vec<String> {
+        j["children"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names(&page(0).await), ["arr", "grp"]);
+    let p1 = page(1).await;
+    assert_eq!(
+        (names(&p1), p1["children_total"].as_u64(), p1["per_page"].as_u64()),
+        (vec!["sub".into(), "notes.txt".into()], Some(4), Some(2))
+    );
+    assert_eq!(names(&page(2).await), Vec::<String>::new());
+    let huge = s.get("/api/v1/nodes/data/plain?page=4611686018427387904").await.json();
+    assert_eq!((huge["children"].clone(), huge["children_total"].as_u64()), (json!([]), Some(4)));
+    // Bad paging names the parameter; a directory has no stats.
+    for q in ["per_page=0", "per_page=1001", "page=-1", "page=99999999999999999999", "per_page=x"] {
+        let r = s.get(&format!("/api/v1/nodes/data/plain?{q}")).await;
+        r.expect_error(400, "invalid_query");
+        let field = q.split('=').next().unwrap();
+        assert!(r.error_message().contains(field), "{q}: {}", r.error_message());
+    }
+    let r = s.get("/api/v1/nodes/data/plain?stats=true").await;
+    r.expect_error(400, "invalid_query");
+    assert!(r.error_message().contains("stats"), "{}", r.error_message());
+    // Arrays and groups are described as before (paging ignored).
+    assert_eq!(s.get("/api/v1/nodes/data/plain/arr?per_page=1").await.json()["node_type"], "array");
+    assert_eq!(s.get("/api/v1/nodes/data/plain/grp").await.json()["node_type"], "group");
+    // Chunk folders are part of their array, not nodes; nothing there is nothing.
+    s.get("/api/v1/nodes/data/plain/arr/c").await.expect_error(404, "node_not_found");
+    s.get("/api/v1/nodes/data/plain/arr/c/0").await.expect_error(404, "node_not_found");
+    s.get("/api/v1/nodes/data/plain/nothing").await.expect_error(404, "node_not_found");
+    // A file is not a directory.
+    s.get("/api/v1/nodes/data/plain/notes.txt").await.expect_error(404, "node_not_found");
+}
+
 macro_rules! on_backends {
     ($($name:ident),*) => {
         mod memory { $( #[tokio::test] async fn $name() { super::common::run(super::Backend::Memory, stringify!($name), super::$name).await; } )* }
@@ -508,8 +589,63 @@ on_backends!(
     deletes_nodes,
     consolidates_v3_and_v2,
     metadata_cache_follows_raw_writes,
-    describes_order_and_sharding
+    describes_order_and_sharding,
+    describes_plain_directories
 );
+
+/// A directory of 1,001 entries: pages of at most 1,000, every entry on
+/// exactly one page, in order.
+#[tokio::test]
+async fn a_large_directory_is_paged() {
+    let s = TestServer::start(Backend::Memory, "large_directory").await.expect("memory backend");
+    for i in 0..1001 {
+        s.put(&format!("/zarr/data/big/f{i:04}"), vec![0u8; 1]).await.expect_status(201);
+    }
+    let first = s.get("/api/v1/nodes/data/big?per_page=1000").await.json();
+    let second = s.get("/api/v1/nodes/data/big?per_page=1000&page=1").await.json();
+    assert_eq!(
+        (first["children_total"].as_u64(), second["children_total"].as_u64()),
+        (Some(1001), Some(1001)),
+        "{first}"
+    );
+    let names: Vec<String> = [&first, &second]
+        .iter()
+        .flat_map(|j| j["children"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()))
+        .collect();
+    let want: Vec<String> = (0..1001).map(|i| format!("f{i:04}")).collect();
+    assert_eq!(names, want);
+    assert_eq!(s.get("/api/v1/nodes/data/big").await.json()["children"].as_array().unwrap().len(), 100);
+}
+
+/// Plain directories need `read` on their mount, as every node does.
+#[tokio::test]
+async fn plain_directories_need_read_access() {
+    use zarrd::config::{Scope, TokenHash, TokenSpec};
+    use zarrd::storage::{Mount, MountSpec};
+    let mut config = common::test_config();
+    config.auth.tokens = vec![TokenSpec {
+        name: "reader".into(),
+        sha256: TokenHash::of(b"reader-token-0123456789abcdef"),
+        scopes: [("data".to_string(), vec![Scope::Read])].into_iter().collect(),
+    }];
+    let mounts = ["data", "other"].map(|m| Mount::build(m, &MountSpec::from_url("memory://")).unwrap());
+    let (addr, _task) = common::serve_app(zarrd::service::App::with_mounts(config, mounts.into())).await;
+    let client = common::client();
+    let get = |path: &str, token: Option<&str>| {
+        let mut rb = client.get(format!("http://{addr}{path}"));
+        if let Some(t) = token {
+            rb = rb.bearer_auth(t);
+        }
+        async move { rb.send().await.unwrap() }
+    };
+    let token = Some("reader-token-0123456789abcdef");
+    let r = get("/api/v1/nodes/data", token).await;
+    assert_eq!(r.status(), 200);
+    let j: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(j["node_type"], "directory");
+    assert_eq!(get("/api/v1/nodes/data", None).await.status(), 401);
+    assert_eq!(get("/api/v1/nodes/other", token).await.status(), 403);
+}
 
 /// `recheck_cached_metadata = false`: a change behind zarrd's back is not
 /// seen (the cached node is served) until zarrd itself writes the node.

@@ -74,6 +74,7 @@ fn value_for(name: &str) -> &'static str {
         "transparent_fill" => "true",
         "size" => "16",
         "page" => "0",
+        "per_page" => "10",
         other => panic!("no test value for the parameter `{other}`: add one"),
     }
 }

@@ -73,7 +73,7 @@ pub enum Params {
 const NO_PARAMS: Params = Params::Only(&[]);
 /// `GET`/`HEAD` of a node description, `PUT` of a create, `DELETE`.
 const NODE_PARAMS: Params = Params::Only(&[
-    ("GET", &["stats", "depth"]),
+    ("GET", &["stats", "depth", "page", "per_page"]),
     ("PUT", &["create", "open", "delete_existing"]),
     ("DELETE", &["recursive"]),
 ]);
@@ -94,6 +94,7 @@ const DATA_PARAMS: Params = Params::Only(&[
             "downsample",
             "downsample_method",
             "level",
+            "size",
         ],
     ),
     ("PUT", &["sel", "mode", "format", "write_empty_chunks"]),

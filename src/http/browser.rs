@@ -13,7 +13,8 @@
 //!   `zarr2://`/`zarr3://` source.
 //! - **Group page**: consolidated metadata noted, OME-Zarr multiscales
 //!   (0.4 `multiscales`, 0.5 `ome.multiscales`) as tables of levels and
-//!   axes, the children (kind, shape, data type), attributes.
+//!   axes with the group's preview (read from the coarsest level that
+//!   gives it), the children (kind, shape, data type), attributes.
 //! - **Directory page** (a mount's root that is no group, a plain folder):
 //!   its directories and files.
 //!
@@ -430,11 +431,23 @@ fn group_page(mount: &str, g: &GroupNode, page: &Page) -> String {
     } else {
         ""
     };
+    let ms = multiscales(mount, path, &g.attributes);
+    // A multiscale group's thumbnail: its preview reads the coarsest level that gives 256 pixels.
+    let preview = if ms.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<figure><img class=\"preview\" id=\"preview\" src=\"/api/v1/preview/{}/{}\" alt=\"preview of {}\">\
+             <figcaption class=\"note\">from the coarsest level that still gives 256 pixels</figcaption></figure>",
+            seg(mount),
+            path_url(path),
+            esc(&name_of(mount, path))
+        )
+    };
     format!(
-        "<h1>{}<span class=\"badge\">group</span><span class=\"badge\">Zarr v{v}</span></h1>{note}{}\
+        "<h1>{}<span class=\"badge\">group</span><span class=\"badge\">Zarr v{v}</span></h1>{note}{preview}{ms}\
          <h2>Children</h2>{}<h2>Attributes</h2><pre id=\"attributes\">{}</pre>",
         esc(&name_of(mount, path)),
-        multiscales(mount, path, &g.attributes),
         entries_table(mount, path, page),
         esc(&pretty(&Value::Object(g.attributes.clone())))
     )

@@ -86,7 +86,7 @@ impl Cors {
             allowed_origins.iter().filter(|o| *o != "*").filter_map(|o| HeaderValue::from_str(o).ok()).collect();
         let origins =
             if allowed_origins.iter().any(|o| o == "*") { Origins::Any } else { Origins::List(listed.clone()) };
-        let exposed: [&HeaderName; 13] = [
+        let exposed: [&HeaderName; 14] = [
             &header::CONTENT_RANGE,
             &header::CONTENT_LENGTH,
             &header::ETAG,
@@ -97,6 +97,7 @@ impl Cors {
             &super::api::data::X_ZARR_DTYPE,
             &super::api::data::X_ZARR_ORDER,
             &super::api::image::X_ZARR_SELECTION,
+            &super::api::image::X_ZARR_LEVEL,
             &header::WWW_AUTHENTICATE,
             &header::RETRY_AFTER,
             &header::ALLOW,

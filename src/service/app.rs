@@ -36,6 +36,8 @@ pub struct App {
     chunk_cache: Arc<ChunkCache>,
     /// `limits.read_answer_budget_bytes`, in KiB (see [`super::read`]).
     read_answers: Arc<tokio::sync::Semaphore>,
+    /// `limits.render_budget_bytes`, in KiB (see [`super::render`]).
+    renders: Arc<tokio::sync::Semaphore>,
     /// Rendered previews (see [`super::render::preview`]).
     previews: super::render::preview::PreviewCache,
     /// Background jobs (pyramid builds).
@@ -83,9 +85,13 @@ impl App {
             .unwrap_or(usize::MAX)
             .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let read_answers = Arc::new(tokio::sync::Semaphore::new(kib));
+        let kib = usize::try_from(config.limits.render_budget_bytes.div_ceil(1024))
+            .unwrap_or(usize::MAX)
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        let renders = Arc::new(tokio::sync::Semaphore::new(kib));
         let previews = super::render::preview::PreviewCache::default();
         let jobs = Arc::default();
-        Self { config, mounts, metadata: MetadataCache::default(), chunk_cache, read_answers, previews, jobs }
+        Self { config, mounts, metadata: MetadataCache::default(), chunk_cache, read_answers, renders, previews, jobs }
     }
 
     /// The memory budget of started read answers, in KiB permits
@@ -93,6 +99,13 @@ impl App {
     #[must_use]
     pub fn read_answer_budget(&self) -> &Arc<tokio::sync::Semaphore> {
         &self.read_answers
+    }
+
+    /// The memory budget of rendered images, in KiB permits
+    /// (`limits.render_budget_bytes`; see [`super::render`]).
+    #[must_use]
+    pub fn render_budget(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.renders
     }
 
     /// Background jobs (see [`super::jobs`]).

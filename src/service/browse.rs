@@ -7,6 +7,17 @@
 //! directories on the page only, one open each through the metadata cache
 //! (at most [`OPEN_CONCURRENCY`] at once): a group of 10,000 children shows
 //! its first page after one listing and [`MAX_PAGE`] opens at most.
+//!
+//! [`directory`] decides whether a place that is no Zarr node is a plain
+//! directory, as `/api/v1/nodes` describes it: the mount's root, or a
+//! prefix with something under it, and no ancestor an array (a chunk
+//! folder inside an array is part of the array, not a node).
+//!
+//! Memory of a page: the delimited listing of the prefix, held while the
+//! page is made (per entry directly under it: its name and, for objects,
+//! its metadata, about `100 + 2 * name` bytes; 100,000 entries are about
+//! 15 MB), and the opened nodes of the page's directories (at most
+//! [`MAX_PAGE`], through the metadata cache). The answer holds one page.
 
 use futures::stream::{self, StreamExt};
 
@@ -17,7 +28,7 @@ use crate::storage::ListEntry;
 use crate::zarr::array::ZarrFormat;
 
 /// The most entries one page holds.
-pub const MAX_PAGE: usize = 200;
+pub const MAX_PAGE: usize = 1000;
 /// Children opened at once to classify them.
 const OPEN_CONCURRENCY: usize = 16;
 
@@ -74,6 +85,28 @@ pub async fn node_at(at: &NodeRef<'_>) -> ServiceResult<Option<Node>> {
         Err(ServiceError::NodeNotFound { .. }) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Whether the place `at`, where no Zarr node is, is a plain directory: the
+/// mount's root (even empty), or a prefix with something under it, when no
+/// ancestor (the root included) is an array. One open per ancestor
+/// (through the metadata cache) and, unless at the root, one listing.
+///
+/// # Errors
+/// Storage failures; an ancestor's stored metadata that does not parse.
+pub async fn directory(at: &NodeRef<'_>) -> ServiceResult<bool> {
+    let app = at.app();
+    let mut ancestor = at.path().parent();
+    while let Some(p) = ancestor {
+        if let Some(Node::Array(_)) = node_at(&app.node(at.mount_name(), &p)?).await? {
+            return Ok(false);
+        }
+        ancestor = p.parent();
+    }
+    if at.path().is_root() {
+        return Ok(true);
+    }
+    Ok(!at.mount().mount().list(&at.path().prefix()?).await?.is_empty())
 }
 
 /// The number of a metadata format: 2 or 3.

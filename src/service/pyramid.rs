@@ -693,7 +693,7 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
 
 /// The datasets of a group's first `multiscales` entry: OME-Zarr 0.5
 /// (`attributes.ome.multiscales`) or 0.4 (`multiscales`).
-fn datasets(attributes: &Map<String, Value>) -> Option<&Vec<Value>> {
+pub(crate) fn datasets(attributes: &Map<String, Value>) -> Option<&Vec<Value>> {
     let ms = attributes.get("ome").and_then(|o| o.get("multiscales")).or_else(|| attributes.get("multiscales"))?;
     ms.get(0)?.get("datasets")?.as_array()
 }

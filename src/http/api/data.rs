@@ -102,6 +102,13 @@ pub struct DataQuery {
     /// resolution), the dataset its first `multiscales` entry lists.
     #[param(example = 2)]
     pub level: Option<u64>,
+    /// `format=png`: the image's largest side at most this many pixels
+    /// (1 to 65536), by striding; on a multiscale group without `level`,
+    /// `sel` addresses level 0 (indices and step-1 slices) and the
+    /// coarsest level that still gives `size` pixels is read (answer
+    /// headers `X-Zarr-Level`, `X-Zarr-Selection`).
+    #[param(example = 256)]
+    pub size: Option<u64>,
 }
 
 /// The body of a slice read by POST (for selections too long for a URL).
@@ -302,14 +309,19 @@ pub async fn get_data(
 ) -> ApiResult<Response> {
     let ds = downsample::parse(q.downsample.as_deref(), q.downsample_method.as_deref())?;
     let level = q.level;
+    let size = q.size.take();
     let (rescale, colormap, fill) = (q.rescale.take(), q.colormap.take(), q.transparent_fill.take());
     if super::image::wants_png(q.format.as_deref(), &headers)? {
         let opts = super::image::render_options(rescale.as_deref(), colormap.as_deref(), fill)?;
         q.format = Some("raw".into());
         let params = params_from_query(q, &headers)?;
-        return super::image::png_read(app, target, params, opts, ds, level).await;
+        return super::image::png_read(app, target, params, opts, ds, level, size).await;
     }
     super::image::no_render_options(rescale.as_deref(), colormap.as_deref(), fill)?;
+    if size.is_some() {
+        return Err(crate::http::error::ErrorCode::UnsupportedFormat
+            .error("size: applies to images only (format=png or Accept: image/png)"));
+    }
     let params = params_from_query(q, &headers)?;
     read_with(app, target, params, ds, level).await
 }

@@ -10,7 +10,9 @@
 //! `transparent_fill=`) are [`crate::service::render::image`]'s, the
 //! thumbnails [`crate::service::render::preview`]'s. `rescale`, `colormap`
 //! and `transparent_fill` without a PNG answer are 400 `unsupported_format`:
-//! they would be silently ignored otherwise.
+//! they would be silently ignored otherwise, as is `size` (the largest
+//! side of the image; on a multiscale group it picks the level, see
+//! [`crate::service::render::levels`]; previews of such a group do too).
 
 use std::sync::Arc;
 
@@ -26,8 +28,10 @@ use crate::http::extract::{ApiQuery, NodeTarget};
 use crate::service::array::downsample::Downsample;
 use crate::service::array::read::ReadParams;
 use crate::service::render::image::{parse_rescale, Colormap, RenderOptions};
+use crate::service::render::levels;
 use crate::service::render::preview::{self, PreviewParams, DEFAULT_SIZE, MAX_SIZE};
-use crate::service::App;
+use crate::service::{App, ServiceError};
+use crate::zarr::selection::{SelectionMode, SelectionSpec};
 
 /// `X-Zarr-Selection`: the `sel=` a preview is.
 pub const X_ZARR_SELECTION: axum::http::HeaderName = axum::http::HeaderName::from_static("x-zarr-selection");
@@ -118,25 +122,57 @@ fn png_response(png: Bytes, etag: Option<&str>) -> Response {
     (headers, png).into_response()
 }
 
-/// A slice read answered as a PNG.
+/// `X-Zarr-Level`: the level of a multiscale group an image was read from.
+pub const X_ZARR_LEVEL: axum::http::HeaderName = axum::http::HeaderName::from_static("x-zarr-level");
+
+/// The largest `size=` of a PNG slice read (the image is bounded by
+/// `limits.max_image_pixels` too).
+pub const MAX_IMAGE_SIDE: u64 = 1 << 16;
+
+/// A slice read answered as a PNG. With `size`, the image's largest side
+/// is at most `size` pixels and, on a multiscale group without `level`,
+/// the coarsest level that still gives `size` pixels is read
+/// ([`crate::service::render::levels`]); the answer names the level
+/// (`X-Zarr-Level`) and the selection of it read (`X-Zarr-Selection`).
 ///
 /// # Errors
-/// As [`crate::service::render::render_png`].
+/// As [`crate::service::render::render_png`]; `size` outside
+/// 1..=[`MAX_IMAGE_SIDE`], or with `downsample` (400 naming `size`).
 pub async fn png_read(
     app: Arc<App>,
     target: NodeTarget,
-    params: ReadParams,
+    mut params: ReadParams,
     opts: RenderOptions,
     ds: Option<Downsample>,
     level: Option<u64>,
+    size: Option<u64>,
 ) -> ApiResult<Response> {
     let mut node = app.node(&target.mount, &target.path)?;
-    if let Some(level) = level {
+    let mut extra = Vec::new();
+    if let Some(size) = size {
+        if !(1..=MAX_IMAGE_SIDE).contains(&size) {
+            return Err(ErrorCode::InvalidQuery.error(format!("size: from 1 to {MAX_IMAGE_SIDE}, got {size}")));
+        }
+        if ds.is_some() {
+            return Err(ErrorCode::InvalidQuery.error("size: not with downsample= (choose one way to reduce)"));
+        }
+        let choice = levels::choose(&node, &params.selection, level, size).await?;
+        node = app.node(&target.mount, &choice.path)?;
+        params.selection = SelectionSpec::parse(&choice.selection, SelectionMode::Basic).map_err(ServiceError::from)?;
+        if let Some(k) = choice.level {
+            extra.push((X_ZARR_LEVEL, HeaderValue::from(k)));
+        }
+        if let Ok(v) = HeaderValue::from_str(&choice.selection) {
+            extra.push((X_ZARR_SELECTION, v));
+        }
+    } else if let Some(level) = level {
         let path = crate::service::pyramid::level_path(&node, level).await?;
         node = app.node(&target.mount, &path)?;
     }
     let png = crate::service::render::render_png(&node, params, opts, ds).await?;
-    Ok(png_response(png, None))
+    let mut response = png_response(png, None);
+    response.headers_mut().extend(extra);
+    Ok(response)
 }
 
 /// Query parameters of a preview.
@@ -165,15 +201,20 @@ pub struct PreviewQuery {
 /// `s = ceil(max(rows, columns) / size)`, rendered as `format=png` renders
 /// (the answer's `X-Zarr-Selection` is the equivalent `sel=`). Cached;
 /// the `ETag` is a digest of the image, and `If-None-Match` with it is 304.
+///
+/// Of an OME-Zarr multiscale group: the thumbnail of the coarsest level
+/// whose last two dimensions still have a side of at least `size` (else
+/// level 0), named by `X-Zarr-Level` (`X-Zarr-Selection` is of that
+/// level's array).
 #[utoipa::path(
     get,
     path = "/api/v1/preview/{mount}/{*path}",
     tag = "data",
     params(NodeTarget, PreviewQuery),
     responses(
-        (status = 200, description = "The PNG (headers ETag, X-Zarr-Selection)", content_type = "image/png", body = crate::http::openapi::Binary),
+        (status = 200, description = "The PNG (headers ETag, X-Zarr-Selection; X-Zarr-Level for a multiscale group)", content_type = "image/png", body = crate::http::openapi::Binary),
         (status = 304, description = "If-None-Match matched the preview's ETag"),
-        (status = 400, description = "A size outside 1..2048, an unknown colormap, a rescale that is not two finite numbers; a group; an array of fewer than two dimensions, without elements, or of a type with no scalar value", body = ErrorBody),
+        (status = 400, description = "A size outside 1..2048, an unknown colormap, a rescale that is not two finite numbers; a group without multiscales; an array of fewer than two dimensions, without elements, or of a type with no scalar value", body = ErrorBody),
         (status = 404, description = "No such mount or array", body = ErrorBody),
         (status = 413, description = "The plane exceeds the read limits", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
@@ -192,7 +233,11 @@ pub async fn get_preview(
         return Err(ErrorCode::InvalidQuery.error(format!("size: from 1 to {MAX_SIZE}, got {size}")));
     }
     let opts = render_options(q.rescale.as_deref(), q.colormap.as_deref(), q.transparent_fill)?;
-    let node = app.node(&target.mount, &target.path)?;
+    let mut node = app.node(&target.mount, &target.path)?;
+    let level = levels::preview_level(&node, size).await?;
+    if let Some(l) = &level {
+        node = app.node(&target.mount, &l.path)?;
+    }
     let p = preview::preview(&node, PreviewParams { size, opts }).await?;
     let matches = headers
         .get_all(header::IF_NONE_MATCH)
@@ -211,6 +256,9 @@ pub async fn get_preview(
     };
     if let Ok(sel) = HeaderValue::from_str(&p.selection) {
         response.headers_mut().insert(X_ZARR_SELECTION, sel);
+    }
+    if let Some(l) = level {
+        response.headers_mut().insert(X_ZARR_LEVEL, HeaderValue::from(l.index));
     }
     Ok(response)
 }

@@ -1,5 +1,10 @@
 //! Mounts and nodes: `GET /api/v1/mounts`; `GET` (describe), `PUT`
 //! (create) and `DELETE` on `/api/v1/nodes/{mount}[/{*path}]`.
+//!
+//! `GET` describes an array or a group ([`NodeInfo`]), or a plain directory
+//! ([`DirectoryInfo`]: the mount's root or a folder that is no Zarr node,
+//! outside every array), whose children come a page at a time
+//! ([`crate::service::browse::page`]).
 
 use std::sync::Arc;
 
@@ -12,10 +17,11 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::config::Scope;
-use crate::http::error::{ApiError, ApiResult, ErrorBody};
+use crate::http::error::{ApiError, ApiResult, ErrorBody, ErrorCode};
 use crate::http::extract::{ApiQuery, JsonBody, NodeTarget};
 use crate::http::guard::Access;
 use crate::http::params;
+use crate::service::browse::{self, EntryKind};
 use crate::service::cpu;
 use crate::service::node::{self, ArrayNode, Node};
 use crate::service::node::{self as ops, OpenMode};
@@ -181,6 +187,82 @@ pub struct ChildInfo {
     pub shape: Option<Vec<u64>>,
 }
 
+/// A plain directory: the mount's root, or a folder with something under
+/// it, that is no Zarr node and lies in no array. Its children come a
+/// page at a time (`page`, `per_page`): folders first, then files, each by
+/// name; Zarr's own documents are not listed.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "mount": "data", "path": "raw", "node_type": "directory",
+    "children": [
+        {"name": "em", "path": "raw/em", "node_type": "array", "zarr_format": 3, "shape": [1024, 1024], "data_type": "uint8"},
+        {"name": "scans", "path": "raw/scans", "node_type": "group", "zarr_format": 2},
+        {"name": "notes", "path": "raw/notes", "node_type": "directory"},
+        {"name": "README.txt", "path": "raw/README.txt", "node_type": "file", "size": 812}
+    ],
+    "children_total": 4, "page": 0, "per_page": 100
+}))]
+pub struct DirectoryInfo {
+    /// The mount.
+    #[schema(example = "data")]
+    pub mount: String,
+    /// The path in the mount (`""` for the root).
+    pub path: String,
+    /// `directory`.
+    #[schema(example = "directory")]
+    pub node_type: &'static str,
+    /// This page of what is directly under it.
+    pub children: Vec<DirectoryEntry>,
+    /// Entries in all (folders and files), over every page.
+    pub children_total: usize,
+    /// This page's number (zero-based).
+    pub page: usize,
+    /// Entries a page holds.
+    pub per_page: usize,
+}
+
+/// One entry directly under a plain directory.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DirectoryEntry {
+    /// Its name (the last path segment).
+    #[schema(example = "em")]
+    pub name: String,
+    /// Its path in the mount.
+    #[schema(example = "raw/em")]
+    pub path: String,
+    /// `array`, `group`, `directory` (a folder that is no Zarr node),
+    /// `unreadable` (a folder whose metadata does not parse; see `error`)
+    /// or `file`.
+    #[schema(example = "array")]
+    pub node_type: &'static str,
+    /// Arrays and groups: 2 or 3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zarr_format: Option<u8>,
+    /// Arrays: the shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<u64>>,
+    /// Arrays: the data type (Zarr v3's name, for v2 arrays too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_type: Option<String>,
+    /// Files: the size in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// Unreadable folders: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What `GET /api/v1/nodes/...` describes: an array or a group, or a
+/// plain directory (`node_type` tells them apart).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum Description {
+    /// An array or a group.
+    Node(Box<NodeInfo>),
+    /// A plain directory.
+    Directory(DirectoryInfo),
+}
+
 fn format_number(f: ZarrFormat) -> u8 {
     match f {
         ZarrFormat::V2 => 2,
@@ -262,6 +344,84 @@ pub struct DescribeQuery {
     /// Groups: how many levels of descendants to list (default 1; 0 for none).
     #[param(example = 1, maximum = 64)]
     pub depth: Option<usize>,
+    /// Plain directories: the page of children (zero-based; default 0; a
+    /// page past the last is empty). Arrays and groups ignore it.
+    #[param(example = 0)]
+    pub page: Option<usize>,
+    /// Plain directories: children a page (1 to 1000, default 100).
+    /// Arrays and groups ignore it.
+    #[param(example = 100, minimum = 1, maximum = 1000)]
+    pub per_page: Option<usize>,
+}
+
+/// Children a directory page holds by default.
+const DIRECTORY_PER_PAGE: usize = 100;
+
+/// The plain directory at `target`, when there is one there.
+async fn describe_directory(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResult<Option<DirectoryInfo>> {
+    let per_page = match q.per_page.unwrap_or(DIRECTORY_PER_PAGE) {
+        n if (1..=browse::MAX_PAGE).contains(&n) => n,
+        n => {
+            let max = browse::MAX_PAGE;
+            return Err(ErrorCode::InvalidQuery.error(format!("per_page: 1 to {max}, got {n}")));
+        }
+    };
+    let at = app.node(&target.mount, &target.path)?;
+    if !browse::directory(&at).await? {
+        return Ok(None);
+    }
+    if q.stats {
+        return Err(ErrorCode::InvalidQuery.error("stats: a plain directory has none (only arrays and groups)"));
+    }
+    let page = browse::page(&at, q.page.unwrap_or(0), per_page).await?;
+    let base = target.path.as_str();
+    let children = page
+        .entries
+        .into_iter()
+        .map(|e| {
+            let mut entry = DirectoryEntry {
+                path: if base.is_empty() { e.name.clone() } else { format!("{base}/{}", e.name) },
+                name: e.name,
+                node_type: "directory",
+                zarr_format: None,
+                shape: None,
+                data_type: None,
+                size: None,
+                error: None,
+            };
+            match e.kind {
+                EntryKind::Array { shape, data_type, zarr_format } => {
+                    entry.node_type = "array";
+                    entry.zarr_format = Some(zarr_format);
+                    entry.shape = Some(shape);
+                    entry.data_type = Some(data_type);
+                }
+                EntryKind::Group { zarr_format } => {
+                    entry.node_type = "group";
+                    entry.zarr_format = Some(zarr_format);
+                }
+                EntryKind::Directory => {}
+                EntryKind::Unreadable(why) => {
+                    entry.node_type = "unreadable";
+                    entry.error = Some(why);
+                }
+                EntryKind::Object { size } => {
+                    entry.node_type = "file";
+                    entry.size = Some(size);
+                }
+            }
+            entry
+        })
+        .collect();
+    Ok(Some(DirectoryInfo {
+        mount: target.mount.clone(),
+        path: base.to_string(),
+        node_type: "directory",
+        children,
+        children_total: page.total,
+        page: page.page,
+        per_page: page.per_page,
+    }))
 }
 
 async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResult<NodeInfo> {
@@ -312,13 +472,17 @@ async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResul
 /// fill value, order, dimension names, attributes, the stored metadata and
 /// the TensorStore schema. Groups: attributes, the stored metadata and the
 /// descendants (from consolidated metadata when present, else by listing).
+/// Plain directories (the mount's root or a folder that is no Zarr node,
+/// outside every array): one page of their children (`page`, `per_page`),
+/// each classified. A path with nothing under it, or inside an array (a
+/// chunk folder), is 404 `node_not_found`.
 #[utoipa::path(
     get,
     path = "/api/v1/nodes/{mount}/{*path}",
     tag = "nodes",
     params(NodeTarget, DescribeQuery),
     responses(
-        (status = 200, description = "The node", body = NodeInfo),
+        (status = 200, description = "The node (`node_type` `array` or `group`), or a plain directory (`node_type` `directory`)", body = Description),
         (status = 400, description = "Invalid path or query", body = ErrorBody),
         (status = 404, description = "No such mount or node", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid or unsupported", body = ErrorBody),
@@ -330,7 +494,14 @@ pub async fn get_node(
     target: NodeTarget,
     ApiQuery(q): ApiQuery<DescribeQuery>,
 ) -> ApiResult<Response> {
-    let info = describe(&app, &target, &q).await?;
+    let info = match describe(&app, &target, &q).await {
+        Ok(info) => Description::Node(Box::new(info)),
+        Err(e) if e.code == ErrorCode::NodeNotFound => match describe_directory(&app, &target, &q).await? {
+            Some(dir) => Description::Directory(dir),
+            None => return Err(e),
+        },
+        Err(e) => return Err(e),
+    };
     // The answer holds the stored documents: serialised on the CPU pool.
     let body = cpu::run(move || serde_json::to_vec(&info)).await.map_err(cpu_failed)?.map_err(internal)?;
     Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response())

@@ -24,7 +24,9 @@
 //!   (within 1 of 255), `cividis` and `turbo` d3's polynomial fits of them
 //!   (up to 18 and 32 of 255 off matplotlib's tables). Three or four
 //!   channels are scaled each with the same `lo, hi` and written as
-//!   RGB/RGBA (a colormap is refused).
+//!   RGB/RGBA (a colormap is refused). A colormapped image with no
+//!   transparent pixel is encoded as an indexed PNG (the table as palette,
+//!   the scaled values as indices); with one, as RGBA.
 //! - **Transparency.** A pixel with a NaN value (in any channel), and with
 //!   `transparent_fill` a pixel whose values all equal the array's fill
 //!   value (compared as stored bytes), is fully transparent; the image then
@@ -252,10 +254,30 @@ fn values(data: &[u8], dt: &DataType) -> Vec<f64> {
     }
 }
 
-/// numpy's `percentile(values, p)` (method `linear`) of `finite` (which it
-/// reorders), computed as numpy computes it so results agree to the bit.
-fn percentile(finite: &mut [f64], p: f64) -> f64 {
-    let n = finite.len();
+/// The key of a finite value whose unsigned order is the values' order
+/// (`f64::total_cmp`'s).
+#[inline]
+fn order_key(v: f64) -> u64 {
+    let b = v.to_bits();
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | (1 << 63)
+    }
+}
+
+/// The value of an [`order_key`].
+#[inline]
+fn key_value(k: u64) -> f64 {
+    f64::from_bits(if k >> 63 == 1 { k & !(1 << 63) } else { !k })
+}
+
+/// numpy's `percentile(values, p)` (method `linear`) of the finite values
+/// whose [`order_key`]s are `keys` (which it reorders), computed as numpy
+/// computes it so results agree to the bit. The selection compares plain
+/// integers (the keys), not floats through `total_cmp`.
+fn percentile(keys: &mut [u64], p: f64) -> f64 {
+    let n = keys.len();
     let q = p / 100.0;
     // numpy's virtual index for alpha = beta = 1.
     let virtual_index = (n as f64) * q + (1.0 - q) - 1.0;
@@ -263,9 +285,10 @@ fn percentile(finite: &mut [f64], p: f64) -> f64 {
     let gamma = virtual_index - below;
     let i = (below.max(0.0) as usize).min(n - 1);
     let j = (i + 1).min(n - 1);
-    let (_, a, rest) = finite.select_nth_unstable_by(i, f64::total_cmp);
-    let a = *a;
-    let b = if j == i { a } else { rest.iter().copied().min_by(f64::total_cmp).unwrap_or(a) };
+    let (_, ka, rest) = keys.select_nth_unstable(i);
+    let ka = *ka;
+    let kb = if j == i { ka } else { rest.iter().copied().min().unwrap_or(ka) };
+    let (a, b) = (key_value(ka), key_value(kb));
     // numpy's _lerp.
     let diff = b - a;
     if gamma >= 0.5 {
@@ -281,13 +304,11 @@ fn default_range(vals: &[f64], dt: &DataType) -> (f64, f64) {
         DataType::Bool => (0.0, 1.0),
         DataType::UInt8 => (0.0, 255.0),
         _ => {
-            let mut finite: Vec<f64> = vals.iter().copied().filter(|v| v.is_finite()).collect();
-            if finite.is_empty() {
+            let mut keys: Vec<u64> = vals.iter().copied().filter(|v| v.is_finite()).map(order_key).collect();
+            if keys.is_empty() {
                 return (0.0, 1.0);
             }
-            let lo = percentile(&mut finite, 2.0);
-            let hi = percentile(&mut finite, 98.0);
-            (lo, hi)
+            (percentile(&mut keys, 2.0), percentile(&mut keys, 98.0))
         }
     }
 }
@@ -303,14 +324,21 @@ fn rint(y: f64) -> f64 {
     (y + MAGIC) - MAGIC
 }
 
-/// One value scaled to 0..=255.
+/// One value scaled to 0..=255 (`hi != lo`). Branch-free, so a loop of
+/// it vectorises: NaN passes `clamp` and the rounding as NaN, and casts
+/// to 0.
 #[inline]
 fn scale(v: f64, lo: f64, hi: f64) -> u8 {
-    if hi == lo || v.is_nan() {
-        return 0;
-    }
     let t = ((v - lo) / (hi - lo)).clamp(0.0, 1.0);
     rint(255.0 * t) as u8
+}
+
+/// Every value scaled to 0..=255 (everything 0 when `hi = lo`).
+fn scale_all(vals: &[f64], lo: f64, hi: f64) -> Vec<u8> {
+    if hi == lo {
+        return vec![0; vals.len()];
+    }
+    vals.iter().map(|&v| scale(v, lo, hi)).collect()
 }
 
 /// A rendered image, before encoding.
@@ -318,14 +346,17 @@ fn scale(v: f64, lo: f64, hi: f64) -> u8 {
 pub struct Pixels {
     pub width: u32,
     pub height: u32,
-    /// 1 gray, 2 gray + alpha, 3 RGB, 4 RGBA.
+    /// 1 gray (or palette indices), 2 gray + alpha, 3 RGB, 4 RGBA.
     pub channels: u8,
+    /// With one channel: the colours of the indices (an indexed PNG).
+    pub palette: Option<&'static [[u8; 3]; 256]>,
     /// Row-major, `channels` bytes a pixel.
     pub data: Vec<u8>,
 }
 
 /// Renders `data` (the selection's elements, `shape`, the engine's layout)
-/// as pixels.
+/// as pixels. A colormap without transparency gives palette indices (the
+/// scaled values; an indexed PNG, a third of the bytes of RGB).
 ///
 /// # Errors
 /// A type or shape that is not renderable.
@@ -355,69 +386,71 @@ pub fn render(
     // Element index of channel `k` of pixel `p`.
     let at = |p: usize, k: usize| if layout.channels_first { k * h * w + p } else { p * c + k };
     let fill = fill.filter(|f| opts.transparent_fill && f.len() == es);
-    let transparent = |p: usize| {
-        (0..c).any(|k| vals[at(p, k)].is_nan())
-            || fill.is_some_and(|f| (0..c).all(|k| &data[at(p, k) * es..(at(p, k) + 1) * es] == f))
-    };
     let n = h * w;
-    let mask: Vec<bool> = (0..n).map(transparent).collect();
-    let alpha = mask.iter().any(|&t| t);
-    let mut out = Vec::new();
-    let channels: u8 = match (c, opts.colormap, alpha) {
-        (1, Colormap::Gray, false) => {
-            out.extend(vals.iter().map(|&v| scale(v, lo, hi)));
-            1
-        }
-        (1, Colormap::Gray, true) => {
-            out.reserve(n * 2);
-            for (p, &v) in vals.iter().enumerate() {
-                let t = mask[p];
-                out.extend_from_slice(&[if t { 0 } else { scale(v, lo, hi) }, if t { 0 } else { 255 }]);
+    // Transparent pixels: NaN in a channel (floats only), or every channel the fill value.
+    let floats = matches!(
+        dt,
+        DataType::Float16 | DataType::BFloat16 | DataType::Float32 | DataType::Float64 | DataType::Float8(_)
+    );
+    let has_nan = floats && vals.iter().any(|v| v.is_nan());
+    let mask: Option<Vec<bool>> = (has_nan || fill.is_some()).then(|| {
+        (0..n)
+            .map(|p| {
+                (has_nan && (0..c).any(|k| vals[at(p, k)].is_nan()))
+                    || fill.is_some_and(|f| (0..c).all(|k| &data[at(p, k) * es..(at(p, k) + 1) * es] == f))
+            })
+            .collect()
+    });
+    let mask = mask.filter(|m| m.iter().any(|&t| t));
+    let scaled = scale_all(&vals, lo, hi);
+    drop(vals);
+    let (channels, palette, out): (u8, _, Vec<u8>) = match (c, opts.colormap, &mask) {
+        (1, Colormap::Gray, None) => (1, None, scaled),
+        (1, map, None) => (1, Some(map.table()), scaled),
+        (1, Colormap::Gray, Some(mask)) => {
+            let mut out = vec![0u8; n * 2];
+            for ((px, &v), &t) in out.chunks_exact_mut(2).zip(&scaled).zip(mask) {
+                if !t {
+                    px.copy_from_slice(&[v, 255]);
+                }
             }
-            2
+            (2, None, out)
         }
-        (1, map, alpha) => {
+        (1, map, Some(mask)) => {
             let table = map.table();
-            out.reserve(n * if alpha { 4 } else { 3 });
-            for (p, &v) in vals.iter().enumerate() {
-                if alpha && mask[p] {
-                    out.extend_from_slice(&[0, 0, 0, 0]);
-                    continue;
-                }
-                out.extend_from_slice(&table[usize::from(scale(v, lo, hi))]);
-                if alpha {
-                    out.push(255);
+            let mut out = vec![0u8; n * 4];
+            for ((px, &v), &t) in out.chunks_exact_mut(4).zip(&scaled).zip(mask) {
+                if !t {
+                    let [r, g, b] = table[usize::from(v)];
+                    px.copy_from_slice(&[r, g, b, 255]);
                 }
             }
-            if alpha {
-                4
-            } else {
-                3
-            }
+            (4, None, out)
         }
-        (c, _, alpha) => {
-            let channels = if alpha { 4 } else { c };
-            out.reserve(n * channels);
-            for (p, &t) in mask.iter().enumerate() {
-                if t {
-                    out.extend(std::iter::repeat_n(0, channels));
+        (c, _, mask) => {
+            let channels = if mask.is_some() { 4 } else { c };
+            let mut out = vec![0u8; n * channels];
+            for (p, px) in out.chunks_exact_mut(channels).enumerate() {
+                if mask.as_ref().is_some_and(|m| m[p]) {
                     continue;
                 }
-                out.extend((0..c).map(|k| scale(vals[at(p, k)], lo, hi)));
+                for (k, x) in px.iter_mut().take(c).enumerate() {
+                    *x = scaled[at(p, k)];
+                }
                 if channels > c {
-                    out.push(255);
+                    px[c] = 255;
                 }
             }
-            channels as u8
+            (channels as u8, None, out)
         }
     };
     let dim = |d: usize| u32::try_from(d).map_err(|_| RenderError(format!("an image side of {d} pixels is too large")));
-    Ok(Pixels { width: dim(w)?, height: dim(h)?, channels, data: out })
+    Ok(Pixels { width: dim(w)?, height: dim(h)?, channels, palette, data: out })
 }
 
-/// Encodes pixels as a PNG (8 bits a channel; the `png` crate's fastest
-/// setting: fdeflate and the `Up` filter, a 256 × 256 tile in well under a
-/// millisecond).
+/// Encodes pixels as a PNG (8 bits a channel, or 8-bit palette indices;
+/// the `png` crate's fastest setting: fdeflate and the `Up` filter, a
+/// 256 × 256 tile in well under a millisecond).
 ///
 /// # Errors
 /// The encoder's (an empty image: PNG has no zero-sized images).
@@ -425,14 +458,18 @@ pub fn encode_png(p: &Pixels) -> Result<Vec<u8>, RenderError> {
     if p.width == 0 || p.height == 0 {
         return Err(RenderError(format!("format=png: the selection is empty ({}×{})", p.height, p.width)));
     }
-    let mut out = Vec::with_capacity(p.data.len() / 2 + 1024);
+    let mut out = Vec::with_capacity(p.data.len() + 2048);
     let mut enc = png::Encoder::new(&mut out, p.width, p.height);
-    enc.set_color(match p.channels {
-        1 => png::ColorType::Grayscale,
-        2 => png::ColorType::GrayscaleAlpha,
-        3 => png::ColorType::Rgb,
+    enc.set_color(match (p.channels, p.palette) {
+        (1, Some(_)) => png::ColorType::Indexed,
+        (1, None) => png::ColorType::Grayscale,
+        (2, _) => png::ColorType::GrayscaleAlpha,
+        (3, _) => png::ColorType::Rgb,
         _ => png::ColorType::Rgba,
     });
+    if let (1, Some(table)) = (p.channels, p.palette) {
+        enc.set_palette(table.as_flattened().to_vec());
+    }
     enc.set_depth(png::BitDepth::Eight);
     enc.set_compression(png::Compression::Fastest);
     let err = |e: png::EncodingError| RenderError(format!("PNG encoding failed: {e}"));
@@ -468,14 +505,22 @@ mod tests {
 
     #[test]
     fn percentiles_are_numpys() {
+        let pct = |v: &[f64], p: f64| percentile(&mut v.iter().copied().map(order_key).collect::<Vec<_>>(), p);
         // numpy.percentile(range(101), [2, 98]) == [2, 98];
         // numpy.percentile([0, 10], 2) == 0.2 and [1, 2, 3, 4] at 98 == 3.94.
-        let mut v: Vec<f64> = (0..=100).map(f64::from).collect();
-        assert_eq!(percentile(&mut v, 2.0), 2.0);
-        assert_eq!(percentile(&mut v, 98.0), 98.0);
-        assert!((percentile(&mut [10.0, 0.0], 2.0) - 0.2).abs() < 1e-12);
-        assert!((percentile(&mut [4.0, 1.0, 3.0, 2.0], 98.0) - 3.94).abs() < 1e-12);
-        assert_eq!(percentile(&mut [5.0], 98.0), 5.0);
+        let v: Vec<f64> = (0..=100).map(f64::from).collect();
+        assert_eq!(pct(&v, 2.0), 2.0);
+        assert_eq!(pct(&v, 98.0), 98.0);
+        assert!((pct(&[10.0, 0.0], 2.0) - 0.2).abs() < 1e-12);
+        assert!((pct(&[4.0, 1.0, 3.0, 2.0], 98.0) - 3.94).abs() < 1e-12);
+        assert_eq!(pct(&[5.0], 98.0), 5.0);
+        // Keys order as total_cmp does, and come back.
+        for v in [-1e300, -2.5, -0.0, 0.0, 1e-310, 3.0, f64::MAX] {
+            assert_eq!(key_value(order_key(v)).to_bits(), v.to_bits());
+        }
+        assert!(
+            order_key(-2.5) < order_key(-0.0) && order_key(-0.0) < order_key(0.0) && order_key(0.0) < order_key(1e-310)
+        );
     }
 
     #[test]
@@ -483,6 +528,8 @@ mod tests {
         assert_eq!(scale(-1.0, 0.0, 1.0), 0);
         assert_eq!(scale(2.0, 0.0, 1.0), 255);
         assert_eq!(scale(f64::INFINITY, 0.0, 1.0), 255);
+        assert_eq!(scale(f64::NAN, 0.0, 1.0), 0);
+        assert_eq!(scale_all(&[1.0, 5.0], 3.0, 3.0), [0, 0]);
         assert_eq!(scale(0.5, 0.0, 1.0), 128); // 127.5 → 128 (even)
         for (y, even) in
             [(2.5, 2.0), (3.5, 4.0), (254.5, 254.0), (0.49999999999999994, 0.0), (126.5, 126.0), (255.0, 255.0)]
@@ -515,8 +562,12 @@ mod tests {
         assert_eq!((p.channels, p.data.clone()), (2, vec![0, 255, 255, 255, 0, 0, 128, 255]));
         let opts = RenderOptions { colormap: Colormap::Viridis, ..opts };
         let p = render(&data[..8], &DataType::Float32, &[1, 2], None, &opts).unwrap();
-        assert_eq!(p.channels, 3);
-        assert_eq!(&p.data[..3], &Colormap::Viridis.table()[0]);
+        assert_eq!((p.channels, p.palette, p.data.clone()), (1, Some(Colormap::Viridis.table()), vec![0, 255]));
+        // With a NaN: RGBA, the NaN transparent.
+        let p = render(&data[..12], &DataType::Float32, &[1, 3], None, &opts).unwrap();
+        assert_eq!((p.channels, p.palette), (4, None));
+        assert_eq!(&p.data[..4], &[0x44, 0x01, 0x54, 255]);
+        assert_eq!(&p.data[8..], &[0, 0, 0, 0]);
         assert_eq!(Colormap::Viridis.table()[0], [0x44, 0x01, 0x54]); // matplotlib's first viridis entry
                                                                       // Fill transparency compares stored bytes.
         let ints = [7u8, 1, 7, 9];
@@ -551,7 +602,7 @@ mod tests {
 
     #[test]
     fn pngs_decode_back() {
-        let p = Pixels { width: 3, height: 2, channels: 3, data: (0..18).collect() };
+        let p = Pixels { width: 3, height: 2, channels: 3, palette: None, data: (0..18).collect() };
         let png = encode_png(&p).unwrap();
         let decoder = png::Decoder::new(std::io::Cursor::new(png));
         let mut reader = decoder.read_info().unwrap();
@@ -559,6 +610,17 @@ mod tests {
         let info = reader.next_frame(&mut buf).unwrap();
         assert_eq!((info.width, info.height, info.color_type), (3, 2, png::ColorType::Rgb));
         assert_eq!(&buf[..info.buffer_size()], &p.data[..]);
-        assert!(encode_png(&Pixels { width: 0, height: 2, channels: 1, data: vec![] }).is_err());
+        assert!(encode_png(&Pixels { width: 0, height: 2, channels: 1, palette: None, data: vec![] }).is_err());
+        // Palette indices decode to the palette's colours.
+        let table = Colormap::Magma.table();
+        let p = Pixels { width: 2, height: 2, channels: 1, palette: Some(table), data: vec![0, 255, 7, 128] };
+        let mut decoder = png::Decoder::new(std::io::Cursor::new(encode_png(&p).unwrap()));
+        decoder.set_transformations(png::Transformations::EXPAND);
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        let want: Vec<u8> = [0usize, 255, 7, 128].iter().flat_map(|&i| table[i]).collect();
+        assert_eq!(&buf[..info.buffer_size()], &want[..]);
     }
 }
