@@ -272,11 +272,29 @@ fn key_value(k: u64) -> f64 {
     f64::from_bits(if k >> 63 == 1 { k & !(1 << 63) } else { !k })
 }
 
+/// The 32-bit [`order_key`] of a finite `f32`.
+#[inline]
+fn order_key32(v: f32) -> u32 {
+    let b = v.to_bits();
+    if b >> 31 == 1 {
+        !b
+    } else {
+        b | (1 << 31)
+    }
+}
+
+/// The value of an [`order_key32`].
+#[inline]
+fn key_value32(k: u32) -> f64 {
+    f64::from(f32::from_bits(if k >> 31 == 1 { k & !(1 << 31) } else { !k }))
+}
+
 /// numpy's `percentile(values, p)` (method `linear`) of the finite values
-/// whose [`order_key`]s are `keys` (which it reorders), computed as numpy
-/// computes it so results agree to the bit. The selection compares plain
-/// integers (the keys), not floats through `total_cmp`.
-fn percentile(keys: &mut [u64], p: f64) -> f64 {
+/// whose order-preserving keys are `keys` (which it reorders; `value`
+/// turns a key back), computed as numpy computes it so results agree to
+/// the bit. The selection compares plain integers, not floats through
+/// `total_cmp`.
+fn percentile<K: Ord + Copy>(keys: &mut [K], p: f64, value: impl Fn(K) -> f64) -> f64 {
     let n = keys.len();
     let q = p / 100.0;
     // numpy's virtual index for alpha = beta = 1.
@@ -288,7 +306,7 @@ fn percentile(keys: &mut [u64], p: f64) -> f64 {
     let (_, ka, rest) = keys.select_nth_unstable(i);
     let ka = *ka;
     let kb = if j == i { ka } else { rest.iter().copied().min().unwrap_or(ka) };
-    let (a, b) = (key_value(ka), key_value(kb));
+    let (a, b) = (value(ka), value(kb));
     // numpy's _lerp.
     let diff = b - a;
     if gamma >= 0.5 {
@@ -298,17 +316,29 @@ fn percentile(keys: &mut [u64], p: f64) -> f64 {
     }
 }
 
-/// The value range of a selection without `rescale=`.
+/// The value range of a selection without `rescale=`. Types whose values
+/// are all exact `f32`s select on 32-bit keys (half the bytes to move).
 fn default_range(vals: &[f64], dt: &DataType) -> (f64, f64) {
+    let finite = || vals.iter().copied().filter(|v| v.is_finite());
     match dt {
         DataType::Bool => (0.0, 1.0),
         DataType::UInt8 => (0.0, 255.0),
+        _ if vals.iter().all(|v| !v.is_finite()) => (0.0, 1.0),
+        DataType::Float32
+        | DataType::Float16
+        | DataType::BFloat16
+        | DataType::Float8(_)
+        | DataType::Int4
+        | DataType::Int8
+        | DataType::Int16
+        | DataType::UInt16 => {
+            #[allow(clippy::cast_possible_truncation)] // exact: these values are f32s
+            let mut keys: Vec<u32> = finite().map(|v| order_key32(v as f32)).collect();
+            (percentile(&mut keys, 2.0, key_value32), percentile(&mut keys, 98.0, key_value32))
+        }
         _ => {
-            let mut keys: Vec<u64> = vals.iter().copied().filter(|v| v.is_finite()).map(order_key).collect();
-            if keys.is_empty() {
-                return (0.0, 1.0);
-            }
-            (percentile(&mut keys, 2.0), percentile(&mut keys, 98.0))
+            let mut keys: Vec<u64> = finite().map(order_key).collect();
+            (percentile(&mut keys, 2.0, key_value), percentile(&mut keys, 98.0, key_value))
         }
     }
 }
@@ -505,7 +535,8 @@ mod tests {
 
     #[test]
     fn percentiles_are_numpys() {
-        let pct = |v: &[f64], p: f64| percentile(&mut v.iter().copied().map(order_key).collect::<Vec<_>>(), p);
+        let pct =
+            |v: &[f64], p: f64| percentile(&mut v.iter().copied().map(order_key).collect::<Vec<_>>(), p, key_value);
         // numpy.percentile(range(101), [2, 98]) == [2, 98];
         // numpy.percentile([0, 10], 2) == 0.2 and [1, 2, 3, 4] at 98 == 3.94.
         let v: Vec<f64> = (0..=100).map(f64::from).collect();
