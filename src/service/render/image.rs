@@ -289,31 +289,104 @@ fn key_value32(k: u32) -> f64 {
     f64::from(f32::from_bits(if k >> 31 == 1 { k & !(1 << 31) } else { !k }))
 }
 
-/// numpy's `percentile(values, p)` (method `linear`) of the finite values
-/// whose order-preserving keys are `keys` (which it reorders; `value`
-/// turns a key back), computed as numpy computes it so results agree to
-/// the bit. The selection compares plain integers, not floats through
-/// `total_cmp`.
-fn percentile<K: Ord + Copy>(keys: &mut [K], p: f64, value: impl Fn(K) -> f64) -> f64 {
-    let n = keys.len();
-    let q = p / 100.0;
-    // numpy's virtual index for alpha = beta = 1.
-    let virtual_index = (n as f64) * q + (1.0 - q) - 1.0;
-    let below = virtual_index.floor();
-    let gamma = virtual_index - below;
-    let i = (below.max(0.0) as usize).min(n - 1);
-    let j = (i + 1).min(n - 1);
-    let (_, ka, rest) = keys.select_nth_unstable(i);
-    let ka = *ka;
-    let kb = if j == i { ka } else { rest.iter().copied().min().unwrap_or(ka) };
-    let (a, b) = (value(ka), value(kb));
-    // numpy's _lerp.
-    let diff = b - a;
-    if gamma >= 0.5 {
-        b - diff * (1.0 - gamma)
-    } else {
-        a + diff * gamma
+/// An unsigned order key: its top bits pick a histogram bucket.
+trait Key: Ord + Copy {
+    /// The key's top [`BUCKET_BITS`] bits.
+    fn bucket(self) -> usize;
+}
+
+/// Bits of the first histogram pass of [`select_ranks`] (4,096 buckets).
+const BUCKET_BITS: u32 = 12;
+
+impl Key for u32 {
+    #[inline]
+    fn bucket(self) -> usize {
+        (self >> (32 - BUCKET_BITS)) as usize
     }
+}
+
+impl Key for u64 {
+    #[inline]
+    fn bucket(self) -> usize {
+        #[allow(clippy::cast_possible_truncation)] // 12 bits
+        let b = (self >> (64 - BUCKET_BITS)) as usize;
+        b
+    }
+}
+
+/// The keys of 0-based ranks `ranks` (ascending) in the order of `keys`,
+/// exactly as sorting would find them: one pass counts the keys per bucket
+/// of their top bits, a second gathers only the keys of the buckets the
+/// ranks fall in, and those few are selected among. Values spread over many
+/// buckets (the usual tile) cost two linear passes; values packed into one
+/// bucket cost one selection over them, as selecting over all would.
+fn select_ranks<K: Key>(keys: &[K], ranks: &[usize]) -> Vec<K> {
+    let mut counts = vec![0u32; 1 << BUCKET_BITS];
+    for &k in keys {
+        counts[k.bucket()] += 1;
+    }
+    // For each rank: its bucket and its rank inside the bucket.
+    let mut wanted: Vec<(usize, usize)> = Vec::with_capacity(ranks.len());
+    let (mut bucket, mut below) = (0usize, 0usize);
+    for &r in ranks {
+        while below + counts[bucket] as usize <= r {
+            below += counts[bucket] as usize;
+            bucket += 1;
+        }
+        wanted.push((bucket, r - below));
+    }
+    let mut out = Vec::with_capacity(ranks.len());
+    let mut i = 0;
+    while i < wanted.len() {
+        let b = wanted[i].0;
+        let mut members: Vec<K> = keys.iter().copied().filter(|k| k.bucket() == b).collect();
+        while i < wanted.len() && wanted[i].0 == b {
+            let (_, k, _) = members.select_nth_unstable(wanted[i].1);
+            out.push(*k);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// numpy's `percentile(values, p)` (method `linear`) for each `p`, of the
+/// finite values whose order-preserving keys are `keys` (`value` turns a
+/// key back), computed as numpy computes it so results agree to the bit.
+fn percentiles<K: Key>(keys: &[K], ps: &[f64], value: impl Fn(K) -> f64) -> Vec<f64> {
+    let n = keys.len();
+    let mut ranks = Vec::with_capacity(2 * ps.len());
+    let mut weights = Vec::with_capacity(ps.len());
+    for &p in ps {
+        let q = p / 100.0;
+        // numpy's virtual index for alpha = beta = 1.
+        let virtual_index = (n as f64) * q + (1.0 - q) - 1.0;
+        let below = virtual_index.floor();
+        let i = (below.max(0.0) as usize).min(n - 1);
+        ranks.extend([i, (i + 1).min(n - 1)]);
+        weights.push(virtual_index - below);
+    }
+    let mut order: Vec<usize> = (0..ranks.len()).collect();
+    order.sort_by_key(|&o| ranks[o]);
+    let sorted: Vec<usize> = order.iter().map(|&o| ranks[o]).collect();
+    let found = select_ranks(keys, &sorted);
+    let mut at = vec![0.0; ranks.len()];
+    for (slot, k) in order.iter().zip(found) {
+        at[*slot] = value(k);
+    }
+    weights
+        .iter()
+        .enumerate()
+        .map(|(w, &gamma)| {
+            let (a, b) = (at[2 * w], at[2 * w + 1]);
+            // numpy's _lerp.
+            let diff = b - a;
+            if gamma >= 0.5 {
+                b - diff * (1.0 - gamma)
+            } else {
+                a + diff * gamma
+            }
+        })
+        .collect()
 }
 
 /// The value range of a selection without `rescale=`. Types whose values
@@ -333,12 +406,14 @@ fn default_range(vals: &[f64], dt: &DataType) -> (f64, f64) {
         | DataType::Int16
         | DataType::UInt16 => {
             #[allow(clippy::cast_possible_truncation)] // exact: these values are f32s
-            let mut keys: Vec<u32> = finite().map(|v| order_key32(v as f32)).collect();
-            (percentile(&mut keys, 2.0, key_value32), percentile(&mut keys, 98.0, key_value32))
+            let keys: Vec<u32> = finite().map(|v| order_key32(v as f32)).collect();
+            let p = percentiles(&keys, &[2.0, 98.0], key_value32);
+            (p[0], p[1])
         }
         _ => {
-            let mut keys: Vec<u64> = finite().map(order_key).collect();
-            (percentile(&mut keys, 2.0, key_value), percentile(&mut keys, 98.0, key_value))
+            let keys: Vec<u64> = finite().map(order_key).collect();
+            let p = percentiles(&keys, &[2.0, 98.0], key_value);
+            (p[0], p[1])
         }
     }
 }
@@ -535,8 +610,7 @@ mod tests {
 
     #[test]
     fn percentiles_are_numpys() {
-        let pct =
-            |v: &[f64], p: f64| percentile(&mut v.iter().copied().map(order_key).collect::<Vec<_>>(), p, key_value);
+        let pct = |v: &[f64], p: f64| percentiles(&v.iter().copied().map(order_key).collect::<Vec<_>>(), &[p], key_value)[0];
         // numpy.percentile(range(101), [2, 98]) == [2, 98];
         // numpy.percentile([0, 10], 2) == 0.2 and [1, 2, 3, 4] at 98 == 3.94.
         let v: Vec<f64> = (0..=100).map(f64::from).collect();
@@ -552,6 +626,39 @@ mod tests {
         assert!(
             order_key(-2.5) < order_key(-0.0) && order_key(-0.0) < order_key(0.0) && order_key(0.0) < order_key(1e-310)
         );
+    }
+
+    #[test]
+    fn histogram_selection_equals_sorting() {
+        // Spread, packed into one bucket, duplicated, tiny and negative.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let sets: Vec<Vec<f64>> = vec![
+            (0..5000).map(|_| (next() % 1_000_000) as f64 / 1e3 - 500.0).collect(),
+            (0..5000).map(|_| 1.0 + (next() % 1000) as f64 * 1e-12).collect(),
+            (0..777).map(|_| (next() % 3) as f64).collect(),
+            vec![7.0],
+            vec![-0.0, 0.0, -1e-300, 1e300],
+        ];
+        for v in sets {
+            let keys: Vec<u64> = v.iter().copied().map(order_key).collect();
+            let mut sorted = keys.clone();
+            sorted.sort_unstable();
+            let ranks: Vec<usize> = [0, 1, v.len() / 50, v.len() / 2, v.len() - 1].into_iter().collect();
+            let mut ranks: Vec<usize> = ranks.into_iter().map(|r| r.min(v.len() - 1)).collect();
+            ranks.sort_unstable();
+            let want: Vec<u64> = ranks.iter().map(|&r| sorted[r]).collect();
+            assert_eq!(select_ranks(&keys, &ranks), want);
+            let k32: Vec<u32> = v.iter().map(|&x| order_key32(x as f32)).collect();
+            let mut s32 = k32.clone();
+            s32.sort_unstable();
+            assert_eq!(select_ranks(&k32, &ranks), ranks.iter().map(|&r| s32[r]).collect::<Vec<_>>());
+        }
     }
 
     #[test]
