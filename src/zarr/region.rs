@@ -78,6 +78,7 @@ use super::selection::Selection;
 use super::subset::{ArraySubset, RegularChunkGrid, SubsetError};
 
 pub mod copy;
+pub mod partial;
 mod placement;
 pub mod plan;
 mod projection;
@@ -87,6 +88,7 @@ use placement::{DataRef, Placement};
 use projection::TouchedChunks;
 
 pub use copy::{SlabData, VarSlab};
+pub use partial::MAX_PARTIAL_RANGES;
 pub use plan::{plan_read, PlanError, ReadPlan, Slab, Slabs};
 pub use read::{
     read_chunk, read_inner_chunk, read_region, read_region_with, read_selection, read_slab, IndexEntry, MissingUnit,
@@ -181,6 +183,35 @@ pub trait ChunkSource: Send + Sync {
         let _ = version;
         self.get(key, Some(ByteRangeRequest::Bounded(range))).await
     }
+
+    /// Bytes `ranges` (sorted, disjoint, none empty) of `key`, all from one
+    /// version of the value, with the size of that whole value (so a reader
+    /// that expects a size can tell a stored value of the wrong length);
+    /// `None` when the key does not exist. A part may be shorter than its
+    /// range when the value ends first. The default reads the whole value
+    /// (and so moves every byte).
+    ///
+    /// # Errors
+    /// [`SourceError::Precondition`] when the value changed between the
+    /// ranges (read it again whole); a store failure.
+    async fn get_ranges_sized(&self, key: &str, ranges: &[Range<u64>]) -> Result<Option<SizedParts>, SourceError> {
+        let Some(bytes) = self.get(key, None).await? else {
+            return Ok(None);
+        };
+        let len = bytes.len() as u64;
+        #[allow(clippy::cast_possible_truncation)] // clamped to the value's length
+        let parts = ranges.iter().map(|r| bytes.slice(r.start.min(len) as usize..r.end.min(len) as usize)).collect();
+        Ok(Some(SizedParts { parts, size: len }))
+    }
+}
+
+/// Byte ranges of one stored value ([`ChunkSource::get_ranges_sized`]).
+#[derive(Debug, Clone)]
+pub struct SizedParts {
+    /// The bytes of each range asked for, in order.
+    pub parts: Vec<Bytes>,
+    /// The size of the whole value they were read from.
+    pub size: u64,
 }
 
 /// A stored value and the version it was read at.

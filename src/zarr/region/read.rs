@@ -21,7 +21,11 @@
 //!   batches of [`SHARD_BATCH`] per round, which bounds a shard's state;
 //! - missing (no key, or empty in the index): the fill value, or with
 //!   `fill_missing` off the first missing unit in grid order is the error
-//!   ([`RegionError::Missing`]).
+//!   ([`RegionError::Missing`]);
+//! - not sharded, stored as the elements themselves (byte-layout codecs,
+//!   [`super::partial`]): when a slab needs a small part of a chunk, only
+//!   the coalesced byte ranges it needs, copied from the parts (nothing
+//!   cached: no whole chunk was decoded).
 //!
 //! Concurrency: units (shards) are read at most
 //! [`RegionOptions::concurrency`] at a time on the calling task; decoding
@@ -47,11 +51,13 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use futures::FutureExt;
 
 use super::copy::{copy_unit, fill_unit, needs_fill, slab_over, SlabData};
+use super::partial::{copy_parts, needed_ranges};
 use super::plan::{plan_read, ReadPlan, Slab, Unit, UnitCopy, Units};
-use super::{ChunkSource, Inline, Offload, RegionError, RegionOptions, SourceError, Versioned};
+use super::{ChunkSource, Inline, Offload, RegionError, RegionOptions, SizedParts, SourceError, Versioned};
 use crate::zarr::array::ArrayDescription;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
+use crate::zarr::codec::ArrayToBytesCodec;
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 use crate::zarr::subset::{ArraySubset, SubsetError};
 
@@ -176,6 +182,9 @@ pub struct ReadCtx<'a> {
     es: usize,
     variable: bool,
     unit_elems: u64,
+    /// Chunks (not sharded) stored as their elements: the layout's swap
+    /// unit ([`ArrayToBytesCodec::byte_layout`]), for partial reads.
+    layout: Option<usize>,
 }
 
 /// The array a read goes by: shared (CPU work may run on other threads),
@@ -233,7 +242,12 @@ impl<'a> ReadCtx<'a> {
             None => &d.chunk_shape,
         };
         let unit_elems = unit_shape.iter().fold(1u64, |a, &b| a.saturating_mul(b));
+        let layout = match &d.sharding {
+            None if !d.data_type.is_variable() => d.codecs.byte_layout(&d.chunk_repr()),
+            _ => None,
+        };
         Self {
+            layout,
             es: d.data_type.size().unwrap_or(0),
             variable: d.data_type.is_variable(),
             fill: d.fill_value.clone().into(),
@@ -486,6 +500,53 @@ async fn fetch_chunk(ctx: &ReadCtx<'_>, source: &dyn ChunkSource, key: &str) -> 
     }
 }
 
+/// A chunk read by byte ranges, or (cached, missing, or the parts not
+/// usable) as a whole chunk.
+enum Partial {
+    Parts(Vec<(u64, Bytes)>),
+    Whole(Fetched),
+}
+
+/// The chunk `key` through the cache, else only `ranges` of it (see
+/// [`super::partial`]): a stored value of the wrong size, or one that
+/// changed between the ranges, is read again whole.
+async fn fetch_partial(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    key: &str,
+    ranges: Vec<Range<u64>>,
+) -> Result<Partial, RegionError> {
+    if let Some(data) = ctx.cache.chunk(key).await.map_err(source_err(key))? {
+        return Ok(Partial::Whole(Fetched::Ready(data)));
+    }
+    let ticket = ctx.cache.ticket();
+    let want = ctx.unit_elems.saturating_mul(ctx.es as u64);
+    match source.get_ranges_sized(key, &ranges).await {
+        Ok(None) => {
+            ctx.cache.insert_chunk(key, None, None, ticket);
+            return Ok(Partial::Whole(Fetched::Ready(None)));
+        }
+        Ok(Some(SizedParts { parts, size }))
+            if size == want
+                && parts.len() == ranges.len()
+                && parts.iter().zip(&ranges).all(|(p, r)| p.len() as u64 == r.end - r.start) =>
+        {
+            return Ok(Partial::Parts(ranges.iter().map(|r| r.start).zip(parts).collect()));
+        }
+        // The wrong size (decoding the whole value reports it), or changed
+        // between the ranges: read it whole.
+        Ok(Some(_)) | Err(SourceError::Precondition(_) | SourceError::RangeNotSatisfiable(_)) => {}
+        Err(e) => return Err(source_err(key)(e)),
+    }
+    match source.get_versioned(key).await.map_err(source_err(key))? {
+        Some(stored) => Ok(Partial::Whole(Fetched::Stored(stored, ticket))),
+        None => {
+            ctx.cache.insert_chunk(key, None, None, ticket);
+            Ok(Partial::Whole(Fetched::Ready(None)))
+        }
+    }
+}
+
 async fn read_chunk_unit(
     ctx: &ReadCtx<'_>,
     source: &dyn ChunkSource,
@@ -503,7 +564,20 @@ async fn read_chunk_unit(
     let Unit { coords, copy } = unit;
     let key = ctx.desc().chunk_key(&coords);
     let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
-    match fetch_chunk(ctx, source, &key).await? {
+    let partial = ctx.layout.and_then(|unit| {
+        let ranges = needed_ranges(&copy, es as u64, unit_elems.saturating_mul(es as u64), ctx.coalesce_gap)?;
+        Some((unit, ranges))
+    });
+    let fetched = match partial {
+        Some((unit, ranges)) => match fetch_partial(ctx, source, &key, ranges).await? {
+            Partial::Parts(parts) => {
+                return ctx.run(inline, move || copy_parts(&parts, &copy, &slab, es, unit)).await?;
+            }
+            Partial::Whole(fetched) => fetched,
+        },
+        None => fetch_chunk(ctx, source, &key).await?,
+    };
+    match fetched {
         Fetched::Ready(None) if !ctx.missing_needs_work() => Ok(()),
         Fetched::Ready(None) => {
             let at = Missed { unit: MissingUnit::Chunk(coords.clone()), coords, key };
