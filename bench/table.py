@@ -464,6 +464,7 @@ def write_random(path: Path, n: int) -> None:
 # chunk, from the decoded-chunk cache after the first read) against nginx
 # serving a static file of the answer's size.
 TILE_SEL = "256:512,512:768"
+TILE_SEL_UNALIGNED = "128:384,640:896"
 TILE_BYTES = 256 * 256 * 4
 
 
@@ -510,6 +511,9 @@ def wrk_cases(data: Path) -> list[tuple[str, int, list[tuple[str, str]]]]:
     cases.append(("tile", f"hot 256×256 float32 tile, format=raw ({TILE_BYTES // 1024} KiB; nginx: a static file)", 200,
                   {"nginx": [("/data/tile-reference.bin", "")],
                    "zarrd": [(f"/api/v1/data/bench/tile?sel={TILE_SEL}&format=raw", "")]}))
+    cases.append(("tileu", f"hot unaligned 256×256 float32 tile (4 chunks), format=raw ({TILE_BYTES // 1024} KiB)", 200,
+                  {"nginx": [("/data/tile-reference.bin", "")],
+                   "zarrd": [(f"/api/v1/data/bench/tile?sel={TILE_SEL_UNALIGNED}&format=raw", "")]}))
     wanted = os.environ.get("WRK_CASES")
     if wanted:
         cases = [c for c in cases if c[0] in wanted.split()]

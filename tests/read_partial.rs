@@ -8,17 +8,20 @@ mod common;
 
 use common::{Backend, TestServer};
 
-/// A 32×32×32 array of `dtype` in 16×16×16 chunks, written through the
-/// store protocol; element (z, y, x) is `(z * 1024 + y * 32 + x)` as
-/// `dtype` (little or big endian as the metadata says). Chunk c/1/1/1 is
-/// not stored (fill value 7).
+/// One stored chunk: 32×32×32 uint32.
+const CHUNK_BYTES: usize = 32 * 32 * 32 * 4;
+
+/// A 64×64×64 uint32 array in 32×32×32 chunks (128 KiB: large enough to be
+/// read by ranges), written through the store protocol; element (z, y, x)
+/// is `z * 4096 + y * 64 + x` (little or big endian as the metadata says).
+/// Chunk 1/1/1 is not stored (fill value 7).
 async fn put_array(s: &TestServer, path: &str, v2: bool, big: bool) {
     let (doc_key, doc) = if v2 {
         let dtype = if big { ">u4" } else { "<u4" };
         (
             ".zarray",
             format!(
-                r#"{{"zarr_format":2,"shape":[32,32,32],"chunks":[16,16,16],"dtype":"{dtype}","order":"C",
+                r#"{{"zarr_format":2,"shape":[64,64,64],"chunks":[32,32,32],"dtype":"{dtype}","order":"C",
                  "compressor":null,"filters":null,"fill_value":7,"dimension_separator":"/"}}"#
             ),
         )
@@ -27,8 +30,8 @@ async fn put_array(s: &TestServer, path: &str, v2: bool, big: bool) {
         (
             "zarr.json",
             format!(
-                r#"{{"zarr_format":3,"node_type":"array","shape":[32,32,32],"data_type":"uint32",
-                 "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":[16,16,16]}}}},
+                r#"{{"zarr_format":3,"node_type":"array","shape":[64,64,64],"data_type":"uint32",
+                 "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":[32,32,32]}}}},
                  "chunk_key_encoding":{{"name":"default","configuration":{{"separator":"/"}}}},
                  "fill_value":7,"codecs":[{{"name":"bytes","configuration":{{"endian":"{endian}"}}}}]}}"#
             ),
@@ -40,11 +43,11 @@ async fn put_array(s: &TestServer, path: &str, v2: bool, big: bool) {
         if c == 7 {
             continue;
         }
-        let mut bytes = Vec::with_capacity(16 * 16 * 16 * 4);
-        for z in cz * 16..cz * 16 + 16 {
-            for y in cy * 16..cy * 16 + 16 {
-                for x in cx * 16..cx * 16 + 16 {
-                    let v = z * 1024 + y * 32 + x;
+        let mut bytes = Vec::with_capacity(CHUNK_BYTES);
+        for z in cz * 32..cz * 32 + 32 {
+            for y in cy * 32..cy * 32 + 32 {
+                for x in cx * 32..cx * 32 + 32 {
+                    let v = z * 4096 + y * 64 + x;
                     bytes.extend_from_slice(&if big { v.to_be_bytes() } else { v.to_le_bytes() });
                 }
             }
@@ -59,7 +62,7 @@ fn expect(zs: std::ops::Range<u32>, ys: std::ops::Range<u32>, xs: std::ops::Rang
     for z in zs {
         for y in ys.clone() {
             for x in xs.clone() {
-                out.push(if z >= 16 && y >= 16 && x >= 16 { 7 } else { z * 1024 + y * 32 + x });
+                out.push(if z >= 32 && y >= 32 && x >= 32 { 7 } else { z * 4096 + y * 64 + x });
             }
         }
     }
@@ -73,19 +76,24 @@ async fn get_u32s(s: &TestServer, url: &str) -> Vec<u32> {
 }
 
 async fn partial_reads(backend: Backend) {
-    let Some(s) = TestServer::start(backend, "partial_reads").await else { return };
+    let mut config = common::test_config();
+    config.limits.max_put_bytes = 1 << 20;
+    let Some(s) = TestServer::start_with(backend, "partial_reads", config).await else { return };
     for (path, v2, big) in [("v3le", false, false), ("v3be", false, true), ("v2le", true, false), ("v2be", true, true)]
     {
         put_array(&s, path, v2, big).await;
         let url = |sel: &str| format!("/api/v1/data/data/{path}?sel={sel}&format=raw");
-        // A plane across the slowest dimension: one sliver of each chunk.
-        assert_eq!(get_u32s(&s, &url("20,:,:")).await, expect(20..21, 0..32, 0..32), "{path} plane");
-        assert_eq!(get_u32s(&s, &url(":,5,:")).await, expect(0..32, 5..6, 0..32), "{path} plane y");
-        assert_eq!(get_u32s(&s, &url("3:29,1:4,30:32")).await, expect(3..29, 1..4, 30..32), "{path} box");
-        assert_eq!(get_u32s(&s, &url(":,:,9")).await, expect(0..32, 0..32, 9..10), "{path} plane x");
-        // Chunk c/0/0/1 one element short, then one element long: corrupt.
-        let key = if v2 { "0/0/1" } else { "c/0/0/1" };
-        for len in [16 * 16 * 16 * 4 - 4, 16 * 16 * 16 * 4 + 4] {
+        // A plane across the slowest dimension: 4 KiB of each chunk (by
+        // ranges); boxes by ranges in some chunks and whole in others; the
+        // planes across the faster dimensions need every page (whole).
+        assert_eq!(get_u32s(&s, &url("40,:,:")).await, expect(40..41, 0..64, 0..64), "{path} plane");
+        assert_eq!(get_u32s(&s, &url("3:9,1:4,30:34")).await, expect(3..9, 1..4, 30..34), "{path} box");
+        assert_eq!(get_u32s(&s, &url("20:60,40,:")).await, expect(20..60, 40..41, 0..64), "{path} box y");
+        assert_eq!(get_u32s(&s, &url(":,5,:")).await, expect(0..64, 5..6, 0..64), "{path} plane y");
+        assert_eq!(get_u32s(&s, &url(":,:,9")).await, expect(0..64, 0..64, 9..10), "{path} plane x");
+        // Chunk 0/0/0 one element short, then one element long: corrupt.
+        let key = if v2 { "0/0/0" } else { "c/0/0/0" };
+        for len in [CHUNK_BYTES - 4, CHUNK_BYTES + 4] {
             let put = s.put(&format!("/zarr/data/{path}/{key}"), vec![0u8; len]).await;
             assert_eq!(put.status, 204, "an overwrite: {put}");
             let r = s.get(&url("2,3,17:20")).await;

@@ -88,7 +88,7 @@ use placement::{DataRef, Placement};
 use projection::TouchedChunks;
 
 pub use copy::{SlabData, VarSlab};
-pub use partial::MAX_PARTIAL_RANGES;
+pub use partial::{MAX_PARTIAL_RANGES, MIN_PARTIAL_CHUNK};
 pub use plan::{plan_read, PlanError, ReadPlan, Slab, Slabs};
 pub use read::{
     read_chunk, read_inner_chunk, read_region, read_region_with, read_selection, read_slab, IndexEntry, MissingUnit,
@@ -327,6 +327,9 @@ pub struct RegionOptions {
     /// Inner chunk byte ranges at most this many bytes apart are read in one
     /// request (reading a few unneeded bytes beats another round trip).
     pub coalesce_gap: u64,
+    /// Uncompressed chunks of at least this many bytes are read by the byte
+    /// ranges a slice needs ([`partial`]); smaller ones whole.
+    pub partial_min_chunk: u64,
     /// How many chunks are fetched at once.
     pub concurrency: usize,
     /// How many times a read-modify-write of one chunk is tried when its
@@ -341,7 +344,14 @@ pub struct RegionOptions {
 
 impl Default for RegionOptions {
     fn default() -> Self {
-        Self { coalesce_gap: 4096, concurrency: 16, max_attempts: 16, store_empty_chunks: false, slab_bytes: 16 << 20 }
+        Self {
+            coalesce_gap: 4096,
+            partial_min_chunk: partial::MIN_PARTIAL_CHUNK,
+            concurrency: 16,
+            max_attempts: 16,
+            store_empty_chunks: false,
+            slab_bytes: 16 << 20,
+        }
     }
 }
 

@@ -14,8 +14,8 @@
 //! then [`copy_parts`] copies (and byte-swaps, for a big-endian layout)
 //! straight from the parts into the slab: no whole-chunk buffer.
 //!
-//! A partial read is planned only when it pays: at most
-//! [`MAX_PARTIAL_RANGES`] ranges, covering at most half the chunk, runs in
+//! A partial read is planned only when it pays: chunks of at least
+//! [`MIN_PARTIAL_CHUNK`] bytes, at most [`MAX_PARTIAL_RANGES`] ranges, covering at most half the chunk, runs in
 //! ascending order (a negative step or a repeated or unsorted coordinate
 //! reads the chunk whole). So a plane across the slowest dimensions of
 //! C-order chunks reads a sliver of each; a plane across the fastest one
@@ -42,11 +42,22 @@ use crate::zarr::codec::byte_layout_decode;
 /// The most byte ranges one chunk is read in; more, and it is read whole.
 pub const MAX_PARTIAL_RANGES: usize = 16;
 
+/// Chunks smaller than this are read whole: a range request costs about
+/// what reading a few more KiB does, and a slice through many tiny chunks
+/// would pay for planning ranges per chunk (`bench/request_cost.sh`, box:
+/// +6% instructions for 64-byte chunks).
+/// The default of [`RegionOptions::partial_min_chunk`](super::RegionOptions::partial_min_chunk).
+pub const MIN_PARTIAL_CHUNK: u64 = 64 << 10;
+
 /// The coalesced byte ranges of a unit of `unit_bytes` bytes (elements of
 /// `es` bytes) that `spec` copies from, when reading only them pays (see
-/// the module doc); `None`: read the unit whole.
+/// the module doc; units under `min_chunk` bytes never do); `None`: read
+/// the unit whole.
 #[must_use]
-pub fn needed_ranges(spec: &UnitCopy, es: u64, unit_bytes: u64, gap: u64) -> Option<Vec<Range<u64>>> {
+pub fn needed_ranges(spec: &UnitCopy, es: u64, unit_bytes: u64, gap: u64, min_chunk: u64) -> Option<Vec<Range<u64>>> {
+    if unit_bytes < min_chunk {
+        return None;
+    }
     let mut ranges = Ranges { out: Vec::new(), total: 0, gap, limit: unit_bytes / 2 };
     let mut ok = true;
     spec.each_strided(&mut |g| {

@@ -177,6 +177,7 @@ pub struct ReadCtx<'a> {
     offload: Arc<dyn Offload>,
     fill_missing: bool,
     coalesce_gap: u64,
+    partial_min_chunk: u64,
     concurrency: usize,
     /// Element size (0: variable length).
     es: usize,
@@ -257,6 +258,7 @@ impl<'a> ReadCtx<'a> {
             offload,
             fill_missing,
             coalesce_gap: options.coalesce_gap,
+            partial_min_chunk: options.partial_min_chunk,
             concurrency: options.concurrency.max(1),
         }
     }
@@ -565,7 +567,8 @@ async fn read_chunk_unit(
     let key = ctx.desc().chunk_key(&coords);
     let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
     let partial = ctx.layout.and_then(|unit| {
-        let ranges = needed_ranges(&copy, es as u64, unit_elems.saturating_mul(es as u64), ctx.coalesce_gap)?;
+        let unit_bytes = unit_elems.saturating_mul(es as u64);
+        let ranges = needed_ranges(&copy, es as u64, unit_bytes, ctx.coalesce_gap, ctx.partial_min_chunk)?;
         Some((unit, ranges))
     });
     let fetched = match partial {

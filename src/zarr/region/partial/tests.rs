@@ -178,8 +178,13 @@ fn boxed(start: &[u64], len: &[u64]) -> Selection {
     Selection { dims, mode: SelectionMode::Basic }
 }
 
+/// Options that read chunks of any size by ranges (the tests' chunks are small).
+fn opts(coalesce_gap: u64) -> RegionOptions {
+    RegionOptions { coalesce_gap, partial_min_chunk: 0, ..RegionOptions::default() }
+}
+
 fn read(desc: &ArrayDescription, store: &Counting, sel: &Selection) -> Result<ChunkData, RegionError> {
-    block_on(read_selection(desc, store, sel, &RegionOptions::default()))
+    block_on(read_selection(desc, store, sel, &opts(4096)))
 }
 
 #[test]
@@ -230,7 +235,7 @@ fn far_apart_runs_are_separate_ranges_and_near_ones_coalesce() {
         dims: vec![DimIndexer::List(vec![1, 6]), DimIndexer::Slice { start: 0, step: 1, len: 64 }],
         mode: SelectionMode::Orthogonal,
     };
-    let gap = |g| RegionOptions { coalesce_gap: g, ..RegionOptions::default() };
+    let gap = opts;
     let got = block_on(read_selection(&desc, &store, &sel, &gap(0))).unwrap();
     assert_eq!(store.take().ranges, vec![("c/0/0".to_owned(), 64..128), ("c/0/0".to_owned(), 384..448)]);
     assert_eq!(got, block_on(read_selection(&desc, &store, &sel, &gap(320))).unwrap());
@@ -252,7 +257,7 @@ fn more_ranges_than_the_limit_read_the_chunk_whole() {
         dims: vec![DimIndexer::Slice { start: 0, step: 4, len: 16 }, DimIndexer::Slice { start: 0, step: 1, len: 8 }],
         mode: SelectionMode::Orthogonal,
     };
-    let options = RegionOptions { coalesce_gap: 0, ..RegionOptions::default() };
+    let options = opts(0);
     block_on(read_selection(&desc, &store, &sel, &options)).unwrap();
     let counts = store.take();
     assert_eq!(counts.ranges.len(), MAX_PARTIAL_RANGES, "16 rows of 8 bytes: exactly the limit");
@@ -263,6 +268,22 @@ fn more_ranges_than_the_limit_read_the_chunk_whole() {
     block_on(read_selection(&desc, &store, &sel, &options)).unwrap();
     let counts = store.take();
     assert_eq!((counts.whole, counts.ranges.len()), (1, 0));
+}
+
+#[test]
+fn chunks_under_the_minimum_are_read_whole() {
+    let desc = v3(&[16, 16, 16], &[8, 8, 8], "uint16", bytes_codec("little"));
+    let store = Counting::ranged();
+    write_all(&desc, &store);
+    let mut sel = boxed(&[0, 0, 0], &[16, 16, 16]);
+    sel.dims[0] = DimIndexer::Index(3);
+    let at = |min| RegionOptions { partial_min_chunk: min, ..RegionOptions::default() };
+    block_on(read_selection(&desc, &store, &sel, &at(1024))).unwrap();
+    assert_eq!(store.take().ranges.len(), 4, "1024-byte chunks, minimum 1024: by ranges");
+    block_on(read_selection(&desc, &store, &sel, &at(1025))).unwrap();
+    let counts = store.take();
+    assert_eq!((counts.whole, counts.ranges.len()), (4, 0), "minimum 1025: whole");
+    assert_eq!(RegionOptions::default().partial_min_chunk, MIN_PARTIAL_CHUNK);
 }
 
 #[test]
@@ -336,7 +357,7 @@ proptest! {
     ) {
         let (shape, chunks) = ([12u64, 10, 20], [5u64, 4, 8]);
         let sel = selection(&shape, &seeds);
-        let options = RegionOptions { coalesce_gap: gap, ..RegionOptions::default() };
+        let options = opts(gap);
         for (name, desc, _) in layouts(&shape, &chunks) {
             let ranged = Counting::ranged();
             write_all(&desc, &ranged);
