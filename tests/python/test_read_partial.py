@@ -1,7 +1,7 @@
 """Slices of uncompressed arrays read only the byte ranges they need (issue 14 point 4); this
 checks the answers end to end with real writers: zarr-python writes uncompressed arrays (v3
 `bytes` little and big endian, v2 C order with no compressor in both byte orders) with chunks
-large enough to be read by ranges (128 KiB and more), zarrd serves the directory, and seeded
+large enough to be read by ranges (128 KiB and more; also as inner chunks of shards), zarrd serves the directory, and seeded
 random selections read through `/api/v1/data` (raw and npy) equal numpy indexing of the local
 array. A chunk file cut short or grown afterwards is a 502 naming its key, never wrong data.
 """
@@ -28,9 +28,12 @@ SELECTIONS = 60
 ARRAYS = [
     ("v3_u16_le", 3, "uint16", "little"),
     ("v3_f64_be", 3, "float64", "big"),
+    ("v3_sharded_u16", 3, "uint16", "little"),
     ("v2_f4_be", 2, ">f4", None),
     ("v2_i8_le", 2, "<i8", None),
 ]
+# Shards of 2×2×1 inner chunks (the inner chunks read by ranges of the shard).
+SHARDS = (64, 80, 64)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +47,7 @@ def served(tmp_path_factory):
             a = zarr.create_array(
                 root / name, shape=SHAPE, chunks=CHUNKS, dtype=dtype, compressors=None,
                 serializer=BytesCodec(endian=endian), fill_value=0, zarr_format=3,
+                shards=SHARDS if "sharded" in name else None,
             )
         else:
             a = zarr.create_array(

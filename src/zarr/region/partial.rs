@@ -22,6 +22,12 @@
 //! (every element `es` bytes out of each row) coalesces into nearly the
 //! whole chunk and reads it whole.
 //!
+//! Inner chunks of shards go the same way when the inner chain is
+//! byte-layout only and the shard's index gives the inner chunk its exact
+//! size (another size: the inner chunk is read whole, and decoding reports
+//! it): their ranges are offset into the shard and coalesced with the
+//! other inner chunks' ranges, read conditioned on the index's version.
+//!
 //! Declared sizes are not trusted: the store reports the whole value's size
 //! with the parts, and a value of any size but the chunk's is read again
 //! whole, where decoding reports it exactly as a whole read does. Parts of

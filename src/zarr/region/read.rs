@@ -22,10 +22,12 @@
 //! - missing (no key, or empty in the index): the fill value, or with
 //!   `fill_missing` off the first missing unit in grid order is the error
 //!   ([`RegionError::Missing`]);
-//! - not sharded, stored as the elements themselves (byte-layout codecs,
+//! - units stored as the elements themselves (byte-layout codecs,
 //!   [`super::partial`]): when a slab needs a small part of a chunk, only
 //!   the coalesced byte ranges it needs, copied from the parts (nothing
-//!   cached: no whole chunk was decoded).
+//!   cached: no whole chunk was decoded); of an inner chunk whose index
+//!   entry has its exact size, only those ranges of the shard, coalesced
+//!   with the other inner chunks' ranges.
 //!
 //! Concurrency: units (shards) are read at most
 //! [`RegionOptions::concurrency`] at a time on the calling task; decoding
@@ -183,8 +185,9 @@ pub struct ReadCtx<'a> {
     es: usize,
     variable: bool,
     unit_elems: u64,
-    /// Chunks (not sharded) stored as their elements: the layout's swap
-    /// unit ([`ArrayToBytesCodec::byte_layout`]), for partial reads.
+    /// Units (chunks, or inner chunks of shards) stored as their elements:
+    /// the layout's swap unit ([`ArrayToBytesCodec::byte_layout`]), for
+    /// partial reads.
     layout: Option<usize>,
 }
 
@@ -244,8 +247,9 @@ impl<'a> ReadCtx<'a> {
         };
         let unit_elems = unit_shape.iter().fold(1u64, |a, &b| a.saturating_mul(b));
         let layout = match &d.sharding {
-            None if !d.data_type.is_variable() => d.codecs.byte_layout(&d.chunk_repr()),
-            _ => None,
+            _ if d.data_type.is_variable() => None,
+            None => d.codecs.byte_layout(&d.chunk_repr()),
+            Some(s) => s.inner_codecs().byte_layout(s.inner_chunk_repr()),
         };
         Self {
             layout,
@@ -717,6 +721,10 @@ async fn fetch_range(
     }
 }
 
+/// Parts of one unit read by byte ranges: each range's offset in the unit
+/// and its bytes.
+type Parts = Vec<(u64, Bytes)>;
+
 #[allow(clippy::too_many_arguments, clippy::too_many_lines)]
 async fn read_shard_once(
     ctx: &ReadCtx<'_>,
@@ -736,7 +744,13 @@ async fn read_shard_once(
         inner.iter().zip(shard).zip(sharding.chunks_per_shard()).map(|((i, s), n)| s * n + i).collect()
     };
     let mut jobs = Vec::new();
-    let mut needed: Vec<(usize, Range<u64>)> = Vec::new();
+    // Byte ranges to read: (inner chunk, range in the shard, the partial
+    // read it belongs to when only part of the inner chunk is read).
+    let mut needed: Vec<(usize, Range<u64>, Option<usize>)> = Vec::new();
+    // Partial reads: (inner chunk, its first byte in the shard, swap unit,
+    // the parts read: offset in the inner chunk and bytes).
+    let mut partials: Vec<(usize, u64, usize, Parts)> = Vec::new();
+    let unit_bytes = unit_elems.saturating_mul(es as u64);
     for (i, Unit { coords: inner, copy: spec }) in inners.iter().enumerate() {
         ctx.yield_point().await;
         let range = index.as_ref().and_then(|ix| ix.inner_range(inner));
@@ -772,10 +786,22 @@ async fn read_shard_once(
             }
             continue;
         }
-        needed.push((i, range));
+        // An inner chunk stored as its elements, at its exact size, of
+        // which the slab needs a small part: only those bytes.
+        let sub = ctx.layout.filter(|_| range.end - range.start == unit_bytes).and_then(|unit| {
+            Some((unit, needed_ranges(spec, es as u64, unit_bytes, ctx.coalesce_gap, ctx.partial_min_chunk)?))
+        });
+        match sub {
+            Some((unit, subs)) => {
+                let p = partials.len();
+                partials.push((i, range.start, unit, Vec::with_capacity(subs.len())));
+                needed.extend(subs.into_iter().map(|r| (i, range.start + r.start..range.start + r.end, Some(p))));
+            }
+            None => needed.push((i, range, None)),
+        }
     }
     let ticket = ctx.cache.ticket();
-    let ranges: Vec<Range<u64>> = needed.iter().map(|(_, r)| r.clone()).collect();
+    let ranges: Vec<Range<u64>> = needed.iter().map(|(_, r, _)| r.clone()).collect();
     let reads = coalesce_ranges(&ranges, ctx.coalesce_gap);
     let version = version.as_deref();
     let to_read: Vec<(usize, Range<u64>)> = reads.iter().map(|r| r.range.clone()).enumerate().collect();
@@ -797,7 +823,7 @@ async fn read_shard_once(
     drop(reading);
     for (read, (range, bytes)) in reads.iter().zip(fetched) {
         for &m in &read.members {
-            let (i, r) = &needed[m];
+            let (i, r, part) = &needed[m];
             let Unit { coords: inner, copy: spec } = &inners[*i];
             let (lo, hi) = (r.start - range.start, r.end - range.start);
             if hi > bytes.len() as u64 {
@@ -807,7 +833,13 @@ async fn read_shard_once(
                 ));
             }
             #[allow(clippy::cast_possible_truncation)] // hi <= bytes.len()
-            let part = bytes.slice(lo as usize..hi as usize);
+            let bytes_of = bytes.slice(lo as usize..hi as usize);
+            if let Some(p) = part {
+                let (_, base, _, parts) = &mut partials[*p];
+                parts.push((r.start - *base, bytes_of));
+                continue;
+            }
+            let part = bytes_of;
             let (cache, sharding, inner, spec, slab, key) =
                 (ctx.cache.clone(), sharding.clone(), inner.clone(), spec.clone(), slab.clone(), key.to_owned());
             jobs.push(
@@ -821,6 +853,16 @@ async fn read_shard_once(
                 })
                 .boxed(),
             );
+        }
+    }
+    for (i, _, unit, mut parts) in partials {
+        parts.sort_by_key(|p| p.0);
+        let (spec, slab) = (inners[i].copy.clone(), slab.clone());
+        let copy = move || copy_parts(&parts, &spec, &slab, es, unit);
+        if inline {
+            ctx.run(true, copy).await??;
+        } else {
+            jobs.push(ctx.start(copy).boxed());
         }
     }
     for job in jobs {
