@@ -513,36 +513,39 @@ enum Partial {
     Whole(Fetched),
 }
 
-/// The chunk `key` through the cache, else only `ranges` of it (see
-/// [`super::partial`]): a stored value of the wrong size, or one that
-/// changed between the ranges, is read again whole.
+/// The chunk `key` through the cache, else (when reading part of it pays)
+/// only the byte ranges `copy` needs (see [`super::partial`]): a stored
+/// value of the wrong size, or one that changed between the ranges, is
+/// read again whole.
 async fn fetch_partial(
     ctx: &ReadCtx<'_>,
     source: &dyn ChunkSource,
     key: &str,
-    ranges: Vec<Range<u64>>,
+    copy: &UnitCopy,
 ) -> Result<Partial, RegionError> {
     if let Some(data) = ctx.cache.chunk(key).await.map_err(source_err(key))? {
         return Ok(Partial::Whole(Fetched::Ready(data)));
     }
     let ticket = ctx.cache.ticket();
     let want = ctx.unit_elems.saturating_mul(ctx.es as u64);
-    match source.get_ranges_sized(key, &ranges).await {
-        Ok(None) => {
-            ctx.cache.insert_chunk(key, None, None, ticket);
-            return Ok(Partial::Whole(Fetched::Ready(None)));
+    if let Some(ranges) = needed_ranges(copy, ctx.es as u64, want, ctx.coalesce_gap, ctx.partial_min_chunk) {
+        match source.get_ranges_sized(key, &ranges).await {
+            Ok(None) => {
+                ctx.cache.insert_chunk(key, None, None, ticket);
+                return Ok(Partial::Whole(Fetched::Ready(None)));
+            }
+            Ok(Some(SizedParts { parts, size }))
+                if size == want
+                    && parts.len() == ranges.len()
+                    && parts.iter().zip(&ranges).all(|(p, r)| p.len() as u64 == r.end - r.start) =>
+            {
+                return Ok(Partial::Parts(ranges.iter().map(|r| r.start).zip(parts).collect()));
+            }
+            // The wrong size (decoding the whole value reports it), or changed
+            // between the ranges: read it whole.
+            Ok(Some(_)) | Err(SourceError::Precondition(_) | SourceError::RangeNotSatisfiable(_)) => {}
+            Err(e) => return Err(source_err(key)(e)),
         }
-        Ok(Some(SizedParts { parts, size }))
-            if size == want
-                && parts.len() == ranges.len()
-                && parts.iter().zip(&ranges).all(|(p, r)| p.len() as u64 == r.end - r.start) =>
-        {
-            return Ok(Partial::Parts(ranges.iter().map(|r| r.start).zip(parts).collect()));
-        }
-        // The wrong size (decoding the whole value reports it), or changed
-        // between the ranges: read it whole.
-        Ok(Some(_)) | Err(SourceError::Precondition(_) | SourceError::RangeNotSatisfiable(_)) => {}
-        Err(e) => return Err(source_err(key)(e)),
     }
     match source.get_versioned(key).await.map_err(source_err(key))? {
         Some(stored) => Ok(Partial::Whole(Fetched::Stored(stored, ticket))),
@@ -570,13 +573,8 @@ async fn read_chunk_unit(
     let Unit { coords, copy } = unit;
     let key = ctx.desc().chunk_key(&coords);
     let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
-    let partial = ctx.layout.and_then(|unit| {
-        let unit_bytes = unit_elems.saturating_mul(es as u64);
-        let ranges = needed_ranges(&copy, es as u64, unit_bytes, ctx.coalesce_gap, ctx.partial_min_chunk)?;
-        Some((unit, ranges))
-    });
-    let fetched = match partial {
-        Some((unit, ranges)) => match fetch_partial(ctx, source, &key, ranges).await? {
+    let fetched = match ctx.layout {
+        Some(unit) => match fetch_partial(ctx, source, &key, &copy).await? {
             Partial::Parts(parts) => {
                 return ctx.run(inline, move || copy_parts(&parts, &copy, &slab, es, unit)).await?;
             }
