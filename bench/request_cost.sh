@@ -23,6 +23,11 @@
 #               stored chunk, hot in the decoded chunk cache: the slice path)
 #   box         GET /api/v1/data/data/small?sel=0:64,0:64&format=raw (all
 #               64 chunks of the array, 63 stored and hot, one missing)
+#   tile256     GET /api/v1/data/data/tiles?sel=256:512,0:256&format=raw
+#               (one stored 256x256 float32 chunk, 256 KiB, hot in the cache;
+#               not in the default CASES)
+#   tile256u    the same array, sel=128:384,128:384 (four chunks, 256 KiB;
+#               not in the default CASES)
 #
 # Knobs: ZARRD (binary), N1=1000, N2=3000, CASES="json 404 healthz tile box".
 # Needs valgrind (apt-get install -y valgrind), curl and python3.
@@ -58,6 +63,13 @@ for i in 0 1 2 3 4 5 6 7; do
     [ "$i$j" = 77 ] || head -c 64 /dev/urandom >"$TMP/data/small/c/$i/$j"
   done
 done
+
+# 512x512 float32 in 256x256 chunks, uncompressed (the hot 256 KiB tile).
+mkdir -p "$TMP/data/tiles/c/0" "$TMP/data/tiles/c/1"
+cat >"$TMP/data/tiles/zarr.json" <<'EOF'
+{"zarr_format": 3, "node_type": "array", "shape": [512, 512], "data_type": "float32", "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [256, 256]}}, "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}
+EOF
+for i in 0 1; do for j in 0 1; do head -c 262144 /dev/urandom >"$TMP/data/tiles/c/$i/$j"; done; done
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -101,6 +113,8 @@ for c in $CASES; do
     healthz) path=/healthz ;;
     tile) path='/api/v1/data/data/small?sel=0:8,0:8&format=raw' ;;
     box) path='/api/v1/data/data/small?sel=0:64,0:64&format=raw' ;;
+    tile256) path='/api/v1/data/data/tiles?sel=256:512,0:256&format=raw' ;;
+    tile256u) path='/api/v1/data/data/tiles?sel=128:384,128:384&format=raw' ;;
     *) echo "unknown case $c" >&2; exit 2 ;;
   esac
   a=$(count "$path" "$N1")

@@ -79,6 +79,25 @@ pub trait ArrayToBytesCodec: Send + Sync + Debug {
     /// When the bytes are not a valid encoding of such a chunk (wrong size,
     /// truncated, corrupt).
     fn decode(&self, bytes: Vec<u8>, decoded: &ChunkRepr) -> CodecResult<ChunkData>;
+    /// When the stored bytes of a chunk of representation `decoded` are its
+    /// decoded elements themselves (C order, packed), each group of the
+    /// answered number of bytes reversed (1: none; a big-endian `bytes`
+    /// codec: the swap unit): a reader may then read any part of a chunk by
+    /// byte ranges and decode it in place ([`byte_layout_decode`]). `None`
+    /// (the default) for every codec that changes more than byte order.
+    fn byte_layout(&self, decoded: &ChunkRepr) -> Option<usize> {
+        let _ = decoded;
+        None
+    }
+}
+
+/// Decodes, in place, elements read by byte ranges from a chunk whose
+/// [`ArrayToBytesCodec::byte_layout`] is `unit`: reverses every `unit`-byte
+/// group of `bytes` (whole elements).
+pub fn byte_layout_decode(bytes: &mut [u8], unit: usize) {
+    if unit > 1 {
+        array_to_bytes::bytes::swap_units(bytes, unit);
+    }
 }
 
 /// A bytes→bytes codec (compressors, checksums).
@@ -215,6 +234,16 @@ impl ArrayToBytesCodec for CodecChain {
             data = codec.decode(data, repr)?;
         }
         Ok(data)
+    }
+
+    /// The array→bytes codec's layout when it is the whole chain (no
+    /// `transpose` or v2 `order: "F"`, no filters, no compressor, no
+    /// checksum).
+    fn byte_layout(&self, decoded: &ChunkRepr) -> Option<usize> {
+        if !self.array_to_array.is_empty() || !self.bytes_to_bytes.is_empty() {
+            return None;
+        }
+        self.array_to_bytes.byte_layout(decoded)
     }
 }
 

@@ -78,6 +78,7 @@ use super::selection::Selection;
 use super::subset::{ArraySubset, RegularChunkGrid, SubsetError};
 
 pub mod copy;
+pub mod partial;
 mod placement;
 pub mod plan;
 mod projection;
@@ -87,6 +88,7 @@ use placement::{DataRef, Placement};
 use projection::TouchedChunks;
 
 pub use copy::{SlabData, VarSlab};
+pub use partial::{MAX_PARTIAL_RANGES, MIN_PARTIAL_CHUNK};
 pub use plan::{plan_read, PlanError, ReadPlan, Slab, Slabs};
 pub use read::{
     read_chunk, read_inner_chunk, read_region, read_region_with, read_selection, read_slab, IndexEntry, MissingUnit,
@@ -181,6 +183,35 @@ pub trait ChunkSource: Send + Sync {
         let _ = version;
         self.get(key, Some(ByteRangeRequest::Bounded(range))).await
     }
+
+    /// Bytes `ranges` (sorted, disjoint, none empty) of `key`, all from one
+    /// version of the value, with the size of that whole value (so a reader
+    /// that expects a size can tell a stored value of the wrong length);
+    /// `None` when the key does not exist. A part may be shorter than its
+    /// range when the value ends first. The default reads the whole value
+    /// (and so moves every byte).
+    ///
+    /// # Errors
+    /// [`SourceError::Precondition`] when the value changed between the
+    /// ranges (read it again whole); a store failure.
+    async fn get_ranges_sized(&self, key: &str, ranges: &[Range<u64>]) -> Result<Option<SizedParts>, SourceError> {
+        let Some(bytes) = self.get(key, None).await? else {
+            return Ok(None);
+        };
+        let len = bytes.len() as u64;
+        #[allow(clippy::cast_possible_truncation)] // clamped to the value's length
+        let parts = ranges.iter().map(|r| bytes.slice(r.start.min(len) as usize..r.end.min(len) as usize)).collect();
+        Ok(Some(SizedParts { parts, size: len }))
+    }
+}
+
+/// Byte ranges of one stored value ([`ChunkSource::get_ranges_sized`]).
+#[derive(Debug, Clone)]
+pub struct SizedParts {
+    /// The bytes of each range asked for, in order.
+    pub parts: Vec<Bytes>,
+    /// The size of the whole value they were read from.
+    pub size: u64,
 }
 
 /// A stored value and the version it was read at.
@@ -296,6 +327,9 @@ pub struct RegionOptions {
     /// Inner chunk byte ranges at most this many bytes apart are read in one
     /// request (reading a few unneeded bytes beats another round trip).
     pub coalesce_gap: u64,
+    /// Uncompressed chunks of at least this many bytes are read by the byte
+    /// ranges a slice needs ([`partial`]); smaller ones whole.
+    pub partial_min_chunk: u64,
     /// How many chunks are fetched at once.
     pub concurrency: usize,
     /// How many times a read-modify-write of one chunk is tried when its
@@ -310,7 +344,14 @@ pub struct RegionOptions {
 
 impl Default for RegionOptions {
     fn default() -> Self {
-        Self { coalesce_gap: 4096, concurrency: 16, max_attempts: 16, store_empty_chunks: false, slab_bytes: 16 << 20 }
+        Self {
+            coalesce_gap: 4096,
+            partial_min_chunk: partial::MIN_PARTIAL_CHUNK,
+            concurrency: 16,
+            max_attempts: 16,
+            store_empty_chunks: false,
+            slab_bytes: 16 << 20,
+        }
     }
 }
 

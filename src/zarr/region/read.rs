@@ -21,7 +21,13 @@
 //!   batches of [`SHARD_BATCH`] per round, which bounds a shard's state;
 //! - missing (no key, or empty in the index): the fill value, or with
 //!   `fill_missing` off the first missing unit in grid order is the error
-//!   ([`RegionError::Missing`]).
+//!   ([`RegionError::Missing`]);
+//! - units stored as the elements themselves (byte-layout codecs,
+//!   [`super::partial`]): when a slab needs a small part of a chunk, only
+//!   the coalesced byte ranges it needs, copied from the parts (nothing
+//!   cached: no whole chunk was decoded); of an inner chunk whose index
+//!   entry has its exact size, only those ranges of the shard, coalesced
+//!   with the other inner chunks' ranges.
 //!
 //! Concurrency: units (shards) are read at most
 //! [`RegionOptions::concurrency`] at a time on the calling task; decoding
@@ -47,11 +53,13 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use futures::FutureExt;
 
 use super::copy::{copy_unit, fill_unit, needs_fill, slab_over, SlabData};
+use super::partial::{copy_parts, needed_ranges};
 use super::plan::{plan_read, ReadPlan, Slab, Unit, UnitCopy, Units};
-use super::{ChunkSource, Inline, Offload, RegionError, RegionOptions, SourceError, Versioned};
+use super::{ChunkSource, Inline, Offload, RegionError, RegionOptions, SizedParts, SourceError, Versioned};
 use crate::zarr::array::ArrayDescription;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
+use crate::zarr::codec::ArrayToBytesCodec;
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 use crate::zarr::subset::{ArraySubset, SubsetError};
 
@@ -171,11 +179,16 @@ pub struct ReadCtx<'a> {
     offload: Arc<dyn Offload>,
     fill_missing: bool,
     coalesce_gap: u64,
+    partial_min_chunk: u64,
     concurrency: usize,
     /// Element size (0: variable length).
     es: usize,
     variable: bool,
     unit_elems: u64,
+    /// Units (chunks, or inner chunks of shards) stored as their elements:
+    /// the layout's swap unit ([`ArrayToBytesCodec::byte_layout`]), for
+    /// partial reads.
+    layout: Option<usize>,
 }
 
 /// The array a read goes by: shared (CPU work may run on other threads),
@@ -233,7 +246,13 @@ impl<'a> ReadCtx<'a> {
             None => &d.chunk_shape,
         };
         let unit_elems = unit_shape.iter().fold(1u64, |a, &b| a.saturating_mul(b));
+        let layout = match &d.sharding {
+            _ if d.data_type.is_variable() => None,
+            None => d.codecs.byte_layout(&d.chunk_repr()),
+            Some(s) => s.inner_codecs().byte_layout(s.inner_chunk_repr()),
+        };
         Self {
+            layout,
             es: d.data_type.size().unwrap_or(0),
             variable: d.data_type.is_variable(),
             fill: d.fill_value.clone().into(),
@@ -243,6 +262,7 @@ impl<'a> ReadCtx<'a> {
             offload,
             fill_missing,
             coalesce_gap: options.coalesce_gap,
+            partial_min_chunk: options.partial_min_chunk,
             concurrency: options.concurrency.max(1),
         }
     }
@@ -486,6 +506,56 @@ async fn fetch_chunk(ctx: &ReadCtx<'_>, source: &dyn ChunkSource, key: &str) -> 
     }
 }
 
+/// A chunk read by byte ranges, or (cached, missing, or the parts not
+/// usable) as a whole chunk.
+enum Partial {
+    Parts(Vec<(u64, Bytes)>),
+    Whole(Fetched),
+}
+
+/// The chunk `key` through the cache, else (when reading part of it pays)
+/// only the byte ranges `copy` needs (see [`super::partial`]): a stored
+/// value of the wrong size, or one that changed between the ranges, is
+/// read again whole.
+async fn fetch_partial(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    key: &str,
+    copy: &UnitCopy,
+) -> Result<Partial, RegionError> {
+    if let Some(data) = ctx.cache.chunk(key).await.map_err(source_err(key))? {
+        return Ok(Partial::Whole(Fetched::Ready(data)));
+    }
+    let ticket = ctx.cache.ticket();
+    let want = ctx.unit_elems.saturating_mul(ctx.es as u64);
+    if let Some(ranges) = needed_ranges(copy, ctx.es as u64, want, ctx.coalesce_gap, ctx.partial_min_chunk) {
+        match source.get_ranges_sized(key, &ranges).await {
+            Ok(None) => {
+                ctx.cache.insert_chunk(key, None, None, ticket);
+                return Ok(Partial::Whole(Fetched::Ready(None)));
+            }
+            Ok(Some(SizedParts { parts, size }))
+                if size == want
+                    && parts.len() == ranges.len()
+                    && parts.iter().zip(&ranges).all(|(p, r)| p.len() as u64 == r.end - r.start) =>
+            {
+                return Ok(Partial::Parts(ranges.iter().map(|r| r.start).zip(parts).collect()));
+            }
+            // The wrong size (decoding the whole value reports it), or changed
+            // between the ranges: read it whole.
+            Ok(Some(_)) | Err(SourceError::Precondition(_) | SourceError::RangeNotSatisfiable(_)) => {}
+            Err(e) => return Err(source_err(key)(e)),
+        }
+    }
+    match source.get_versioned(key).await.map_err(source_err(key))? {
+        Some(stored) => Ok(Partial::Whole(Fetched::Stored(stored, ticket))),
+        None => {
+            ctx.cache.insert_chunk(key, None, None, ticket);
+            Ok(Partial::Whole(Fetched::Ready(None)))
+        }
+    }
+}
+
 async fn read_chunk_unit(
     ctx: &ReadCtx<'_>,
     source: &dyn ChunkSource,
@@ -503,7 +573,16 @@ async fn read_chunk_unit(
     let Unit { coords, copy } = unit;
     let key = ctx.desc().chunk_key(&coords);
     let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
-    match fetch_chunk(ctx, source, &key).await? {
+    let fetched = match ctx.layout {
+        Some(unit) => match fetch_partial(ctx, source, &key, &copy).await? {
+            Partial::Parts(parts) => {
+                return ctx.run(inline, move || copy_parts(&parts, &copy, &slab, es, unit)).await?;
+            }
+            Partial::Whole(fetched) => fetched,
+        },
+        None => fetch_chunk(ctx, source, &key).await?,
+    };
+    match fetched {
         Fetched::Ready(None) if !ctx.missing_needs_work() => Ok(()),
         Fetched::Ready(None) => {
             let at = Missed { unit: MissingUnit::Chunk(coords.clone()), coords, key };
@@ -640,6 +719,10 @@ async fn fetch_range(
     }
 }
 
+/// Parts of one unit read by byte ranges: each range's offset in the unit
+/// and its bytes.
+type Parts = Vec<(u64, Bytes)>;
+
 #[allow(clippy::too_many_arguments, clippy::too_many_lines)]
 async fn read_shard_once(
     ctx: &ReadCtx<'_>,
@@ -659,7 +742,13 @@ async fn read_shard_once(
         inner.iter().zip(shard).zip(sharding.chunks_per_shard()).map(|((i, s), n)| s * n + i).collect()
     };
     let mut jobs = Vec::new();
-    let mut needed: Vec<(usize, Range<u64>)> = Vec::new();
+    // Byte ranges to read: (inner chunk, range in the shard, the partial
+    // read it belongs to when only part of the inner chunk is read).
+    let mut needed: Vec<(usize, Range<u64>, Option<usize>)> = Vec::new();
+    // Partial reads: (inner chunk, its first byte in the shard, swap unit,
+    // the parts read: offset in the inner chunk and bytes).
+    let mut partials: Vec<(usize, u64, usize, Parts)> = Vec::new();
+    let unit_bytes = unit_elems.saturating_mul(es as u64);
     for (i, Unit { coords: inner, copy: spec }) in inners.iter().enumerate() {
         ctx.yield_point().await;
         let range = index.as_ref().and_then(|ix| ix.inner_range(inner));
@@ -695,10 +784,22 @@ async fn read_shard_once(
             }
             continue;
         }
-        needed.push((i, range));
+        // An inner chunk stored as its elements, at its exact size, of
+        // which the slab needs a small part: only those bytes.
+        let sub = ctx.layout.filter(|_| range.end - range.start == unit_bytes).and_then(|unit| {
+            Some((unit, needed_ranges(spec, es as u64, unit_bytes, ctx.coalesce_gap, ctx.partial_min_chunk)?))
+        });
+        match sub {
+            Some((unit, subs)) => {
+                let p = partials.len();
+                partials.push((i, range.start, unit, Vec::with_capacity(subs.len())));
+                needed.extend(subs.into_iter().map(|r| (i, range.start + r.start..range.start + r.end, Some(p))));
+            }
+            None => needed.push((i, range, None)),
+        }
     }
     let ticket = ctx.cache.ticket();
-    let ranges: Vec<Range<u64>> = needed.iter().map(|(_, r)| r.clone()).collect();
+    let ranges: Vec<Range<u64>> = needed.iter().map(|(_, r, _)| r.clone()).collect();
     let reads = coalesce_ranges(&ranges, ctx.coalesce_gap);
     let version = version.as_deref();
     let to_read: Vec<(usize, Range<u64>)> = reads.iter().map(|r| r.range.clone()).enumerate().collect();
@@ -720,7 +821,7 @@ async fn read_shard_once(
     drop(reading);
     for (read, (range, bytes)) in reads.iter().zip(fetched) {
         for &m in &read.members {
-            let (i, r) = &needed[m];
+            let (i, r, part) = &needed[m];
             let Unit { coords: inner, copy: spec } = &inners[*i];
             let (lo, hi) = (r.start - range.start, r.end - range.start);
             if hi > bytes.len() as u64 {
@@ -730,7 +831,13 @@ async fn read_shard_once(
                 ));
             }
             #[allow(clippy::cast_possible_truncation)] // hi <= bytes.len()
-            let part = bytes.slice(lo as usize..hi as usize);
+            let bytes_of = bytes.slice(lo as usize..hi as usize);
+            if let Some(p) = part {
+                let (_, base, _, parts) = &mut partials[*p];
+                parts.push((r.start - *base, bytes_of));
+                continue;
+            }
+            let part = bytes_of;
             let (cache, sharding, inner, spec, slab, key) =
                 (ctx.cache.clone(), sharding.clone(), inner.clone(), spec.clone(), slab.clone(), key.to_owned());
             jobs.push(
@@ -744,6 +851,16 @@ async fn read_shard_once(
                 })
                 .boxed(),
             );
+        }
+    }
+    for (i, _, unit, mut parts) in partials {
+        parts.sort_by_key(|p| p.0);
+        let (spec, slab) = (inners[i].copy.clone(), slab.clone());
+        let copy = move || copy_parts(&parts, &spec, &slab, es, unit);
+        if inline {
+            ctx.run(true, copy).await??;
+        } else {
+            jobs.push(ctx.start(copy).boxed());
         }
     }
     for job in jobs {

@@ -159,7 +159,7 @@ impl BytesCodec {
 }
 
 /// Reverses every `unit`-byte group in place.
-fn swap_units(bytes: &mut [u8], unit: usize) {
+pub(crate) fn swap_units(bytes: &mut [u8], unit: usize) {
     match unit {
         2 => bytes.chunks_exact_mut(2).for_each(|c| c.swap(0, 1)),
         4 => bytes.chunks_exact_mut(4).for_each(|c| {
@@ -186,6 +186,20 @@ impl ArrayToBytesCodec for BytesCodec {
 
     fn encoded_size(&self, decoded: &ChunkRepr) -> Option<u64> {
         decoded.num_bytes().map(|n| n as u64)
+    }
+
+    /// Elements as stored, swapped or not: every fixed-size type but
+    /// `bool` and `int4` (their decode checks or rewrites every byte) and
+    /// structured types with big-endian fields (swapped per field).
+    fn byte_layout(&self, decoded: &ChunkRepr) -> Option<usize> {
+        let dt = &decoded.data_type;
+        match dt {
+            DataType::Bool | DataType::Int4 => None,
+            _ if self.validate(decoded).is_err() => None,
+            DataType::Structured { fields, .. } => fields.iter().all(|f| !f.big_endian).then_some(1),
+            _ if self.endian == Some(Endian::Big) && dt.swap_unit() > 1 => Some(dt.swap_unit()),
+            _ => Some(1),
+        }
     }
 
     fn encode(&self, data: ChunkData, decoded: &ChunkRepr) -> CodecResult<Vec<u8>> {
