@@ -610,7 +610,8 @@ mod tests {
 
     #[test]
     fn percentiles_are_numpys() {
-        let pct = |v: &[f64], p: f64| percentiles(&v.iter().copied().map(order_key).collect::<Vec<_>>(), &[p], key_value)[0];
+        let pct =
+            |v: &[f64], p: f64| percentiles(&v.iter().copied().map(order_key).collect::<Vec<_>>(), &[p], key_value)[0];
         // numpy.percentile(range(101), [2, 98]) == [2, 98];
         // numpy.percentile([0, 10], 2) == 0.2 and [1, 2, 3, 4] at 98 == 3.94.
         let v: Vec<f64> = (0..=100).map(f64::from).collect();
