@@ -265,7 +265,16 @@ async fn attribute_updates_and_recursive_deletes_never_reach_outside() {
     for link in ["link_file", "abs_file", "link_dir", "abs_dir"] {
         assert!(std::fs::symlink_metadata(root.join("grp").join(link)).unwrap().file_type().is_symlink(), "{link}");
     }
-    s.get("/api/v1/nodes/data/grp").await.expect_status(404);
+    // What is left is a plain directory, no longer a group; its listing
+    // does not show the links out of the mount.
+    let r = s.get("/api/v1/nodes/data/grp").await;
+    r.expect_status(200);
+    let v = r.json();
+    assert_eq!(v["node_type"], "directory", "{v}");
+    let names: Vec<&str> = v["children"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    for link in ["link_file", "abs_file", "link_dir", "abs_dir"] {
+        assert!(!names.contains(&link), "{link} listed: {v}");
+    }
 }
 
 #[tokio::test]
