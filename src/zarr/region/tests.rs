@@ -357,7 +357,7 @@ proptest! {
 
 /// A random selection of `shape`: per dimension an index, a slice (any
 /// step, either direction) or a list (repeats allowed); or coordinate points.
-fn pick_selection(shape: &[u64], seeds: &[u64], coordinate: bool) -> Selection {
+pub(super) fn pick_selection(shape: &[u64], seeds: &[u64], coordinate: bool) -> Selection {
     use crate::zarr::selection::{DimIndexer, SelectionMode};
     if coordinate {
         let n = 1 + (seeds[0] % 6) as usize;

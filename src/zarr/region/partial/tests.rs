@@ -378,30 +378,6 @@ fn missing_chunks_are_fill_and_a_changing_chunk_is_read_whole() {
     assert_eq!(changing.take().whole, 2);
 }
 
-/// A random selection: per dimension an index, a slice (either direction,
-/// steps 1 to 3) or a sorted or unsorted list.
-fn selection(shape: &[u64], seeds: &[u64]) -> Selection {
-    let dims = shape
-        .iter()
-        .zip(seeds)
-        .map(|(&s, &r)| match r % 5 {
-            0 => DimIndexer::Index((r >> 4) % s),
-            1 => {
-                let k = 1 + (r >> 4) % 4;
-                DimIndexer::List((0..k).map(|i| (r >> (8 + i * 4)) % s).collect())
-            }
-            _ => {
-                let step = 1 + ((r >> 4) % 3) as i64;
-                let step = if r % 5 == 4 { -step } else { step };
-                let start = (r >> 8) % s;
-                let room = if step > 0 { (s - start).div_ceil(step as u64) } else { start / step.unsigned_abs() + 1 };
-                DimIndexer::Slice { start, step, len: 1 + (r >> 16) % room }
-            }
-        })
-        .collect();
-    Selection { dims, mode: SelectionMode::Orthogonal }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -413,7 +389,7 @@ proptest! {
         gap in prop_oneof![Just(0u64), Just(16), Just(4096)],
     ) {
         let (shape, chunks) = ([12u64, 10, 20], [6u64, 4, 8]);
-        let sel = selection(&shape, &seeds);
+        let sel = crate::zarr::region::tests::pick_selection(&shape, &seeds, false);
         let options = opts(gap);
         for (name, desc, _) in layouts(&shape, &chunks) {
             let ranged = Counting::ranged();
