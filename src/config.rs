@@ -655,8 +655,15 @@ impl Config {
             bail!("limits.read_slab_bytes: must be at least 4096");
         }
         self.validate_auth()?;
-        if self.auth.link_key.as_ref().is_some_and(|k| k.expose().len() < 32) {
-            bail!("auth.link_key: at least 32 bytes (e.g. `openssl rand -hex 32`)");
+        // At least 32 bytes, and not a placeholder: a key of one repeated
+        // byte or of blanks (40 spaces passed the length check) is refused.
+        if self.auth.link_key.as_ref().is_some_and(|k| {
+            let key = k.expose().as_bytes();
+            key.len() < 32 || key.iter().all(u8::is_ascii_whitespace) || key.iter().all(|&b| b == key[0])
+        }) {
+            bail!(
+                "auth.link_key: at least 32 bytes, not blanks or one repeated character (e.g. `openssl rand -hex 32`)"
+            );
         }
         if self.cors.allowed_origins.is_empty() {
             bail!("cors.allowed_origins: list at least one origin, or \"*\"");
@@ -875,6 +882,16 @@ mod tests {
         assert_eq!(c.tls.unwrap().key, PathBuf::from("k.pem"));
         let e = Config::from_toml_str("[tls]\ncert = \"c.pem\"").unwrap_err().to_string();
         assert!(e.contains("key"), "{e}");
+    }
+
+    #[test]
+    fn link_keys_that_are_placeholders_are_refused() {
+        let with = |key: &str| Config::from_toml_str(&format!("[auth]\nlink_key = \"{key}\""));
+        for bad in ["short", &" ".repeat(40), &"a".repeat(64), &"\\t".repeat(40)] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("auth.link_key"), "{bad:?}: {e}");
+        }
+        assert!(with(&"0123456789abcdef".repeat(4)).is_ok());
     }
 
     #[test]
