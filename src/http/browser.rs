@@ -40,7 +40,7 @@ use serde_json::Value;
 use utoipa::IntoParams;
 
 use crate::config::Scope;
-use crate::http::error::{ApiResult, ErrorBody};
+use crate::http::error::ApiResult;
 use crate::http::extract::{ApiQuery, NodeTarget};
 use crate::http::guard::Access;
 use crate::service::browse::{self, EntryKind, Page};
@@ -141,10 +141,10 @@ pub async fn index(State(app): State<Arc<App>>, access: Option<Extension<Access>
     params(NodeTarget, BrowseQuery),
     responses(
         (status = 200, description = "The page of the array, group or directory (HTML)", content_type = "text/html", body = String),
-        (status = 400, description = "An invalid path or query", body = ErrorBody),
-        (status = 404, description = "No such mount", body = ErrorBody),
-        (status = 422, description = "Stored metadata is invalid", body = ErrorBody),
-        (status = 503, description = "Storage unavailable", body = ErrorBody),
+        (status = 400, description = "An invalid path or query (an HTML page naming the error)", content_type = "text/html", body = String),
+        (status = 404, description = "No such mount (an HTML page naming the error)", content_type = "text/html", body = String),
+        (status = 422, description = "Stored metadata is invalid (an HTML page naming the error)", content_type = "text/html", body = String),
+        (status = 503, description = "Storage unavailable (an HTML page naming the error)", content_type = "text/html", body = String),
     )
 )]
 pub async fn browse(
@@ -152,9 +152,32 @@ pub async fn browse(
     target: NodeTarget,
     ApiQuery(q): ApiQuery<BrowseQuery>,
     headers: HeaderMap,
-) -> ApiResult<Response> {
+) -> Response {
+    match browse_page(&app, &target, &q, &headers).await {
+        Ok(page) => page,
+        Err(e) => error_page(e),
+    }
+}
+
+/// An error as a page (a person followed a link): the error's status,
+/// code and message, and its headers.
+fn error_page(e: crate::http::error::ApiError) -> Response {
+    let (status, code) = e.code.parts();
+    let body = format!(
+        "<h1>{}</h1><p id=\"error\"><code>{}</code>: {}</p><p><a href=\"/\">All mounts</a></p>",
+        esc(&status.to_string()),
+        esc(code),
+        esc(&e.message)
+    );
+    let mut page = html_response(html::page(&status.to_string(), &html::crumbs(None, ""), &body));
+    *page.status_mut() = status;
+    page.headers_mut().extend(e.headers.into_iter().map(|(k, v)| (Some(k), v)));
+    page
+}
+
+async fn browse_page(app: &Arc<App>, target: &NodeTarget, q: &BrowseQuery, headers: &HeaderMap) -> ApiResult<Response> {
     let at = app.node(&target.mount, &target.path)?;
-    let base = base_url(&app, &headers);
+    let base = base_url(app, headers);
     let path = target.path.as_str().to_string();
     let crumbs = html::crumbs(Some(&target.mount), &path);
     let title = if path.is_empty() { target.mount.clone() } else { format!("{}/{}", target.mount, path) };

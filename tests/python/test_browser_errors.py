@@ -1,0 +1,31 @@
+"""The browser's errors are pages too: a person who follows a link to a node whose stored
+metadata is broken (or to a mount that does not exist) gets an HTML page with the status,
+the error's code and its message (escaped, under the pages' Content-Security-Policy), not a
+JSON envelope (found by review: /browse answered JSON 422)."""
+
+from __future__ import annotations
+
+import html
+
+import requests
+
+from zarrd_harness import start_zarrd
+
+
+def test_errors_are_pages_naming_the_error(tmp_path):
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "array", "shape": "<b>x</b>"}')
+    s = start_zarrd({"data": tmp_path.as_uri()}, log_path=tmp_path / "zarrd.log")
+    try:
+        r = requests.get(f"{s.url}/browse/data/broken", timeout=30)
+        assert r.status_code == 422, r.text
+        assert r.headers["content-type"].startswith("text/html")
+        assert "default-src 'none'" in r.headers["content-security-policy"]
+        assert 'id="error"' in r.text and "invalid_metadata" in r.text
+        assert "<b>x</b>" not in r.text  # the stored text is escaped, never markup
+        assert "broken" in html.unescape(r.text)
+        r = requests.get(f"{s.url}/browse/nope/", timeout=30)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("text/html"), r.text
+        assert "unknown_mount" in r.text or "not_found" in r.text, r.text
+    finally:
+        s.stop()
