@@ -40,7 +40,7 @@ use serde_json::Value;
 use utoipa::IntoParams;
 
 use crate::config::Scope;
-use crate::http::error::ApiResult;
+use crate::http::error::{ApiResult, ErrorBody};
 use crate::http::extract::{ApiQuery, NodeTarget};
 use crate::http::guard::Access;
 use crate::service::browse::{self, EntryKind, Page};
@@ -141,7 +141,10 @@ pub async fn index(State(app): State<Arc<App>>, access: Option<Extension<Access>
     params(NodeTarget, BrowseQuery),
     responses(
         (status = 200, description = "The page of the array, group or directory (HTML)", content_type = "text/html", body = String),
-        (status = 400, description = "An invalid path or query (an HTML page naming the error)", content_type = "text/html", body = String),
+        (status = 400, description = "An invalid path or query: an HTML page naming the error, or JSON when the request's parameters are refused before the page is built (an unknown parameter)", content(
+            (String = "text/html"),
+            (ErrorBody = "application/json"),
+        )),
         (status = 404, description = "No such mount (an HTML page naming the error)", content_type = "text/html", body = String),
         (status = 422, description = "Stored metadata is invalid (an HTML page naming the error)", content_type = "text/html", body = String),
         (status = 503, description = "Storage unavailable (an HTML page naming the error)", content_type = "text/html", body = String),
