@@ -31,7 +31,7 @@ import tensorstore as ts
 from PIL import Image
 
 from browser_clients import Origin, bundle
-from test_pyramid import make_source, open_level, request, wait
+from test_pyramid import build_pyramid, make_source, open_level
 from zarrd_harness import start_zarrd
 
 ADMIN_TOKEN = secrets.token_hex(32)
@@ -92,10 +92,7 @@ def built(tmp_path_factory):
     logs = tmp_path_factory.mktemp("pyramid-browser-logs")
     server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd.log")
     for source, body, *_ in CASES:
-        code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/{source}", body)
-        assert code == 202, status
-        done = wait(server, status)
-        assert done["state"] == "completed", done
+        build_pyramid(server, "p", source, body)
     origin = Origin(bundle(tmp_path_factory.mktemp("pyramid-bundle")))
     yield server, origin, root
     origin.close()

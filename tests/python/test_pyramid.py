@@ -55,6 +55,15 @@ def wait(server, status):
     raise AssertionError(f"the job did not end: {status}")
 
 
+def build_pyramid(server, mount: str, source: str, body: dict) -> dict:
+    """POSTs a pyramid request and waits for the job to complete; its final status."""
+    code, _, status = request("POST", f"{server.url}/api/v1/pyramids/{mount}/{source}", body)
+    assert code == 202, status
+    done = wait(server, status)
+    assert done["state"] == "completed", done
+    return done
+
+
 def make_source(root: Path, name: str, dtype: str, shape, chunk, version=3, shard=None, fill=0):
     layout = {"read_chunk": {"shape": chunk}, "write_chunk": {"shape": shard or chunk}}
     spec = {

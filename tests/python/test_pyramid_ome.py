@@ -18,7 +18,7 @@ from ome_zarr.format import FormatV04, FormatV05
 from ome_zarr.io import parse_url
 from ome_zarr.reader import Multiscales, Reader
 
-from test_pyramid import make_source, open_level, request, wait
+from test_pyramid import build_pyramid, make_source, open_level
 from zarrd_harness import start_zarrd
 
 # (source, body, zarr version, ome-zarr-py format, axes, expected levels)
@@ -38,10 +38,7 @@ def built(tmp_path_factory):
     logs = tmp_path_factory.mktemp("pyramid-ome-logs")
     server = start_zarrd({"p": root.as_uri()}, log_path=logs / "zarrd.log")
     for source, body, *_ in CASES:
-        code, _, status = request("POST", f"{server.url}/api/v1/pyramids/p/{source}", body)
-        assert code == 202, status
-        done = wait(server, status)
-        assert done["state"] == "completed", done
+        build_pyramid(server, "p", source, body)
     yield server, root
     server.stop()
 
