@@ -124,7 +124,7 @@ async fn every_route_and_method_against_every_kind_of_caller() {
                         assert_allowed(r, &what);
                     }
                 }
-                Need::Caller => {
+                Need::Caller | Need::Observer => {
                     assert_allowed(&none, &what);
                     assert_unauthorized(&bad, &what);
                     for r in [&read, &write, &admin] {
@@ -306,4 +306,35 @@ async fn the_mount_list_shows_what_the_caller_may_read() {
     let r = s.send("GET", "/api/v1/mounts", Some(READ_TOKEN), &[]).await;
     assert_eq!(names(r.expect_status(200)), ["data", "public"]);
     assert_unauthorized(&s.send("GET", "/api/v1/mounts", Some("wrong-token-0123456789"), &[]).await, "wrong");
+}
+
+/// `/metrics` names only the mounts the caller may read: an anonymous
+/// scrape of a server with tokens sees the anonymous-read mount's series
+/// and nothing of the closed one; a token with read on every mount sees both;
+/// a wrong token is 401.
+#[tokio::test]
+async fn metrics_name_only_the_mounts_the_caller_may_read() {
+    let s = Server::start(tokens_config()).await;
+    // Some storage traffic on both mounts, so both have series to show.
+    for mount in ["data", "public"] {
+        let r = s.send("GET", &format!("/zarr/{mount}/missing/zarr.json"), Some(ADMIN_TOKEN), &[]).await;
+        assert_eq!(r.status, 404, "{r}");
+    }
+    let names = |text: String| {
+        let mut seen: Vec<String> =
+            text.match_indices("mount=\"").map(|(i, _)| text[i + 7..].split('"').next().unwrap().to_string()).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        seen
+    };
+    let anonymous = s.send("GET", "/metrics", None, &[]).await;
+    assert_eq!(anonymous.status, 200, "{anonymous}");
+    assert!(anonymous.text().contains("zarrd_http_requests_total"), "{anonymous}");
+    assert_eq!(names(anonymous.text()), ["public"], "an anonymous scrape names only the anonymous-read mount");
+    let reader = s.send("GET", "/metrics", Some(READ_TOKEN), &[]).await;
+    assert_eq!(names(reader.text()), ["data", "public"]);
+    let writer = s.send("GET", "/metrics", Some(WRITE_TOKEN), &[]).await;
+    assert_eq!(names(writer.text()), ["data", "public"], "write on data implies read");
+    let bad = s.send("GET", "/metrics", Some("not-a-token-0123456789abcdef"), &[]).await;
+    assert_eq!(bad.status, 401, "{bad}");
 }

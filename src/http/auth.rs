@@ -36,8 +36,15 @@ use crate::service::App;
 /// What a route needs from the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
-    /// Nothing: health, metrics, the API description.
+    /// Nothing: health, the API description.
     Public,
+    /// Nothing, and not counted against the request limit (like
+    /// [`Need::Public`]), but the caller is identified (a wrong token is
+    /// still 401) and its [`Access`](super::guard::Access) put in the
+    /// request's extensions: `/metrics`, whose per-mount series name only
+    /// the mounts the caller may read, so a scrape tells an anonymous caller
+    /// nothing about mounts hidden from it.
+    Observer,
     /// Any caller, anonymous included (a wrong token is still 401); the
     /// handler shows only what [`Access::may`](super::guard::Access::may)
     /// allows. The caller's [`Access`](super::guard::Access) is in the
@@ -168,7 +175,7 @@ pub const RULES: &[Rule] = &[
     Rule { template: "/docs", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/docs/", methods: PUBLIC, params: NO_PARAMS },
     Rule { template: "/docs/{*rest}", methods: PUBLIC, params: NO_PARAMS },
-    Rule { template: "/metrics", methods: PUBLIC, params: NO_PARAMS },
+    Rule { template: "/metrics", methods: &[("GET", Need::Observer), ("HEAD", Need::Observer)], params: NO_PARAMS },
 ];
 
 /// The rule for a route template, if there is one.

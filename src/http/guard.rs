@@ -79,7 +79,7 @@ pub struct Guard {
     max_body: u64,
 }
 
-/// What the caller of a [`Need::Caller`] route may see; in the request's
+/// What the caller of a [`Need::Caller`] or [`Need::Observer`] route may see; in the request's
 /// extensions for those routes.
 #[derive(Debug, Clone)]
 pub struct Access {
@@ -164,6 +164,12 @@ impl Guard {
         let upload = !req.body().is_end_stream();
         let (permit, caller) = match need {
             Need::Public => (None, None),
+            Need::Observer => {
+                let caller = self.auth.identify(&req)?;
+                token.clone_from(&self.auth.name(caller).cloned());
+                req.extensions_mut().insert(Access { caller, auth: Arc::clone(&self.auth) });
+                (None, Some(caller))
+            }
             Need::Caller | Need::Mount(_) => {
                 let permit = if upload { self.acquire_upload()? } else { self.acquire()? };
                 let caller = self.auth.identify(&req)?;

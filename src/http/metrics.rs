@@ -17,6 +17,8 @@ use axum::Extension;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 
+use super::guard::Access;
+use crate::config::Scope;
 use crate::metrics::{Exposition, HttpMetrics, StorageMetrics};
 use crate::service::App;
 
@@ -59,13 +61,24 @@ impl http_body::Body for Counted {
 /// Prometheus metrics: requests by route template, method and status;
 /// latency histograms; body bytes in and out; storage operation latency and
 /// errors by mount; cache figures.
+///
+/// Series labelled by mount name only the mounts the caller may read (all of
+/// them for an anonymous caller on a loopback server without tokens): a
+/// scraper of a server with tokens presents one (`Authorization: Bearer`)
+/// with read on the mounts it should see. Everything else needs no token.
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses(
     (status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain"),
 ))]
-pub async fn metrics(State(app): State<Arc<App>>, Extension(http): Extension<Arc<HttpMetrics>>) -> Response {
+pub async fn metrics(
+    State(app): State<Arc<App>>,
+    Extension(http): Extension<Arc<HttpMetrics>>,
+    access: Option<Extension<Access>>,
+) -> Response {
+    // The guard puts the caller's access here (`Need::Observer`); without it, no mount is named.
+    let readable = |name: &str| access.as_ref().is_some_and(|Extension(a)| a.may(&app, name, Scope::Read));
     let mut out = Exposition::default();
     http.render(&mut out);
-    let mounts: Vec<_> = app.mounts().map(|m| (m.name(), m.metrics())).collect();
+    let mounts: Vec<_> = app.mounts().filter(|m| readable(m.name())).map(|m| (m.name(), m.metrics())).collect();
     StorageMetrics::render(&mut out, &mounts);
     let chunks = app.chunk_cache().stats();
     for (name, kind, help, value) in [
@@ -96,13 +109,13 @@ pub async fn metrics(State(app): State<Arc<App>>, Extension(http): Extension<Arc
         out.sample(name, &[], value);
     }
     out.family("zarrd_object_cache_bytes", "gauge", "Bytes held by a local mount's object cache, by mount.");
-    for m in app.mounts() {
+    for m in app.mounts().filter(|m| readable(m.name())) {
         if let Some(usage) = m.storage().cache_usage() {
             out.sample("zarrd_object_cache_bytes", &[("mount", m.name())], usage.bytes);
         }
     }
     out.family("zarrd_object_cache_entries", "gauge", "Objects held by a local mount's object cache, by mount.");
-    for m in app.mounts() {
+    for m in app.mounts().filter(|m| readable(m.name())) {
         if let Some(usage) = m.storage().cache_usage() {
             out.sample("zarrd_object_cache_entries", &[("mount", m.name())], usage.entries);
         }

@@ -102,7 +102,7 @@ fn secure(path: &str, method: &str, op: &mut Operation) {
     let need = rule.and_then(|r| r.need(&parsed));
     let scope = match need {
         None | Some(Need::Public) => return,
-        Some(Need::Caller) => None,
+        Some(Need::Caller | Need::Observer) => None,
         Some(Need::Mount(scope)) => Some(scope),
     };
     let bearer = SecurityRequirement::new("bearer", scope.map(Scope::as_str));
@@ -140,7 +140,10 @@ fn secure(path: &str, method: &str, op: &mut Operation) {
     if matches!(method, "PUT" | "POST" | "PATCH") {
         responses.insert("408".into(), error("The body stopped arriving for `limits.body_read_timeout_seconds`"));
     }
-    responses.insert("503".into(), error("Overloaded (`Retry-After`), or storage unavailable"));
+    if need != Some(Need::Observer) {
+        // Observers (`/metrics`) are not counted against the request limit.
+        responses.insert("503".into(), error("Overloaded (`Retry-After`), or storage unavailable"));
+    }
     responses.insert("504".into(), error("The request took longer than `limits.request_timeout_seconds`"));
 }
 
