@@ -21,6 +21,13 @@ TensorStore. Then, alternating which goes first over `ROUNDS` rounds (default 2)
    `GET /api/v1/data/...?downsample=4,4,4&downsample_method=mean&format=raw` against
    `ts.downsample(array, [4, 4, 4], "mean").read()`; the two results are compared.
 
+`ZARRD_BASELINE_BIN=/path/to/zarrd` adds a second zarrd (say main's release build) to every
+round: its pyramid and downsampled read, measured the same way right after this build's, so
+two builds compare in one run.
+
+CPU seconds are the load-independent figures: zarrd's from /proc/<pid>/stat, TensorStore's
+from `getrusage` of this process (its threads run in it), for the pyramid and the read.
+
 Prints a table of seconds per round and the medians, and per round zarrd's CPU seconds
 (/proc/<pid>/stat) and idle RSS during its build, the load average and the page cache's
 dirty and writeback MiB before it (/proc/meminfo); the targets (issue 16) are zarrd's
@@ -34,6 +41,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -50,6 +58,7 @@ import tensorstore as ts
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 BIN = Path(os.environ.get("ZARRD_BIN", TARGET / "release" / "zarrd"))
+BASELINE = os.environ.get("ZARRD_BASELINE_BIN")
 SHAPE = tuple(int(x) for x in os.environ.get("SHAPE", "512,1024,512").split(","))
 CHUNK = (64, 128, 128)
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
@@ -69,6 +78,12 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of the process so far (/proc/<pid>/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU time of this process (TensorStore's threads included)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def meminfo_mib(*keys: str) -> dict:
@@ -121,10 +136,10 @@ def tensorstore_pyramid(src: Path, out: Path) -> float:
 
 
 class Server:
-    def __init__(self, data: Path):
+    def __init__(self, data: Path, binary: Path = BIN):
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZARRD_")} | {"RUST_LOG": "warn"}
         self.proc = subprocess.Popen(
-            [str(BIN), "serve", "--bind", "127.0.0.1:0", "--mount", f"m={data}"],
+            [str(binary), "serve", "--bind", "127.0.0.1:0", "--mount", f"m={data}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
@@ -200,6 +215,9 @@ def main() -> None:
         server = Server(data)
         code, _ = server.request("GET", "/api/v1/data/m/src?sel=0:2,0:2,0:2")
         assert code == 200
+        if BASELINE:
+            base_server = Server(data, Path(BASELINE))
+            assert base_server.request("GET", "/api/v1/data/m/src?sel=0:2,0:2,0:2")[0] == 200
         time.sleep(0.5)
         rows = []
         for r in range(ROUNDS):
@@ -212,14 +230,16 @@ def main() -> None:
                     times["load"] = os.getloadavg()[0]
                     times["zarrd"], times["rss"], times["cpu"], times["idle"] = zarrd_pyramid(server, f"z{r}")
                 else:
+                    c0 = own_cpu_seconds()
                     times["ts"] = tensorstore_pyramid(data / "src", tmp / f"ts{r}")
+                    times["ts_cpu"] = own_cpu_seconds() - c0
             last = len(level_shapes()) - 1
             a = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(data / f"z{r}" / str(last))}}).result()
             b = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp / f"ts{r}" / str(last))}}).result()
             assert np.array_equal(a.read().result(), b.read().result()), "the coarsest levels differ"
             # The downsampled read, both ways.
             for who in order:
-                t0 = time.perf_counter()
+                t0, c0, z0 = time.perf_counter(), own_cpu_seconds(), cpu_seconds(server.proc.pid)
                 if who == "zarrd":
                     code, body = server.request(
                         "GET", "/api/v1/data/m/src?downsample=4,4,4&downsample_method=mean&format=raw"
@@ -227,11 +247,24 @@ def main() -> None:
                     assert code == 200, body[:300]
                     got = np.frombuffer(body, dtype="<f4")
                     times["zarrd_read"] = time.perf_counter() - t0
+                    times["zarrd_read_cpu"] = cpu_seconds(server.proc.pid) - z0
                 else:
                     base = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(data / "src")}}).result()
                     expected = ts.downsample(base, [4, 4, 4], "mean").read().result()
                     times["ts_read"] = time.perf_counter() - t0
+                    times["ts_read_cpu"] = own_cpu_seconds() - c0
             assert np.array_equal(got, expected.ravel()), "the downsampled reads differ"
+            if BASELINE:
+                shutil.rmtree(data / f"b{r}", ignore_errors=True)
+                times["base"], times["base_rss"], times["base_cpu"], _ = zarrd_pyramid(base_server, f"b{r}")
+                shutil.rmtree(data / f"b{r}", ignore_errors=True)
+                t0, z0 = time.perf_counter(), cpu_seconds(base_server.proc.pid)
+                code, body = base_server.request(
+                    "GET", "/api/v1/data/m/src?downsample=4,4,4&downsample_method=mean&format=raw"
+                )
+                assert code == 200 and np.array_equal(np.frombuffer(body, dtype="<f4"), got)
+                times["base_read"] = time.perf_counter() - t0
+                times["base_read_cpu"] = cpu_seconds(base_server.proc.pid) - z0
             shutil.rmtree(tmp / f"ts{r}", ignore_errors=True)
             shutil.rmtree(data / f"z{r}", ignore_errors=True)
             rows.append(times)
@@ -249,9 +282,18 @@ def main() -> None:
         print(f"| zarrd pyramid per round: seconds / CPU seconds / idle RSS MiB | "
               + "; ".join(f"{t['zarrd']:.1f} / {t['cpu']:.1f} / {t['idle']:.0f}" for t in rows) + " | | |")
         print(f"| TensorStore pyramid per round (s) | | " + "; ".join(f"{t['ts']:.1f}" for t in rows) + " | |")
+        print(f"| CPU seconds, pyramid (median) | {med['cpu']:.2f} | {med['ts_cpu']:.2f} | {med['ts_cpu'] / med['cpu']:.2f}x |")
+        print(f"| CPU seconds, downsampled read (median) | {med['zarrd_read_cpu']:.2f} | {med['ts_read_cpu']:.2f} "
+              f"| {med['ts_read_cpu'] / med['zarrd_read_cpu']:.2f}x |")
+        if BASELINE:
+            print(f"| baseline zarrd ({BASELINE}): pyramid s / CPU s / peak RSS above idle MiB (max) "
+                  f"| {med['base']:.2f} / {med['base_cpu']:.2f} / {max(t['base_rss'] for t in rows):.0f} | | |")
+            print(f"| baseline zarrd: downsampled read s / CPU s | {med['base_read']:.2f} / {med['base_read_cpu']:.2f} | | |")
     finally:
         if server is not None:
             server.stop()
+        if BASELINE and "base_server" in locals():
+            base_server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -536,6 +536,20 @@ async fn head(
     }
 }
 
+/// Reads one key whole in bulk (filling no cache: a pyramid reads every
+/// chunk of level 0 once); `None` when it does not exist.
+async fn read_bulk(
+    mount: &crate::storage::Mount,
+    key: &crate::storage::StoreKey,
+) -> ServiceResult<Option<bytes::Bytes>> {
+    let req = crate::storage::ReadRequest { bulk: true, ..crate::storage::ReadRequest::default() };
+    match mount.storage().read(key, &req).await {
+        Ok(outcome) => Ok(Some(outcome.body)),
+        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn exists(mount: &crate::storage::Mount, key: &crate::storage::StoreKey) -> ServiceResult<bool> {
     Ok(head(mount, key).await?.is_some())
 }
@@ -597,7 +611,7 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
                         .acquire_many_owned(kib)
                         .await
                         .map_err(|_| ServiceError::Internal("the copy budget is closed".into()))?;
-                    let Some(bytes) = node::read_optional(mount, &from).await? else {
+                    let Some(bytes) = read_bulk(mount, &from).await? else {
                         return Err(ServiceError::Conflict(format!("`{from}` vanished while the pyramid copied it")));
                     };
                     job.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);

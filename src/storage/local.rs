@@ -487,7 +487,8 @@ impl LocalBackend {
                 return Ok(Inline::Large(file, validator));
             }
         }
-        let cache = self.cache.as_ref().map(|c| (c, self.max_cached));
+        // A bulk read does not fill the cache.
+        let cache = self.cache.as_ref().filter(|_| !req.bulk).map(|c| (c, self.max_cached));
         Self::read_file(&file, validator, key, req, cache).map(Inline::Done)
     }
 
@@ -1049,6 +1050,20 @@ mod tests {
         assert!(b.cache.as_ref().unwrap().get(&key("big")).is_none());
         std::fs::create_dir(dir.path().join("d")).unwrap();
         assert!(matches!(b.read(&key("d"), &ReadRequest::default()).await, Err(StorageError::IsPrefix { .. })));
+    }
+
+    #[tokio::test]
+    async fn bulk_reads_are_served_from_the_cache_but_never_fill_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = LocalBackend::with_cache(dir.path().to_path_buf(), ObjectCacheSettings::default()).unwrap();
+        std::fs::write(dir.path().join("a"), b"bytes of a").unwrap();
+        let bulk = ReadRequest { bulk: true, ..ReadRequest::default() };
+        assert_eq!(&b.read(&key("a"), &bulk).await.unwrap().body[..], b"bytes of a");
+        assert!(b.cache.as_ref().unwrap().get(&key("a")).is_none());
+        // An ordinary read fills it; a bulk read is then served from it.
+        b.read(&key("a"), &ReadRequest::default()).await.unwrap();
+        assert!(b.cache.as_ref().unwrap().get(&key("a")).is_some());
+        assert_eq!(&b.read(&key("a"), &bulk).await.unwrap().body[..], b"bytes of a");
     }
 
     #[tokio::test]

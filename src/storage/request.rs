@@ -128,6 +128,10 @@ pub struct ReadRequest {
     pub preconditions: Preconditions,
     /// `HEAD`: evaluate everything, read no bytes.
     pub head_only: bool,
+    /// A bulk read (a pyramid job, a large downsampled read): answered from
+    /// a cache that holds the object, never added to one (it would only
+    /// evict what other requests keep hot).
+    pub bulk: bool,
 }
 
 fn opaque(tag: &str) -> &str {
@@ -250,8 +254,11 @@ mod tests {
     #[test]
     fn preconditions() {
         let m = meta(10);
-        let req =
-            |p: Preconditions| ReadRequest { range: Some(ByteRange::From(2)), preconditions: p, head_only: false };
+        let req = |p: Preconditions| ReadRequest {
+            range: Some(ByteRange::From(2)),
+            preconditions: p,
+            ..ReadRequest::default()
+        };
         assert_eq!(evaluate("k", &m, &req(Preconditions::default())).unwrap(), Some(2..10));
         let p = Preconditions { if_match: Some(vec!["\"v0\"".into()]), ..Default::default() };
         assert!(matches!(evaluate("k", &m, &req(p)), Err(StorageError::PreconditionFailed { .. })));

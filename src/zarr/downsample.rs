@@ -246,17 +246,15 @@ impl Grid {
         }
     }
 
-    /// Elements in the block of every output element, C order.
+    /// Elements in the block of every output element, C order: the
+    /// product of the block's extent along each dimension, expanded one
+    /// dimension at a time (no per-element index arithmetic).
     fn counts(&self) -> Vec<u64> {
-        let mut counts = vec![1u64; self.out_len()];
-        let mut stride = 1usize;
-        for d in (0..self.src.len()).rev() {
+        let mut counts = vec![1u64];
+        for d in 0..self.src.len() {
             let (n, f, s) = (self.out[d], self.f[d], self.src[d]);
-            for (i, c) in counts.iter_mut().enumerate() {
-                let j = (i / stride) % n;
-                *c *= (s.min((j + 1) * f) - j * f) as u64;
-            }
-            stride *= n;
+            let along: Vec<u64> = (0..n).map(|j| (s.min((j + 1) * f) - j * f) as u64).collect();
+            counts = counts.iter().flat_map(|&c| along.iter().map(move |&a| c * a)).collect();
         }
         counts
     }
@@ -531,13 +529,56 @@ fn typed<T: Sample>(grid: &Grid, method: Method, src: &[u8]) -> Vec<u8> {
 
 /// Folds every source element (little-endian bytes of `T`) into its output
 /// element's accumulator, C order over the source (so each block in C order
-/// too).
+/// too). The common factors along the last dimension (1 to 4, 8) take a
+/// kernel with the factor known at compile time: a row is folded block by
+/// block with no per-element index arithmetic and the loop over a block
+/// unrolled; any other factor takes [`accumulate_generic`]. Both fold each
+/// accumulator in the same order, so they agree bit for bit (floats too).
 fn accumulate<T: Sample, A: Copy>(grid: &Grid, src: &[u8], acc: &mut [A], op: impl Fn(A, T) -> A) {
     let rank = grid.src.len();
     if rank == 0 {
         acc[0] = op(acc[0], T::load(&src[..T::SIZE]));
         return;
     }
+    match grid.f[rank - 1] {
+        1 => accumulate_by::<T, A, 1>(grid, src, acc, op),
+        2 => accumulate_by::<T, A, 2>(grid, src, acc, op),
+        3 => accumulate_by::<T, A, 3>(grid, src, acc, op),
+        4 => accumulate_by::<T, A, 4>(grid, src, acc, op),
+        8 => accumulate_by::<T, A, 8>(grid, src, acc, op),
+        _ => accumulate_generic(grid, src, acc, op),
+    }
+}
+
+/// [`accumulate`] with the last dimension's factor `F` known at compile
+/// time (`grid.f[rank - 1] == F`, rank at least 1).
+fn accumulate_by<T: Sample, A: Copy, const F: usize>(grid: &Grid, src: &[u8], acc: &mut [A], op: impl Fn(A, T) -> A) {
+    let rank = grid.src.len();
+    let (inner, out_inner) = (grid.src[rank - 1], grid.out[rank - 1]);
+    let whole = inner / F;
+    grid.rows(|so, oo| {
+        let row = &src[so * T::SIZE..(so + inner) * T::SIZE];
+        let out = &mut acc[oo..oo + out_inner];
+        let (blocks, rest) = row.split_at(whole * F * T::SIZE);
+        for (a, block) in out.iter_mut().zip(blocks.chunks_exact(F * T::SIZE)) {
+            let mut v = *a;
+            for k in 0..F {
+                v = op(v, T::load(&block[k * T::SIZE..(k + 1) * T::SIZE]));
+            }
+            *a = v;
+        }
+        if !rest.is_empty() {
+            let a = &mut out[whole];
+            for x in rest.chunks_exact(T::SIZE) {
+                *a = op(*a, T::load(x));
+            }
+        }
+    });
+}
+
+/// [`accumulate`] for any factor along the last dimension.
+fn accumulate_generic<T: Sample, A: Copy>(grid: &Grid, src: &[u8], acc: &mut [A], op: impl Fn(A, T) -> A) {
+    let rank = grid.src.len();
     let (inner, f) = (grid.src[rank - 1], grid.f[rank - 1]);
     grid.rows(|so, oo| {
         let row = &src[so * T::SIZE..(so + inner) * T::SIZE];

@@ -457,7 +457,9 @@ pub(crate) struct Source<'a> {
     pub array: &'a crate::service::node::ArrayNode,
     /// Whether missing chunks read as the fill value.
     pub fill_missing: bool,
-    /// Whether decoded source chunks may enter the chunk cache.
+    /// Whether decoded source chunks may enter the chunk cache (and their
+    /// stored bytes the mount's object cache: otherwise they are read in
+    /// bulk, `ReadRequest::bulk`).
     pub fill_cache: bool,
 }
 
@@ -485,7 +487,15 @@ fn engine(
     let tiles = Arc::new(Tiles {
         source_desc: array.desc.clone(),
         source_ctx: Arc::new(source_ctx),
-        store: MountChunkStore::new(source.mount.clone(), array.path.clone()),
+        store: {
+            // A read too large for the chunk cache fills no storage cache either.
+            let store = MountChunkStore::new(source.mount.clone(), array.path.clone());
+            if source.fill_cache {
+                store
+            } else {
+                store.bulk()
+            }
+        },
         method,
         factors,
         tile,

@@ -37,13 +37,27 @@ use crate::zarr::region::{ChunkSink, ChunkSource, Expected, RegionError, SizedPa
 pub struct MountChunkStore {
     mount: Arc<Mount>,
     path: NodePath,
+    /// Reads are bulk reads (`ReadRequest::bulk`: they fill no cache).
+    bulk: bool,
 }
 
 impl MountChunkStore {
     /// The store for the array at `path` in `mount`.
     #[must_use]
     pub fn new(mount: Arc<Mount>, path: NodePath) -> Self {
-        Self { mount, path }
+        Self { mount, path, bulk: false }
+    }
+
+    /// The same store reading in bulk: its reads fill no storage cache
+    /// (a pyramid job, a large downsampled read).
+    #[must_use]
+    pub fn bulk(self) -> Self {
+        Self { bulk: true, ..self }
+    }
+
+    /// A read of `range` (the whole object: `None`), bulk as the store is.
+    fn request(&self, range: Option<ByteRange>) -> ReadRequest {
+        ReadRequest { range, bulk: self.bulk, ..ReadRequest::default() }
     }
 
     fn key(&self, rel: &str) -> Result<StoreKey, SourceError> {
@@ -148,9 +162,9 @@ impl ChunkSource for MountChunkStore {
     async fn get(&self, key: &str, range: Option<ByteRangeRequest>) -> Result<Option<Bytes>, SourceError> {
         let key = self.key(key)?;
         let request = match &range {
-            None => ReadRequest::default(),
+            None => self.request(None),
             Some(r) => match to_storage_range(r) {
-                Some(range) => ReadRequest { range: Some(range), ..ReadRequest::default() },
+                Some(range) => self.request(Some(range)),
                 None => {
                     // Zero bytes asked: still report whether the key exists.
                     return match self.mount.storage().head(&key).await {
@@ -175,7 +189,7 @@ impl ChunkSource for MountChunkStore {
 
     async fn get_versioned(&self, key: &str) -> Result<Option<Versioned>, SourceError> {
         let key = self.key(key)?;
-        match self.mount.storage().read(&key, &ReadRequest::default()).await {
+        match self.mount.storage().read(&key, &self.request(None)).await {
             Ok(outcome) => Ok(Some(Versioned { bytes: outcome.body, version: Some(outcome.meta.etag) })),
             Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
             Err(e) => Err(classify(e)),
@@ -184,7 +198,7 @@ impl ChunkSource for MountChunkStore {
 
     async fn get_range_versioned(&self, key: &str, range: ByteRangeRequest) -> Result<Option<Versioned>, SourceError> {
         let key = self.key(key)?;
-        let request = ReadRequest { range: to_storage_range(&range), ..ReadRequest::default() };
+        let request = self.request(to_storage_range(&range));
         match self.mount.storage().read(&key, &request).await {
             Ok(outcome) => Ok(Some(Versioned { bytes: outcome.body, version: Some(outcome.meta.etag) })),
             Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
@@ -206,7 +220,7 @@ impl ChunkSource for MountChunkStore {
         let request = ReadRequest {
             range: to_storage_range(&ByteRangeRequest::Bounded(range)),
             preconditions: Preconditions { if_match: version.map(|v| vec![v.to_owned()]), ..Default::default() },
-            head_only: false,
+            ..self.request(None)
         };
         match self.mount.storage().read(&key, &request).await {
             Ok(outcome) => Ok(Some(outcome.body)),
@@ -225,10 +239,7 @@ impl ChunkSource for MountChunkStore {
     ) -> Result<Option<SizedParts>, SourceError> {
         let key = self.key(key)?;
         let reads = ranges.iter().map(|r| {
-            let request = ReadRequest {
-                range: to_storage_range(&ByteRangeRequest::Bounded(r.clone())),
-                ..ReadRequest::default()
-            };
+            let request = self.request(to_storage_range(&ByteRangeRequest::Bounded(r.clone())));
             let key = &key;
             async move { self.mount.storage().read(key, &request).await }
         });

@@ -27,7 +27,8 @@
 //! level `j` is reduced from the block's level `j - 1`.
 //!
 //! Memory: one block in flight ([`BLOCKS_AT_ONCE`]; its source chunks are
-//! decoded in parallel and its levels reduced in parallel, so it keeps the
+//! decoded in parallel and its levels reduced in parallel, each level in
+//! pieces along the first dimension ([`reduce_pieces`]), so it keeps the
 //! CPU pool busy): its decoded block (at most one slab), the decoded source
 //! chunks the engine holds while filling it (at most 8 in flight), its
 //! reduced levels (at most the block again) and the chunks being written;
@@ -109,6 +110,50 @@ pub(super) fn scheme(
     }
     Scheme { streamed, held, block }
 }
+
+/// Reduces `block` (C order, shape `size`, aligned to every factor list
+/// of `levels`, each a multiple of the one before) to every level: one
+/// output per level, as [`downsample::reduce`] gives it.
+///
+/// The block is cut along its first dimension into pieces of a multiple
+/// of the coarsest level's factor there, and every (level, piece) pair is
+/// reduced as one task on the CPU pool: a piece's blocks are whole blocks
+/// of every level (or the block's own upper edge), so a level's output is
+/// its pieces' outputs one after the other, exactly what reducing the
+/// whole block gives; and both cores stay busy to the end of the block.
+fn reduce_pieces(
+    dt: &crate::zarr::data_type::DataType,
+    method: Method,
+    levels: &[Vec<u64>],
+    block: &[u8],
+    size: &[u64],
+) -> Result<Vec<Vec<u8>>, downsample::DownsampleError> {
+    use rayon::prelude::*;
+    let Some(coarsest) = levels.last() else { return Ok(Vec::new()) };
+    if size.is_empty() || size.contains(&0) {
+        return levels.iter().map(|f| downsample::reduce(dt, method, f, block, size)).collect();
+    }
+    // Pieces of at least PIECE_ROWS rows of the block, whole blocks of the coarsest level.
+    let step = coarsest[0].clamp(1, size[0]);
+    let rows = step * PIECE_ROWS.div_ceil(step);
+    let row_bytes = (block.len() as u64 / size[0]) as usize;
+    let pieces: Vec<(u64, u64)> = (0..size[0]).step_by(rows as usize).map(|s| (s, rows.min(size[0] - s))).collect();
+    let outs: Vec<Vec<u8>> = (0..levels.len() * pieces.len())
+        .into_par_iter()
+        .map(|i| {
+            let (f, (first, n)) = (&levels[i / pieces.len()], pieces[i % pieces.len()]);
+            let mut shape = size.to_vec();
+            shape[0] = n;
+            let part = &block[first as usize * row_bytes..(first + n) as usize * row_bytes];
+            downsample::reduce(dt, method, f, part, &shape)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(outs.chunks(pieces.len()).map(|level| level.concat()).collect())
+}
+
+/// Rows (along the first dimension) of a block reduced as one task, at
+/// least (a 32 MiB block of (128, 256, 256) float32: 8 pieces a level).
+const PIECE_ROWS: u64 = 16;
 
 /// Copies the box `[start, start + size)` out of `data` (C order, shape
 /// `shape`, elements of `es` bytes).
@@ -269,12 +314,9 @@ pub(super) async fn run(
                 let outs = cpu::run(move || {
                     let failed = |e: downsample::DownsampleError| ServiceError::Internal(e.0);
                     if !chains {
-                        // Every level from the block, the levels in parallel.
-                        use rayon::prelude::*;
-                        return (1..=last)
-                            .into_par_iter()
-                            .map(|j| downsample::reduce(&dt2, method, &cumulative2[j], &block, &size2).map_err(failed))
-                            .collect::<ServiceResult<Vec<Vec<u8>>>>();
+                        // Every level from the block, in parallel by level
+                        // and by piece of the block.
+                        return reduce_pieces(&dt2, method, &cumulative2[1..=last], &block, &size2).map_err(failed);
                     }
                     let mut outs: Vec<Vec<u8>> = Vec::with_capacity(last);
                     for j in 1..=last {
@@ -434,5 +476,35 @@ mod tests {
             MIB64,
         );
         assert_eq!((s.streamed, s.held), (3, 3));
+    }
+
+    #[test]
+    fn a_block_reduced_in_pieces_equals_the_block_reduced_whole() {
+        use crate::zarr::data_type::DataType;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Shapes whose first dimension is a multiple of the pieces or not,
+        // smaller than the coarsest factor, or one row.
+        for size in [vec![64u64, 12, 10], vec![37, 9, 5], vec![5, 16, 16], vec![1, 3, 3], vec![130, 2, 2]] {
+            let n: u64 = size.iter().product();
+            for (dt, es) in [(DataType::Float32, 4), (DataType::UInt16, 2), (DataType::Int64, 8)] {
+                let block: Vec<u8> = (0..n * es).map(|_| next() as u8).collect();
+                let levels = vec![vec![2u64, 2, 2], vec![4, 4, 4], vec![8, 8, 8], vec![32, 16, 8]];
+                for method in [Method::Mean, Method::Median, Method::Mode] {
+                    let got = reduce_pieces(&dt, method, &levels, &block, &size).unwrap();
+                    assert_eq!(got.len(), levels.len());
+                    for (f, out) in levels.iter().zip(&got) {
+                        let whole = downsample::reduce(&dt, method, f, &block, &size).unwrap();
+                        assert!(*out == whole, "{dt:?} {method} {size:?} {f:?}");
+                    }
+                }
+            }
+        }
+        assert!(reduce_pieces(&DataType::Float32, Method::Mean, &[], &[], &[0, 2]).unwrap().is_empty());
     }
 }

@@ -97,3 +97,107 @@ fn a_scalar_reduces_to_itself() {
     assert_eq!(run(&DataType::Float64, Method::Mean, &[], &[2.5f64], &[]), vec![2.5]);
     assert_eq!(run(&DataType::Int8, Method::Median, &[], &[-3i8], &[]), vec![-3]);
 }
+
+/// A small deterministic generator (xorshift64*) for the random cases.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// `mean`, `min` or `max` of `src` (shape `shape`, factors `f`) computed the
+/// plain way: for every output element, its block walked in C order by
+/// explicit indices.
+fn naive<T: Sample>(method: Method, f: &[u64], src: &[T], shape: &[u64]) -> Vec<u8> {
+    let rank = shape.len();
+    let f: Vec<u64> = f.iter().zip(shape).map(|(&f, &s)| f.min(s.max(1))).collect();
+    let out_shape = downsampled_shape(shape, &f);
+    let n: u64 = out_shape.iter().product();
+    let mut bytes = Vec::new();
+    for o in 0..n {
+        // The output index, then every source index of its block, C order.
+        let mut oi = vec![0u64; rank];
+        let mut rest = o;
+        for d in (0..rank).rev() {
+            oi[d] = rest % out_shape[d];
+            rest /= out_shape[d];
+        }
+        let lo: Vec<u64> = (0..rank).map(|d| oi[d] * f[d]).collect();
+        let hi: Vec<u64> = (0..rank).map(|d| (lo[d] + f[d]).min(shape[d])).collect();
+        let len: Vec<u64> = (0..rank).map(|d| hi[d] - lo[d]).collect();
+        let count: u64 = len.iter().product();
+        let (mut sum, mut min, mut max) = (T::zero(), T::highest(), T::lowest());
+        for k in 0..count {
+            let (mut rest, mut at) = (k, 0u64);
+            let mut idx = vec![0u64; rank];
+            for d in (0..rank).rev() {
+                idx[d] = lo[d] + rest % len[d];
+                rest /= len[d];
+            }
+            for d in 0..rank {
+                at = at * shape[d] + idx[d];
+            }
+            let x = src[at as usize];
+            sum = T::add(sum, x);
+            min = if x < min { x } else { min };
+            max = if max < x { x } else { max };
+        }
+        match method {
+            Method::Mean => T::mean(sum, count).store(&mut bytes),
+            Method::Min => min.store(&mut bytes),
+            _ => max.store(&mut bytes),
+        }
+    }
+    bytes
+}
+
+/// Random shapes (rank 1 to 4, edges cut or not) and factors (1 to 9, some
+/// beyond the extent) of random values of `T` (any bit pattern: NaN,
+/// infinities and both zeros for floats): [`reduce`]'s `mean`, `min` and
+/// `max` (the specialised kernels for factors 1 to 4 and 8 along the last
+/// dimension, the generic one for the others) equal the plain reduction
+/// bit for bit, and `Grid::counts` the block sizes.
+fn kernels_match_the_plain_reduction<T: Sample>(dt: &DataType, seed: u64) {
+    let mut rng = Rng(seed);
+    for case in 0..150 {
+        let rank = 1 + rng.below(4) as usize;
+        let shape: Vec<u64> = (0..rank).map(|_| 1 + rng.below(if rank > 2 { 9 } else { 40 })).collect();
+        let f: Vec<u64> = (0..rank).map(|_| 1 + rng.below(9)).collect();
+        let n: u64 = shape.iter().product();
+        let raw: Vec<u8> = (0..n * T::SIZE as u64).map(|_| rng.next() as u8).collect();
+        // Bool takes 0 and 1 only.
+        let raw: Vec<u8> = if T::BY_MEAN { raw.iter().map(|b| b & 1).collect() } else { raw };
+        let values: Vec<T> = raw.chunks_exact(T::SIZE).map(T::load).collect();
+        for m in [Method::Mean, Method::Min, Method::Max] {
+            let got = reduce(dt, m, &f, &raw, &shape).unwrap();
+            assert_eq!(got, naive(m, &f, &values, &shape), "{dt:?} {m} case {case}: shape {shape:?} factors {f:?}");
+        }
+        let grid = Grid::new(&shape, &f);
+        let mut blocks = Vec::new();
+        grid.blocks(&values, |_, b| blocks.push(b.len() as u64));
+        assert_eq!(grid.counts(), blocks, "case {case}: shape {shape:?} factors {f:?}");
+    }
+}
+
+#[test]
+fn the_specialised_kernels_match_the_plain_reduction_for_every_type() {
+    kernels_match_the_plain_reduction::<bool>(&DataType::Bool, 1);
+    kernels_match_the_plain_reduction::<i8>(&DataType::Int8, 2);
+    kernels_match_the_plain_reduction::<i16>(&DataType::Int16, 3);
+    kernels_match_the_plain_reduction::<i32>(&DataType::Int32, 4);
+    kernels_match_the_plain_reduction::<i64>(&DataType::Int64, 5);
+    kernels_match_the_plain_reduction::<u8>(&DataType::UInt8, 6);
+    kernels_match_the_plain_reduction::<u16>(&DataType::UInt16, 7);
+    kernels_match_the_plain_reduction::<u32>(&DataType::UInt32, 8);
+    kernels_match_the_plain_reduction::<u64>(&DataType::UInt64, 9);
+    kernels_match_the_plain_reduction::<f32>(&DataType::Float32, 10);
+    kernels_match_the_plain_reduction::<f64>(&DataType::Float64, 11);
+}
