@@ -360,10 +360,12 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
     let desc = &src.array.desc;
     let (field, out_type, out_shape) = output_of(&desc.data_type, sel.result_shape(), params.field.as_deref())?;
     let content_length = check_limits(app, params.format, &out_type, &out_shape)?;
-    // Exactly one whole chunk (a hot tile): its decoded bytes are the answer.
+    // Exactly one whole chunk or inner chunk (a hot tile, an aligned box):
+    // its decoded bytes are the answer.
     if field.is_none() && params.format != WireFormat::Json {
-        if let Some(coords) = whole::whole_chunk(desc, &sel) {
-            if let Some(read) = whole::read(&src, &coords, params.format, content_length).await? {
+        if let Some(unit) = whole::whole_chunk(desc, &sel) {
+            let budget = AnswerLimits::of(app);
+            if let Some(read) = whole::read(&src, &unit, params.format, content_length, &budget).await? {
                 return Ok(read);
             }
         }
