@@ -238,6 +238,23 @@ async fn next_slab(slabs: Slabs, cheap: bool) -> ServiceResult<(Slabs, Option<Ar
 /// budget share.
 const JSON_TEXT_PER_BYTE: u64 = 8;
 
+/// A slab's bytes as a message piece: its buffer goes back to the engine's
+/// pool ([`crate::zarr::region::buffers`]) once the socket has taken it.
+fn recycled(b: Vec<u8>) -> Bytes {
+    struct Recycled(Vec<u8>);
+    impl AsRef<[u8]> for Recycled {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    impl Drop for Recycled {
+        fn drop(&mut self) {
+            crate::zarr::region::buffers::give(std::mem::take(&mut self.0));
+        }
+    }
+    Bytes::from_owner(Recycled(b))
+}
+
 /// Encodes one slab into `out`; false when the client went away.
 async fn encode_slab(
     plan: &Plan,
@@ -248,7 +265,7 @@ async fn encode_slab(
 ) -> ServiceResult<bool> {
     match (data, json.as_mut()) {
         (SlabData::Fixed(bytes), None) => {
-            out.push(Bytes::from(project(plan.field.as_ref(), bytes).await?));
+            out.push(recycled(project(plan.field.as_ref(), bytes).await?));
             Ok(out.flush(false).await)
         }
         (SlabData::Fixed(bytes), Some(enc)) => {
