@@ -22,7 +22,8 @@
 //!   and coalesced inner chunk ranges, fill) into a slab ([`read_slab`]),
 //!   and the collecting reads built on it ([`read_selection`],
 //!   [`read_region`]);
-//! - [`copy`]: the copy and fill kernels, unit to slab;
+//! - [`copy`]: the copy and fill kernels, unit to slab; [`buffers`]: the
+//!   recycled buffers of large slabs;
 //! - this file: the traits the caller implements ([`ChunkSource`],
 //!   [`ChunkSink`], [`UnitCache`], [`Offload`]), the errors, the options
 //!   and the writes; `placement` is where a write's data goes.
@@ -77,6 +78,7 @@ use super::codec::CodecError;
 use super::selection::Selection;
 use super::subset::{ArraySubset, RegularChunkGrid, SubsetError};
 
+pub mod buffers;
 pub mod copy;
 pub mod partial;
 mod placement;

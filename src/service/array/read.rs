@@ -238,6 +238,23 @@ async fn next_slab(slabs: Slabs, cheap: bool) -> ServiceResult<(Slabs, Option<Ar
 /// budget share.
 const JSON_TEXT_PER_BYTE: u64 = 8;
 
+/// A slab's bytes as a message piece: its buffer goes back to the engine's
+/// pool ([`crate::zarr::region::buffers`]) once the socket has taken it.
+fn recycled(b: Vec<u8>) -> Bytes {
+    struct Recycled(Vec<u8>);
+    impl AsRef<[u8]> for Recycled {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    impl Drop for Recycled {
+        fn drop(&mut self) {
+            crate::zarr::region::buffers::give(std::mem::take(&mut self.0));
+        }
+    }
+    Bytes::from_owner(Recycled(b))
+}
+
 /// Encodes one slab into `out`; false when the client went away.
 async fn encode_slab(
     plan: &Plan,
@@ -248,7 +265,7 @@ async fn encode_slab(
 ) -> ServiceResult<bool> {
     match (data, json.as_mut()) {
         (SlabData::Fixed(bytes), None) => {
-            out.push(Bytes::from(project(plan.field.as_ref(), bytes).await?));
+            out.push(recycled(project(plan.field.as_ref(), bytes).await?));
             Ok(out.flush(false).await)
         }
         (SlabData::Fixed(bytes), Some(enc)) => {
@@ -360,10 +377,12 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
     let desc = &src.array.desc;
     let (field, out_type, out_shape) = output_of(&desc.data_type, sel.result_shape(), params.field.as_deref())?;
     let content_length = check_limits(app, params.format, &out_type, &out_shape)?;
-    // Exactly one whole chunk (a hot tile): its decoded bytes are the answer.
+    // Exactly one whole chunk or inner chunk (a hot tile, an aligned box):
+    // its decoded bytes are the answer.
     if field.is_none() && params.format != WireFormat::Json {
-        if let Some(coords) = whole::whole_chunk(desc, &sel) {
-            if let Some(read) = whole::read(&src, &coords, params.format, content_length).await? {
+        if let Some(unit) = whole::whole_chunk(desc, &sel) {
+            let budget = AnswerLimits::of(app);
+            if let Some(read) = whole::read(&src, &unit, params.format, content_length, &budget).await? {
                 return Ok(read);
             }
         }

@@ -58,7 +58,7 @@ impl SlabData {
             let bytes = (n as u64).saturating_mul(VAR_ITEM_COST);
             Self::Variable(VarSlab { items: vec![None; n], bytes, cap, over: bytes > cap && n > 1 })
         } else {
-            Self::Fixed(vec![0u8; n * es])
+            Self::Fixed(super::buffers::take_zeroed(n * es))
         }
     }
 }

@@ -76,6 +76,24 @@ impl AnswerLimits {
     }
 }
 
+impl AnswerLimits {
+    /// Takes `bytes` of the budget (all of it at most), waiting for room,
+    /// for an answer not yet started (a client that goes away drops the
+    /// request, and the wait with it).
+    pub(super) async fn share_now(&self, bytes: u64) -> ServiceResult<Share> {
+        #[allow(clippy::cast_possible_truncation)] // clamped to u32
+        let kib = bytes.div_ceil(1024).clamp(1, self.budget_kib.min(u64::from(u32::MAX))) as u32;
+        let permit = self.budget.clone().acquire_many_owned(kib).await;
+        Ok(Arc::new(permit.map_err(|_| ServiceError::Internal("the read answer budget is closed".into()))?))
+    }
+}
+
+/// `b`, holding `share` until it is dropped (written, or the connection
+/// closed).
+pub(super) fn held(b: Bytes, share: &Share) -> Bytes {
+    Bytes::from_owner(Held(b, share.clone()))
+}
+
 /// An answer's share of `limits.read_answer_budget_bytes`: held by the
 /// producer and by every message it sent, until the last is written.
 pub(super) type Share = Arc<tokio::sync::OwnedSemaphorePermit>;

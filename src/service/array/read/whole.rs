@@ -1,55 +1,84 @@
-//! A slice that is exactly one whole chunk (a tile aligned to the chunk
-//! grid, wholly inside the array), answered from the decoded chunk itself:
-//! no slab to zero and fill, no copy, no producer task. The chunk comes
-//! through the engine's unit read ([`region::read_chunk`]: the same cache,
-//! revalidation and CPU pool as every read) and its bytes are the answer's
-//! (`Bytes` owning the decoded chunk, shared with the cache when it is
-//! cached). A hot tile is a cache lookup and a response.
+//! A slice that is exactly one whole unit — a chunk, or an inner chunk of a
+//! shard — aligned to the grid and wholly inside the array, answered from
+//! the decoded unit itself: no slab to zero and fill, no copy, no producer
+//! task. The unit comes through the engine's unit reads
+//! ([`region::read_chunk`], [`region::read_inner_chunk`]: the same cache,
+//! shard index, revalidation and CPU pool as every read) and its bytes are
+//! the answer's (`Bytes` owning the decoded unit, shared with the cache
+//! when it is cached). A hot tile is a cache lookup and a response; an
+//! aligned 4 MiB chunk is one decode and a write of its own bytes.
 //!
-//! Only small answers take this path ([`SMALL_ANSWER`]: one message, no
-//! budget share), fixed-size types in raw or npy, unsharded arrays, no
-//! field. A missing chunk, or one that decoded to the wrong size, goes the
+//! Fixed-size types in raw or npy, no field. An answer larger than
+//! [`SMALL_ANSWER`] first takes a share of `limits.read_answer_budget_bytes`
+//! the size of the unit (the decoded unit is all it holds: the same bytes
+//! are the body), released when the last byte is written or the connection
+//! closes. A missing unit, or one that decoded to the wrong size, goes the
 //! ordinary way, which fills it or reports it as every read does.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::stream::SMALL_ANSWER;
+use super::stream::{held, Share, SMALL_ANSWER};
 use super::{npy_header, DataRead, Opened, CACHE_ENTRY_ESTIMATE};
 use crate::service::array::source::region_error;
 use crate::service::wire::WireFormat;
-use crate::service::ServiceResult;
+use crate::service::{ServiceError, ServiceResult};
 use crate::zarr::array::ArrayDescription;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::region;
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 
-/// The grid coordinates of the chunk `sel` is exactly (every dimension a
-/// unit-step slice over one whole chunk inside the array); `None` otherwise
-/// or when the answer would not be small.
-pub(super) fn whole_chunk(desc: &ArrayDescription, sel: &Selection) -> Option<Vec<u64>> {
-    if desc.sharding.is_some() || sel.mode == SelectionMode::Coordinate || sel.dims.len() != desc.shape.len() {
+/// The one unit a selection is exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum WholeUnit {
+    /// A chunk of an unsharded array (grid coordinates).
+    Chunk(Vec<u64>),
+    /// An inner chunk of a shard: the shard's grid coordinates, and the
+    /// inner chunk's inside it.
+    Inner(Vec<u64>, Vec<u64>),
+}
+
+/// The unit `sel` is exactly (every dimension a unit-step slice over one
+/// whole chunk, or inner chunk of a shard, inside the array); `None`
+/// otherwise.
+pub(super) fn whole_chunk(desc: &ArrayDescription, sel: &Selection) -> Option<WholeUnit> {
+    if sel.mode == SelectionMode::Coordinate || sel.dims.len() != desc.shape.len() {
         return None;
     }
-    let es = desc.data_type.size()? as u64;
-    let elements = desc.chunk_shape.iter().try_fold(1u64, |a, &c| a.checked_mul(c))?;
-    if elements.checked_mul(es)? > SMALL_ANSWER {
-        return None;
-    }
-    sel.dims
+    desc.data_type.size()?;
+    let unit_shape = match &desc.sharding {
+        Some(s) => s.inner_chunk_shape(),
+        None => &desc.chunk_shape,
+    };
+    let at: Vec<u64> = sel
+        .dims
         .iter()
-        .zip(desc.chunk_shape.iter().zip(&desc.shape))
+        .zip(unit_shape.iter().zip(&desc.shape))
         .map(|(d, (&c, &n))| match *d {
-            DimIndexer::Slice { start, step: 1, len } if len == c && start % c == 0 && start + len <= n => {
+            DimIndexer::Slice { start, step: 1, len }
+                if c > 0 && len == c && start % c == 0 && start.checked_add(len)? <= n =>
+            {
                 Some(start / c)
             }
             _ => None,
         })
-        .collect()
+        .collect::<Option<_>>()?;
+    match &desc.sharding {
+        None => Some(WholeUnit::Chunk(at)),
+        Some(s) => {
+            let per = s.chunks_per_shard();
+            if per.len() != at.len() || per.contains(&0) {
+                return None;
+            }
+            let shard = at.iter().zip(per).map(|(&i, &p)| i / p).collect();
+            let inner = at.iter().zip(per).map(|(&i, &p)| i % p).collect();
+            Some(WholeUnit::Inner(shard, inner))
+        }
+    }
 }
 
-/// A decoded chunk's bytes.
+/// A decoded unit's bytes.
 struct Decoded(Arc<ChunkData>);
 
 impl AsRef<[u8]> for Decoded {
@@ -61,42 +90,64 @@ impl AsRef<[u8]> for Decoded {
     }
 }
 
-/// The answer to a read of exactly the chunk at `coords`, when it is stored
-/// and decodes to its size; `None`: read it the ordinary way.
+/// Pieces of the answer's body: hyper writes each as it comes, so a large
+/// unit is cut into pieces of this size (no copy: slices of one `Bytes`).
+const PIECE: usize = 1 << 20;
+
+/// The answer to a read of exactly the unit `unit`, when it is stored and
+/// decodes to its size; `None`: read it the ordinary way.
 ///
 /// # Errors
-/// As the ordinary read's first slab: a store failure, a chunk that does
+/// As the ordinary read's first slab: a store failure, a unit that does
 /// not decode.
 pub(super) async fn read(
     src: &Opened,
-    coords: &[u64],
+    unit: &WholeUnit,
     format: WireFormat,
     content_length: Option<u64>,
+    budget: &super::stream::AnswerLimits,
 ) -> ServiceResult<Option<DataRead>> {
     let desc = &src.array.desc;
-    let want = desc.chunk_shape.iter().product::<u64>() * desc.data_type.size().unwrap_or(0) as u64;
+    let shape = match &desc.sharding {
+        Some(s) => s.inner_chunk_shape().to_vec(),
+        None => desc.chunk_shape.clone(),
+    };
+    let elements = shape.iter().try_fold(1u64, |a, &c| a.checked_mul(c));
+    let want = elements.and_then(|e| e.checked_mul(desc.data_type.size().unwrap_or(0) as u64));
+    let Some(want) = want else { return Ok(None) };
+    // A large answer holds the decoded unit until its last byte is written:
+    // its share is taken before the unit is read.
+    let share: Option<Share> = if want > SMALL_ANSWER { Some(budget.share_now(want).await?) } else { None };
     let fill_cache = want.max(CACHE_ENTRY_ESTIMATE) <= src.cache.capacity() / 2;
     let engine = src.engine(fill_cache);
-    let data =
-        region::read_chunk(&engine.ctx, &engine.store, coords).await.map_err(|e| region_error(&engine.path, e))?;
+    let data = match unit {
+        WholeUnit::Chunk(coords) => region::read_chunk(&engine.ctx, &engine.store, coords).await,
+        WholeUnit::Inner(shard, inner) => region::read_inner_chunk(&engine.ctx, &engine.store, shard, inner).await,
+    }
+    .map_err(|e| region_error(&engine.path, e))?;
     let Some(data) = data.filter(|d| matches!(&**d, ChunkData::Fixed(b) if b.len() as u64 == want)) else {
         return Ok(None);
     };
-    let mut first = Vec::with_capacity(2);
+    let bytes = Bytes::from_owner(Decoded(data));
+    let mut first = Vec::with_capacity(2 + bytes.len() / PIECE);
     if format == WireFormat::Npy {
-        first.push(Bytes::from(npy_header(&desc.data_type, &desc.chunk_shape)));
+        first.push(Bytes::from(npy_header(&desc.data_type, &shape)));
     }
-    first.push(Bytes::from_owner(Decoded(data)));
-    Ok(Some(DataRead {
-        shape: desc.chunk_shape.clone(),
-        data_type: desc.data_type.clone(),
-        format,
-        content_length,
-        first,
-        rest: None,
-    }))
+    let mut at = 0;
+    while at < bytes.len() {
+        let end = bytes.len().min(at + PIECE);
+        let piece = bytes.slice(at..end);
+        first.push(match &share {
+            Some(s) => held(piece, s),
+            None => piece,
+        });
+        at = end;
+    }
+    if first.is_empty() {
+        return Err(ServiceError::Internal("an empty whole-unit answer".into()));
+    }
+    Ok(Some(DataRead { shape, data_type: desc.data_type.clone(), format, content_length, first, rest: None }))
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,7 +170,7 @@ mod tests {
     fn only_one_whole_chunk_inside_the_array_is_a_whole_chunk() {
         let bytes = serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
         let d = desc(&[40, 48], &[16, 16], bytes.clone());
-        assert_eq!(whole_chunk(&d, &slices(&[(16, 1, 16), (32, 1, 16)])), Some(vec![1, 2]));
+        assert_eq!(whole_chunk(&d, &slices(&[(16, 1, 16), (32, 1, 16)])), Some(WholeUnit::Chunk(vec![1, 2])));
         assert_eq!(whole_chunk(&d, &slices(&[(8, 1, 16), (32, 1, 16)])), None, "off the grid");
         assert_eq!(whole_chunk(&d, &slices(&[(16, 1, 16), (32, 1, 15)])), None, "part of a chunk");
         assert_eq!(whole_chunk(&d, &slices(&[(0, 2, 16), (32, 1, 16)])), None, "a step");
@@ -128,7 +179,8 @@ mod tests {
         one.dims[0] = DimIndexer::Index(16);
         assert_eq!(whole_chunk(&d, &one), None, "an index drops a dimension");
         let big = desc(&[1024, 1024], &[1024, 1024], bytes);
-        assert_eq!(whole_chunk(&big, &slices(&[(0, 1, 1024), (0, 1, 1024)])), None, "4 MiB is not a small answer");
+        let all = slices(&[(0, 1, 1024), (0, 1, 1024)]);
+        assert_eq!(whole_chunk(&big, &all), Some(WholeUnit::Chunk(vec![0, 0])), "a 4 MiB chunk too");
         let sharded = desc(
             &[32, 32],
             &[16, 16],
@@ -136,6 +188,20 @@ mod tests {
                 "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
                 "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}]),
         );
-        assert_eq!(whole_chunk(&sharded, &slices(&[(0, 1, 16), (0, 1, 16)])), None, "sharded");
+        assert_eq!(whole_chunk(&sharded, &slices(&[(0, 1, 16), (0, 1, 16)])), None, "a whole shard is four units");
+        assert_eq!(
+            whole_chunk(&sharded, &slices(&[(24, 1, 8), (8, 1, 8)])),
+            Some(WholeUnit::Inner(vec![1, 0], vec![1, 1])),
+            "one inner chunk"
+        );
+        assert_eq!(whole_chunk(&sharded, &slices(&[(20, 1, 8), (8, 1, 8)])), None, "off the inner grid");
+        let edge = desc(
+            &[30, 32],
+            &[16, 16],
+            serde_json::json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [8, 8],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}]),
+        );
+        assert_eq!(whole_chunk(&edge, &slices(&[(24, 1, 6), (8, 1, 8)])), None, "an inner chunk past the end");
     }
 }

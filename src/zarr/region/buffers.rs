@@ -1,0 +1,128 @@
+//! Recycled slab buffers. A large slab of fixed-size elements is a fresh
+//! buffer of up to 2 × `read_slab_bytes`; allocated anew for every slab,
+//! each of its pages is faulted in and cleared by the kernel and then
+//! zeroed again by the allocator (a profile of a whole uncompressed read
+//! spent about a third of the server's time there). Buffers of at least
+//! [`MIN_POOLED`] come from a small process-wide pool instead: the caller
+//! hands a slab's buffer back ([`give`]) once its bytes are written, and
+//! the next slab takes it ([`take_zeroed`]) and zeroes it in place (a
+//! `memset` over pages already mapped).
+//!
+//! The pool holds at most [`POOL_BYTES`] in total (and buffers of at most
+//! that size): memory the process keeps after a large read, on top of idle.
+//! A buffer is reused only for a slab of at least half its capacity, so a
+//! small slab never holds a large buffer.
+
+use std::sync::Mutex;
+
+/// Buffers smaller than this are not pooled (the allocator's own pages
+/// serve them well).
+pub const MIN_POOLED: usize = 1 << 20;
+
+/// What the pool holds at most, in total.
+pub const POOL_BYTES: usize = 64 << 20;
+
+/// A pool of buffers, bounded by `limit` bytes in total.
+#[derive(Debug)]
+pub struct Pool {
+    buffers: Mutex<Vec<Vec<u8>>>,
+    limit: usize,
+}
+
+impl Pool {
+    /// An empty pool holding at most `limit` bytes.
+    #[must_use]
+    pub const fn new(limit: usize) -> Self {
+        Self { buffers: Mutex::new(Vec::new()), limit }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A zeroed buffer of `len` bytes: a pooled one when one fits.
+    #[must_use]
+    pub fn take_zeroed(&self, len: usize) -> Vec<u8> {
+        if len >= MIN_POOLED && len <= self.limit {
+            let found = {
+                let mut p = self.lock();
+                let at = p.iter().position(|b| b.capacity() >= len && b.capacity() / 2 <= len);
+                at.map(|i| p.swap_remove(i))
+            };
+            if let Some(mut b) = found {
+                b.clear();
+                b.resize(len, 0);
+                return b;
+            }
+        }
+        vec![0u8; len]
+    }
+
+    /// Hands a buffer back: kept when it is large enough to pool and the
+    /// pool has room, else freed.
+    pub fn give(&self, b: Vec<u8>) {
+        let cap = b.capacity();
+        if !(MIN_POOLED..=self.limit).contains(&cap) {
+            return;
+        }
+        let mut p = self.lock();
+        let held: usize = p.iter().map(Vec::capacity).sum();
+        if held + cap <= self.limit {
+            p.push(b);
+        }
+    }
+
+    /// Bytes the pool holds now.
+    #[must_use]
+    pub fn pooled_bytes(&self) -> usize {
+        self.lock().iter().map(Vec::capacity).sum()
+    }
+}
+
+/// The process's slab buffers.
+static SLABS: Pool = Pool::new(POOL_BYTES);
+
+/// A zeroed slab buffer of `len` bytes (see [`Pool::take_zeroed`]).
+#[must_use]
+pub fn take_zeroed(len: usize) -> Vec<u8> {
+    SLABS.take_zeroed(len)
+}
+
+/// Hands a slab buffer back once its bytes are written (see [`Pool::give`]).
+pub fn give(b: Vec<u8>) {
+    SLABS.give(b);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pooled_buffer_comes_back_zeroed_and_the_pool_stays_bounded() {
+        let pool = Pool::new(16 << 20);
+        let mut b = pool.take_zeroed(MIN_POOLED + 5);
+        assert!(b.iter().all(|&x| x == 0));
+        b.iter_mut().for_each(|x| *x = 0xAB);
+        let ptr = b.as_ptr();
+        pool.give(b);
+        assert_eq!(pool.pooled_bytes(), MIN_POOLED + 5);
+        let again = pool.take_zeroed(MIN_POOLED + 1);
+        assert_eq!(again.len(), MIN_POOLED + 1);
+        assert!(again.iter().all(|&x| x == 0), "a reused buffer is zeroed");
+        assert_eq!(again.as_ptr(), ptr, "the pooled buffer was reused");
+        assert_eq!(pool.pooled_bytes(), 0);
+        pool.give(again);
+        // A slab under half a buffer's size does not take it.
+        let small = pool.take_zeroed(MIN_POOLED / 2);
+        assert_ne!(small.as_ptr(), ptr);
+        // Small and oversized buffers are not kept; the pool never passes its bound.
+        pool.give(small);
+        pool.give(Vec::with_capacity((16 << 20) + 1));
+        assert_eq!(pool.pooled_bytes(), MIN_POOLED + 5);
+        for _ in 0..100 {
+            pool.give(Vec::with_capacity(4 << 20));
+        }
+        assert!(pool.pooled_bytes() <= 16 << 20);
+        assert_eq!(pool.pooled_bytes(), (MIN_POOLED + 5) + 3 * (4 << 20));
+    }
+}
