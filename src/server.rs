@@ -28,6 +28,9 @@ use crate::config::{Config, LogFormat};
 use crate::http::front::{Front, FrontFuture};
 use crate::service::App;
 
+mod balance;
+use balance::{Balance, Seat};
+
 /// Installs the tracing subscriber: `RUST_LOG` (default `info`), text or JSON.
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -94,14 +97,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     let router = crate::http::router(app);
     let (tx, rx) = tokio::sync::watch::channel(false);
+    // Copies of one socket: connections are spread by the workers (see
+    // `balance`); with SO_REUSEPORT the kernel spreads them.
+    let balance = (!reuse_port).then(|| Balance::new(listeners.len()));
     let threads = listeners
         .into_iter()
         .enumerate()
         .map(|(i, listener)| {
             let (router, rx, connections) = (router.clone(), rx.clone(), Arc::clone(&connections));
+            let seat = balance.as_ref().map(|b| Seat::new(b, i));
             std::thread::Builder::new()
                 .name(format!("zarrd-worker-{i}"))
-                .spawn(move || serve_on(listener, router, connections, rx))
+                .spawn(move || serve_on(listener, router, connections, rx, seat))
         })
         .collect::<std::io::Result<Vec<_>>>()?;
     let mut server = tokio::task::spawn_blocking(move || {
@@ -191,14 +198,15 @@ fn serve_on(
     router: Front,
     connections: Arc<Connections>,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    seat: Option<Seat>,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
-        serve_listener(listener, router, connections, async move {
+        let stop = async move {
             let _ = stop.wait_for(|stop| *stop).await;
-        })
-        .await
+        };
+        serve_seated(listener, router, connections, stop, seat).await
     })
 }
 
@@ -299,11 +307,30 @@ pub async fn serve_listener(
     connections: Arc<Connections>,
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_seated(listener, router, connections, stop, None).await
+}
+
+/// [`serve_listener`] for one of several workers accepting from copies of
+/// one socket: with a `seat`, a worker ahead of the others lets them take
+/// the next connection ([`balance`]).
+async fn serve_seated(
+    listener: TcpListener,
+    router: Front,
+    connections: Arc<Connections>,
+    stop: impl std::future::Future<Output = ()>,
+    seat: Option<Seat>,
+) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Every connection task holds a sender; `recv` answers `None` once all are gone.
     let (open_tx, mut open_rx) = tokio::sync::mpsc::channel::<()>(1);
     tokio::pin!(stop);
     loop {
+        if let Some(seat) = &seat {
+            tokio::select! {
+                () = seat.wait_turn() => {}
+                () = &mut stop => break,
+            }
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut stop => break,
@@ -332,8 +359,9 @@ pub async fn serve_listener(
         let _ = tcp.set_nodelay(true);
         let service = PeerService { router: router.clone(), peer };
         let (connections, stop, open) = (Arc::clone(&connections), stop_rx.clone(), open_tx.clone());
+        let counted = seat.as_ref().map(Seat::opened);
         tokio::spawn(async move {
-            let _open = open;
+            let _open = (open, counted);
             serve_connection(&connections, tcp, service, stop).await;
         });
     }

@@ -258,6 +258,11 @@ impl ApiError {
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
         use ErrorCode as C;
+        if let StorageError::NotFound { key } = &e {
+            // The most common error answer (a missing chunk), its message
+            // (the same as `Display`'s) built without the formatting machinery.
+            return C::NotFound.error(["key ", key, " not found"].concat());
+        }
         let message = e.to_string();
         match e {
             StorageError::NotFound { .. } => C::NotFound.error(message),
@@ -442,6 +447,15 @@ mod tests {
         }
         let resp = ErrorCode::InvalidQuery.error("x").into_response();
         assert!(resp.headers().get(header::CONNECTION).is_none());
+    }
+
+    #[test]
+    fn a_missing_key_says_what_its_storage_error_says() {
+        let e = StorageError::NotFound { key: "arr/c/0/é".into() };
+        let display = e.to_string();
+        let api = ApiError::from(e);
+        assert_eq!((api.status(), api.code.as_str()), (StatusCode::NOT_FOUND, "not_found"));
+        assert_eq!(api.message, display);
     }
 
     #[test]
