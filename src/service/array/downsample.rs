@@ -50,7 +50,7 @@ use crate::zarr::chunk::ChunkData;
 use crate::zarr::downsample::{self, Method};
 use crate::zarr::region::read::IndexEntry;
 use crate::zarr::region::{
-    plan_read, read_slab, ChunkSource, ReadCtx, RegionError, RegionOptions, SlabData, SourceError, UnitCache,
+    self, plan_read, read_slab, ChunkSource, ReadCtx, RegionError, RegionOptions, SlabData, SourceError, UnitCache,
 };
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 
@@ -208,6 +208,28 @@ impl Tiles {
         }
     }
 
+    /// The decoded chunk the source box `[start, start + shape)` is exactly
+    /// (an unsharded array's whole chunk, inside the array, stored, of its
+    /// decoded size): the tile reduces the chunk's own bytes, with no copy
+    /// into a box. `None`: read the box ([`Self::read_source`]), which fills
+    /// missing chunks and reports bad ones as every read does.
+    async fn whole_chunk(&self, start: &[u64], shape: &[u64]) -> Result<Option<Arc<ChunkData>>, RegionError> {
+        let desc = &self.source_desc;
+        if desc.sharding.is_some() || shape != desc.chunk_shape.as_slice() {
+            return Ok(None);
+        }
+        let mut coords = Vec::with_capacity(start.len());
+        for ((&s, &c), &n) in start.iter().zip(&desc.chunk_shape).zip(&desc.shape) {
+            if c == 0 || s % c != 0 || s.checked_add(c).is_none_or(|end| end > n) {
+                return Ok(None);
+            }
+            coords.push(s / c);
+        }
+        let want = shape.iter().try_fold(desc.data_type.size().unwrap_or(0) as u64, |a, &n| a.checked_mul(n));
+        let data = region::read_chunk(&self.source_ctx, &self.store, &coords).await?;
+        Ok(data.filter(|d| matches!(&**d, ChunkData::Fixed(b) if Some(b.len() as u64) == want)))
+    }
+
     /// The source box `[start, start + shape)`, decoded, C order.
     async fn read_source(&self, start: &[u64], shape: &[u64]) -> Result<Vec<u8>, RegionError> {
         let dims = start.iter().zip(shape).map(|(&start, &len)| DimIndexer::Slice { start, step: 1, len }).collect();
@@ -234,18 +256,40 @@ impl Tiles {
             start.push(s);
             shape.push(s.saturating_add(span).min(desc.shape[d]) - s);
         }
-        let source = self.read_source(&start, &shape).await?;
+        let source = match self.whole_chunk(&start, &shape).await? {
+            Some(chunk) => TileSource::Chunk(chunk),
+            None => TileSource::Box(self.read_source(&start, &shape).await?),
+        };
         let (dt, method, factors, tile) =
             (desc.data_type.clone(), self.method, self.factors.clone(), self.tile.clone());
         let fill = desc.fill_value.clone();
         cpu::run(move || {
-            let out =
-                downsample::reduce(&dt, method, &factors, &source, &shape).map_err(|e| RegionError::Internal(e.0))?;
+            let out = downsample::reduce(&dt, method, &factors, source.bytes(), &shape)
+                .map_err(|e| RegionError::Internal(e.0))?;
             let reduced = downsample::downsampled_shape(&shape, &factors);
             Ok(ChunkData::Fixed(pad(out, &reduced, &tile, &fill)))
         })
         .await
         .map_err(|e| RegionError::Internal(e.to_string()))?
+    }
+}
+
+/// A tile's source: a decoded chunk's own bytes, or a box read for it.
+enum TileSource {
+    Chunk(Arc<ChunkData>),
+    Box(Vec<u8>),
+}
+
+impl TileSource {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            // `whole_chunk` keeps only fixed-size chunks.
+            Self::Chunk(c) => match &**c {
+                ChunkData::Fixed(b) => b,
+                _ => &[],
+            },
+            Self::Box(b) => b,
+        }
     }
 }
 
