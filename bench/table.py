@@ -540,7 +540,8 @@ def run_wrk(url: str, reqfile: Path, conns: int, seconds: int, status: int, chec
     chk = re.search(r"BENCH_RESULT checked=(\d+) mismatched=(\d+)", out)
     if check and chk and int(chk.group(2)):
         problems.append(f"{chk.group(2)} of {chk.group(1)} responses were not {status}")
-    p99 = re.search(r"99%\s+(\S+)", out)
+    # The "Latency Distribution" line; a thread statistic's "89.99%" must not match.
+    p99 = re.search(r"^\s*99%\s+(\S+)", out, re.M)
     return {"rps": float(m.group(1)), "p99": p99.group(1) if p99 else "?", "problems": problems}
 
 

@@ -18,7 +18,10 @@
 //! larger box is halved along its longest dimension until it fits (a source
 //! unit may then be read by several tiles; the chunk cache keeps it
 //! decoded). One downsampled element whose block is more than
-//! `limits.read_slab_bytes` of source answers 413.
+//! `limits.read_slab_bytes` of source answers 413. A tile whose source box
+//! is exactly one stored chunk of an unsharded array (the usual case when
+//! the factors divide the chunk shape) reduces the decoded chunk's own
+//! bytes, with no copy into a box.
 //!
 //! Memory: the answer's slabs as for any read (at most about four of
 //! `limits.read_slab_bytes`), plus, for each tile in flight (two per CPU
