@@ -162,3 +162,24 @@ def test_a_stored_chunk_of_the_wrong_size_is_a_502_naming_its_key(served, name):
     assert len(get(server, name, text(index), "raw")) == int(np.prod(CHUNKS)) * np.dtype(
         dict((a[0], a[2]) for a in ARRAYS)[name]
     ).itemsize
+
+
+def test_units_larger_than_an_ordinary_share_go_by_slabs(served):
+    """A unit is answered from its decoded bytes only when it is no larger than the share an
+    ordinary read takes (4 x read_slab_bytes): with 64 KiB slabs the 1.25 MiB units go the
+    general way, by slabs, and are still exactly numpy's (every array, a stored and the
+    missing unit, raw and npy)."""
+    _, root, arrays = served
+    small = start_zarrd(
+        {"w": root.as_uri()},
+        log_path=root / "zarrd-small-slabs.log",
+        env={"ZARRD_LIMITS__READ_SLAB_BYTES": str(64 * 1024)},
+    )
+    try:
+        for name, data in arrays.items():
+            for index in (units_inside()[0], MISSING):
+                for fmt in ("raw", "npy"):
+                    got = decode(get(small, name, text(index), fmt), fmt, data[index])
+                    assert_array_equal(got, data[index], err_msg=f"{name} sel={text(index)} {fmt}")
+    finally:
+        small.stop()

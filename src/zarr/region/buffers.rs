@@ -10,8 +10,10 @@
 //!
 //! The pool holds at most [`POOL_BYTES`] in total (and buffers of at most
 //! that size): memory the process keeps after a large read, on top of idle.
-//! A buffer is reused only for a slab of at least half its capacity, so a
-//! small slab never holds a large buffer.
+//! A buffer is reused only for a slab of at least four fifths of its
+//! capacity, so a slab holds at most a quarter more than it counts (the
+//! slabs of one read are all the same size but the last), and a small slab
+//! never holds a large buffer.
 
 use std::sync::Mutex;
 
@@ -46,7 +48,7 @@ impl Pool {
         if len >= MIN_POOLED && len <= self.limit {
             let found = {
                 let mut p = self.lock();
-                let at = p.iter().position(|b| b.capacity() >= len && b.capacity() / 2 <= len);
+                let at = p.iter().position(|b| b.capacity() >= len && b.capacity() <= len + len / 4);
                 at.map(|i| p.swap_remove(i))
             };
             if let Some(mut b) = found {
@@ -112,9 +114,12 @@ mod tests {
         assert_eq!(again.as_ptr(), ptr, "the pooled buffer was reused");
         assert_eq!(pool.pooled_bytes(), 0);
         pool.give(again);
-        // A slab under half a buffer's size does not take it.
+        // A slab under four fifths of a buffer's size does not take it.
         let small = pool.take_zeroed(MIN_POOLED / 2);
         assert_ne!(small.as_ptr(), ptr);
+        let smaller = pool.take_zeroed((MIN_POOLED + 5) * 3 / 4);
+        assert_ne!(smaller.as_ptr(), ptr, "a quarter smaller: not this buffer");
+        drop(smaller);
         // Small and oversized buffers are not kept; the pool never passes its bound.
         pool.give(small);
         pool.give(Vec::with_capacity((16 << 20) + 1));

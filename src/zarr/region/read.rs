@@ -429,7 +429,15 @@ async fn slab_units(
     cap: u64,
 ) -> Result<Option<SlabData>, RegionError> {
     let n = usize::try_from(slab.len).map_err(|_| SubsetError("the slab is too large to hold".into()))?;
-    let data = SlabData::new(n, ctx.es, ctx.variable, cap);
+    // A large fixed-size slab may be a recycled buffer zeroed in place (a
+    // memset of up to 2 × read_slab_bytes): that runs on the offload, never
+    // on the async worker.
+    let (es, variable) = (ctx.es, ctx.variable);
+    let data = if !variable && n.saturating_mul(es) > INLINE_SLAB_BYTES {
+        ctx.run(false, move || SlabData::new(n, es, variable, cap)).await?
+    } else {
+        SlabData::new(n, es, variable, cap)
+    };
     // Copies into a small slab from units already decoded cost less than
     // the hand-off to the offload: they run inline (a hot tile).
     let inline = !ctx.variable && n.saturating_mul(ctx.es) <= INLINE_SLAB_BYTES;

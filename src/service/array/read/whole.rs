@@ -8,7 +8,9 @@
 //! when it is cached). A hot tile is a cache lookup and a response; an
 //! aligned 4 MiB chunk is one decode and a write of its own bytes.
 //!
-//! Fixed-size types in raw or npy, no field. An answer larger than
+//! Fixed-size types in raw or npy, no field, units of at most 4 ×
+//! `read_slab_bytes` (the share an ordinary read takes; larger units go by
+//! slabs). An answer larger than
 //! [`SMALL_ANSWER`] first takes a share of `limits.read_answer_budget_bytes`
 //! the size of the unit (the decoded unit is all it holds: the same bytes
 //! are the body), released when the last byte is written or the connection
@@ -115,6 +117,13 @@ pub(super) async fn read(
     let elements = shape.iter().try_fold(1u64, |a, &c| a.checked_mul(c));
     let want = elements.and_then(|e| e.checked_mul(desc.data_type.size().unwrap_or(0) as u64));
     let Some(want) = want else { return Ok(None) };
+    // The unit is held whole until its last byte is written: only a unit no
+    // larger than the share an ordinary read takes (4 × read_slab_bytes)
+    // answers this way, so a huge chunk cannot hold more than the budget
+    // says nor take all of it; larger units go the ordinary way, by slabs.
+    if want > budget.slab_bytes.saturating_mul(4) {
+        return Ok(None);
+    }
     // A large answer holds the decoded unit until its last byte is written:
     // its share is taken before the unit is read.
     let share: Option<Share> = if want > SMALL_ANSWER { Some(budget.share_now(want).await?) } else { None };
