@@ -220,9 +220,9 @@ def test_downsampled_reads_equal_tensorstore(served):
 
 
 def test_factors_that_divide_the_chunks_reduce_whole_chunks_exactly(served):
-    """Factors that divide the read chunks make every inner tile one whole chunk of the
-    source: zarrd reduces the decoded chunk's own bytes (no box copy) for stored chunks and
-    reads missing ones as the fill value; edge tiles and sharded arrays go the box way.
+    """Factors that divide the read chunks make every inner tile one whole chunk (or inner
+    chunk of a shard) of the source: zarrd reduces the decoded unit's own bytes (no box copy)
+    for stored units and reads missing ones as the fill value; edge tiles go the box way.
     Every array x method, whole array, raw, equal to TensorStore."""
     server, root, arrays = served
     checked = 0

@@ -19,9 +19,9 @@
 //! unit may then be read by several tiles; the chunk cache keeps it
 //! decoded). One downsampled element whose block is more than
 //! `limits.read_slab_bytes` of source answers 413. A tile whose source box
-//! is exactly one stored chunk of an unsharded array (the usual case when
-//! the factors divide the chunk shape) reduces the decoded chunk's own
-//! bytes, with no copy into a box.
+//! is exactly one stored chunk, or inner chunk of a shard (the usual case
+//! when the factors divide the unit's shape), reduces the decoded unit's
+//! own bytes, with no copy into a box.
 //!
 //! Memory: the answer's slabs as for any read (at most about four of
 //! `limits.read_slab_bytes`), plus, for each tile in flight (two per CPU
@@ -40,6 +40,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use super::read::whole::whole_chunk;
 use super::read::{check_limits, npy_header, DataRead, Pieces, ReadParams};
 use super::source::{region_error, MountChunkStore};
 use crate::service::cache::chunk::ArrayCache;
@@ -53,7 +54,7 @@ use crate::zarr::chunk::ChunkData;
 use crate::zarr::downsample::{self, Method};
 use crate::zarr::region::read::IndexEntry;
 use crate::zarr::region::{
-    self, plan_read, read_slab, ChunkSource, ReadCtx, RegionError, RegionOptions, SlabData, SourceError, UnitCache,
+    plan_read, read_slab, ChunkSource, ReadCtx, RegionError, RegionOptions, SlabData, SourceError, UnitCache,
 };
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 
@@ -211,33 +212,29 @@ impl Tiles {
         }
     }
 
-    /// The decoded chunk the source box `[start, start + shape)` is exactly
-    /// (an unsharded array's whole chunk, inside the array, stored, of its
-    /// decoded size): the tile reduces the chunk's own bytes, with no copy
-    /// into a box. `None`: read the box ([`Self::read_source`]), which fills
-    /// missing chunks and reports bad ones as every read does.
-    async fn whole_chunk(&self, start: &[u64], shape: &[u64]) -> Result<Option<Arc<ChunkData>>, RegionError> {
-        let desc = &self.source_desc;
-        if desc.sharding.is_some() || shape != desc.chunk_shape.as_slice() {
+    /// The decoded unit the source box `[start, start + shape)` is exactly
+    /// (a whole chunk, or inner chunk of a shard, inside the array, stored,
+    /// of its decoded size: [`whole_chunk`]): the tile reduces the unit's
+    /// own bytes, with no copy into a box. `None`: read the box
+    /// ([`Self::read_source`]), which fills missing units and reports bad
+    /// ones as every read does.
+    async fn whole_unit(&self, start: &[u64], shape: &[u64]) -> Result<Option<Arc<ChunkData>>, RegionError> {
+        let Some(unit) = whole_chunk(&self.source_desc, &box_selection(start, shape)) else {
             return Ok(None);
-        }
-        let mut coords = Vec::with_capacity(start.len());
-        for ((&s, &c), &n) in start.iter().zip(&desc.chunk_shape).zip(&desc.shape) {
-            if c == 0 || s % c != 0 || s.checked_add(c).is_none_or(|end| end > n) {
-                return Ok(None);
-            }
-            coords.push(s / c);
-        }
-        let want = shape.iter().try_fold(desc.data_type.size().unwrap_or(0) as u64, |a, &n| a.checked_mul(n));
-        let data = region::read_chunk(&self.source_ctx, &self.store, &coords).await?;
-        Ok(data.filter(|d| matches!(&**d, ChunkData::Fixed(b) if Some(b.len() as u64) == want)))
+        };
+        let es = self.source_desc.data_type.size().unwrap_or(0) as u64;
+        let Some(want) = shape.iter().try_fold(es, |a, &n| a.checked_mul(n)) else {
+            return Ok(None);
+        };
+        unit.read(&self.source_ctx, &self.store, want).await
     }
 
     /// The source box `[start, start + shape)`, decoded, C order.
     async fn read_source(&self, start: &[u64], shape: &[u64]) -> Result<Vec<u8>, RegionError> {
-        let dims = start.iter().zip(shape).map(|(&start, &len)| DimIndexer::Slice { start, step: 1, len }).collect();
-        let sel = Selection { dims, mode: SelectionMode::Basic };
-        let plan = Arc::new(plan_read(&self.source_desc, sel, u64::MAX).map_err(|e| RegionError::Internal(e.0))?);
+        let plan = Arc::new(
+            plan_read(&self.source_desc, box_selection(start, shape), u64::MAX)
+                .map_err(|e| RegionError::Internal(e.0))?,
+        );
         let mut source = Vec::new();
         for slab in plan.slabs() {
             match read_slab(&self.source_ctx, &self.store, slab, u64::MAX).await? {
@@ -259,7 +256,7 @@ impl Tiles {
             start.push(s);
             shape.push(s.saturating_add(span).min(desc.shape[d]) - s);
         }
-        let source = match self.whole_chunk(&start, &shape).await? {
+        let source = match self.whole_unit(&start, &shape).await? {
             Some(chunk) => TileSource::Chunk(chunk),
             None => TileSource::Box(self.read_source(&start, &shape).await?),
         };
@@ -277,7 +274,13 @@ impl Tiles {
     }
 }
 
-/// A tile's source: a decoded chunk's own bytes, or a box read for it.
+/// The selection of the box `[start, start + shape)`.
+fn box_selection(start: &[u64], shape: &[u64]) -> Selection {
+    let dims = start.iter().zip(shape).map(|(&start, &len)| DimIndexer::Slice { start, step: 1, len }).collect();
+    Selection { dims, mode: SelectionMode::Basic }
+}
+
+/// A tile's source: a decoded unit's own bytes, or a box read for it.
 enum TileSource {
     Chunk(Arc<ChunkData>),
     Box(Vec<u8>),
@@ -286,7 +289,7 @@ enum TileSource {
 impl TileSource {
     fn bytes(&self) -> &[u8] {
         match self {
-            // `whole_chunk` keeps only fixed-size chunks.
+            // `WholeUnit::read` keeps only fixed-size units.
             Self::Chunk(c) => match &**c {
                 ChunkData::Fixed(b) => b,
                 _ => &[],

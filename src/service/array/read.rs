@@ -63,7 +63,7 @@
 
 mod chunk;
 mod stream;
-mod whole;
+pub(super) mod whole;
 
 use std::sync::Arc;
 

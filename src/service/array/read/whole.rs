@@ -33,7 +33,7 @@ use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 
 /// The one unit a selection is exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum WholeUnit {
+pub(in crate::service::array) enum WholeUnit {
     /// A chunk of an unsharded array (grid coordinates).
     Chunk(Vec<u64>),
     /// An inner chunk of a shard: the shard's grid coordinates, and the
@@ -41,10 +41,33 @@ pub(super) enum WholeUnit {
     Inner(Vec<u64>, Vec<u64>),
 }
 
+impl WholeUnit {
+    /// The unit, decoded through the engine's unit reads
+    /// ([`region::read_chunk`], [`region::read_inner_chunk`]: cache, shard
+    /// index, revalidation, CPU pool), when it is stored and decodes to
+    /// `want` bytes of fixed-size elements; `None` otherwise (the ordinary
+    /// read fills a missing unit and reports a bad one).
+    ///
+    /// # Errors
+    /// A store failure, a unit that does not decode.
+    pub(in crate::service::array) async fn read(
+        &self,
+        ctx: &region::ReadCtx<'_>,
+        store: &dyn region::ChunkSource,
+        want: u64,
+    ) -> Result<Option<Arc<ChunkData>>, region::RegionError> {
+        let data = match self {
+            Self::Chunk(coords) => region::read_chunk(ctx, store, coords).await?,
+            Self::Inner(shard, inner) => region::read_inner_chunk(ctx, store, shard, inner).await?,
+        };
+        Ok(data.filter(|d| matches!(&**d, ChunkData::Fixed(b) if b.len() as u64 == want)))
+    }
+}
+
 /// The unit `sel` is exactly (every dimension a unit-step slice over one
 /// whole chunk, or inner chunk of a shard, inside the array); `None`
 /// otherwise.
-pub(super) fn whole_chunk(desc: &ArrayDescription, sel: &Selection) -> Option<WholeUnit> {
+pub(in crate::service::array) fn whole_chunk(desc: &ArrayDescription, sel: &Selection) -> Option<WholeUnit> {
     if sel.mode == SelectionMode::Coordinate || sel.dims.len() != desc.shape.len() {
         return None;
     }
@@ -129,14 +152,8 @@ pub(super) async fn read(
     let share: Option<Share> = if want > SMALL_ANSWER { Some(budget.share_now(want).await?) } else { None };
     let fill_cache = want.max(CACHE_ENTRY_ESTIMATE) <= src.cache.capacity() / 2;
     let engine = src.engine(fill_cache);
-    let data = match unit {
-        WholeUnit::Chunk(coords) => region::read_chunk(&engine.ctx, &engine.store, coords).await,
-        WholeUnit::Inner(shard, inner) => region::read_inner_chunk(&engine.ctx, &engine.store, shard, inner).await,
-    }
-    .map_err(|e| region_error(&engine.path, e))?;
-    let Some(data) = data.filter(|d| matches!(&**d, ChunkData::Fixed(b) if b.len() as u64 == want)) else {
-        return Ok(None);
-    };
+    let data = unit.read(&engine.ctx, &engine.store, want).await.map_err(|e| region_error(&engine.path, e))?;
+    let Some(data) = data else { return Ok(None) };
     let bytes = Bytes::from_owner(Decoded(data));
     let mut first = Vec::with_capacity(2 + bytes.len() / PIECE);
     if format == WireFormat::Npy {
@@ -170,6 +187,17 @@ mod tests {
         ArrayDescription::from_v3(&meta).unwrap()
     }
 
+    /// A float32 array of `shape` in 16×16 shards of 8×8 inner chunks.
+    fn sharded_desc(shape: &[u64]) -> ArrayDescription {
+        desc(
+            shape,
+            &[16, 16],
+            serde_json::json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [8, 8],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}]),
+        )
+    }
+
     fn slices(s: &[(u64, i64, u64)]) -> Selection {
         let dims = s.iter().map(|&(start, step, len)| DimIndexer::Slice { start, step, len }).collect();
         Selection { dims, mode: SelectionMode::Basic }
@@ -190,13 +218,7 @@ mod tests {
         let big = desc(&[1024, 1024], &[1024, 1024], bytes);
         let all = slices(&[(0, 1, 1024), (0, 1, 1024)]);
         assert_eq!(whole_chunk(&big, &all), Some(WholeUnit::Chunk(vec![0, 0])), "a 4 MiB chunk too");
-        let sharded = desc(
-            &[32, 32],
-            &[16, 16],
-            serde_json::json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [8, 8],
-                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}]),
-        );
+        let sharded = sharded_desc(&[32, 32]);
         assert_eq!(whole_chunk(&sharded, &slices(&[(0, 1, 16), (0, 1, 16)])), None, "a whole shard is four units");
         assert_eq!(
             whole_chunk(&sharded, &slices(&[(24, 1, 8), (8, 1, 8)])),
@@ -204,13 +226,7 @@ mod tests {
             "one inner chunk"
         );
         assert_eq!(whole_chunk(&sharded, &slices(&[(20, 1, 8), (8, 1, 8)])), None, "off the inner grid");
-        let edge = desc(
-            &[30, 32],
-            &[16, 16],
-            serde_json::json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [8, 8],
-                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}]),
-        );
+        let edge = sharded_desc(&[30, 32]);
         assert_eq!(whole_chunk(&edge, &slices(&[(24, 1, 6), (8, 1, 8)])), None, "an inner chunk past the end");
     }
 }
