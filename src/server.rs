@@ -100,32 +100,80 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Copies of one socket: connections are spread by the workers (see
     // `balance`); with SO_REUSEPORT the kernel spreads them.
     let balance = (!reuse_port).then(|| Balance::new(listeners.len()));
-    let threads = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(i, listener)| {
-            let (router, rx, connections) = (router.clone(), rx.clone(), Arc::clone(&connections));
-            let seat = balance.as_ref().map(|b| Seat::new(b, i));
-            std::thread::Builder::new()
-                .name(format!("zarrd-worker-{i}"))
-                .spawn(move || serve_on(listener, router, connections, rx, seat))
-        })
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let mut server = tokio::task::spawn_blocking(move || {
-        threads.into_iter().try_for_each(|t| t.join().unwrap_or_else(|_| Err(std::io::Error::other("worker panicked"))))
-    });
-    tokio::select! {
-        result = &mut server => return Ok(result??),
-        () = shutdown => {}
+    let workers = listeners.len();
+    let (done_tx, done) = tokio::sync::mpsc::unbounded_channel();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let (router, rx, connections) = (router.clone(), rx.clone(), Arc::clone(&connections));
+        let seat = balance.as_ref().map(|b| Seat::new(b, i));
+        let done = done_tx.clone();
+        std::thread::Builder::new().name(format!("zarrd-worker-{i}")).spawn(move || {
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                serve_on(listener, router, connections, rx, seat)
+            }));
+            let _ = done.send((i, served.unwrap_or_else(|_| Err(std::io::Error::other("the worker panicked")))));
+        })?;
     }
-    tracing::info!(grace_seconds = grace.as_secs(), "shutting down: finishing in-flight requests");
-    let _ = tx.send(true);
-    match tokio::time::timeout(grace, &mut server).await {
-        Ok(result) => result??,
-        Err(_) => tracing::warn!("grace period over: closing remaining connections"),
+    drop(done_tx);
+    supervise(workers, done, shutdown, &tx, grace).await
+}
+
+/// Waits for the workers: until `shutdown`, then (after telling them to
+/// stop through `stop`) until all have returned or `grace` is over.
+///
+/// A worker that returns before `shutdown` — it cannot serve, or it
+/// panicked — stops the server: the others are told to stop and the error
+/// names the worker. Carrying on with fewer workers would hide it (the
+/// connections it held are gone, the balance waits for a seat nobody
+/// takes); a supervisor restarting the process is the remedy.
+///
+/// # Errors
+/// A worker that stopped before `shutdown`, or failed while stopping.
+async fn supervise(
+    workers: usize,
+    mut done: tokio::sync::mpsc::UnboundedReceiver<(usize, std::io::Result<()>)>,
+    shutdown: impl std::future::Future<Output = ()>,
+    stop: &tokio::sync::watch::Sender<bool>,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    let early = tokio::select! {
+        exit = done.recv() => exit,
+        () = shutdown => None,
+    };
+    let mut left = workers;
+    let mut failure = None;
+    if let Some((i, result)) = early {
+        left -= 1;
+        let reason = result.err().map_or_else(|| "it returned".to_string(), |e| e.to_string());
+        tracing::error!(worker = i, %reason, "a worker stopped while serving: stopping the server");
+        failure = Some(anyhow::anyhow!("worker {i} stopped while serving: {reason}"));
+    } else {
+        tracing::info!(grace_seconds = grace.as_secs(), "shutting down: finishing in-flight requests");
     }
-    tracing::info!("stopped");
-    Ok(())
+    let _ = stop.send(true);
+    let deadline = tokio::time::Instant::now() + grace;
+    while left > 0 {
+        match tokio::time::timeout_at(deadline, done.recv()).await {
+            Ok(Some((i, result))) => {
+                left -= 1;
+                if let Err(e) = result {
+                    tracing::error!(worker = i, error = %e, "a worker failed while stopping");
+                    failure.get_or_insert_with(|| anyhow::anyhow!("worker {i}: {e}"));
+                }
+            }
+            Ok(None) => break,
+            Err(_) => {
+                tracing::warn!("grace period over: closing remaining connections");
+                break;
+            }
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
 }
 
 /// What the start-up log says about access: a warning when anyone who can
@@ -634,5 +682,55 @@ mod tests {
         let (level, message) = access_summary(&Authenticator::new(&config));
         assert_eq!(level, tracing::Level::INFO);
         assert!(message.ends_with("ci"), "{message}");
+    }
+
+    /// Fake workers: each waits for the stop signal (or, for `early`, does
+    /// not) and reports on `done` as a worker thread does.
+    fn fake_workers(
+        n: usize,
+        early: Option<usize>,
+        stop: &tokio::sync::watch::Sender<bool>,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<(usize, std::io::Result<()>)> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..n {
+            let (tx, mut stopped) = (tx.clone(), stop.subscribe());
+            tokio::spawn(async move {
+                if early == Some(i) {
+                    let _ = tx.send((i, Err(std::io::Error::other("the worker panicked"))));
+                    return;
+                }
+                let _ = stopped.wait_for(|s| *s).await;
+                let _ = tx.send((i, Ok(())));
+            });
+        }
+        rx
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_stops_while_serving_stops_the_server() {
+        let (stop, _keep) = tokio::sync::watch::channel(false);
+        let done = fake_workers(3, Some(1), &stop);
+        let never = std::future::pending::<()>();
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(10), supervise(3, done, never, &stop, Duration::from_secs(5)))
+                .await
+                .expect("supervise returns without a shutdown signal");
+        let message = outcome.expect_err("a dead worker is an error").to_string();
+        assert!(message.contains("worker 1") && message.contains("panicked"), "{message}");
+        assert!(*stop.borrow(), "the other workers were told to stop");
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_stops_every_worker_and_succeeds() {
+        let (stop, _keep) = tokio::sync::watch::channel(false);
+        let done = fake_workers(3, None, &stop);
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(10),
+            supervise(3, done, std::future::ready(()), &stop, Duration::from_secs(5)),
+        )
+        .await
+        .expect("every worker stops within the grace period");
+        outcome.expect("a clean shutdown");
+        assert!(*stop.borrow());
     }
 }
