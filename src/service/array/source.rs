@@ -55,9 +55,10 @@ impl MountChunkStore {
         Self { bulk: true, ..self }
     }
 
-    /// A read of `range` (the whole object: `None`), bulk as the store is.
+    /// A read of `range` (the whole object: `None`), bulk as the store is;
+    /// concurrent, as the engine asks for several chunks at once.
     fn request(&self, range: Option<ByteRange>) -> ReadRequest {
-        ReadRequest { range, bulk: self.bulk, ..ReadRequest::default() }
+        ReadRequest { range, bulk: self.bulk, concurrent: true, ..ReadRequest::default() }
     }
 
     fn key(&self, rel: &str) -> Result<StoreKey, SourceError> {
