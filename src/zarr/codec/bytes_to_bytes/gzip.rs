@@ -2,11 +2,14 @@
 //! DEFLATE, RFC 1951, in the gzip file format, RFC 1952), which is also
 //! numcodecs' `gzip` (Zarr v2 and `numcodecs.gzip`).
 //!
-//! Decoding accepts multi-member streams, as Python's `gzip` module does.
+//! Decoding reads members one after another and skips zero padding between
+//! and after them, as Python's `gzip` module (numcodecs, zarr-python) does;
+//! any other trailing bytes, a wrong CRC-32 or ISIZE, or a truncated member
+//! are a codec error. DEFLATE runs on flate2's `zlib-rs` backend.
 
-use std::io::Write;
+use std::io::{Read, Write};
 
-use flate2::bufread::MultiGzDecoder;
+use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use serde::Serialize;
@@ -109,20 +112,47 @@ impl BytesToBytesCodec for Gzip {
 
     fn decode(&self, bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>> {
         // The trailer's ISIZE (the last member's size mod 2^32) sizes the
-        // first allocation; `read_capped` never trusts it past the cap.
+        // first allocation; it is never trusted past the cap.
         let hint = bytes
             .len()
             .checked_sub(4)
             .and_then(|i| bytes.get(i..))
             .and_then(|t| <[u8; 4]>::try_from(t).ok())
             .map_or(0, |t| usize::try_from(u32::from_le_bytes(t)).unwrap_or(0));
-        super::read_capped(NAME, MultiGzDecoder::new(bytes.as_slice()), hint, max_decoded)
+        let mut out = Vec::with_capacity(hint.min(max_decoded));
+        // One byte past the cap tells "exactly max" from "more than max"
+        // without decoding the rest.
+        let limit = u64::try_from(max_decoded).unwrap_or(u64::MAX).saturating_add(1);
+        let mut rest = bytes.as_slice();
+        if rest.is_empty() {
+            // No member at all: nothing (as `gzip.decompress(b"")`).
+            return Ok(out);
+        }
+        // Members one after another, as Python's `gzip` reads them: zero
+        // bytes after a member are padding; anything else must be a member.
+        loop {
+            let room = limit - out.len() as u64;
+            let mut member = GzDecoder::new(rest);
+            (&mut member).take(room).read_to_end(&mut out).map_err(|e| corrupt(&e))?;
+            if out.len() > max_decoded {
+                return Err(super::too_large(NAME, max_decoded));
+            }
+            rest = member.into_inner();
+            match rest.iter().position(|&b| b != 0) {
+                Some(next) => rest = &rest[next..],
+                None => return Ok(out),
+            }
+        }
     }
+}
+
+fn corrupt(e: &std::io::Error) -> CodecError {
+    CodecError::new(NAME, format!("corrupt input: {e}"))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{assert_hostile_inputs_fail_cleanly, counting_u32, hex};
+    use super::super::test_util::{assert_hostile_inputs_fail_cleanly, counting_u32, hex, smooth_f32};
     use super::*;
     use proptest::prelude::*;
 
@@ -159,6 +189,57 @@ mod tests {
         bad_crc[n - 8] ^= 0xff;
         assert!(c.decode(bad_crc, data.len()).is_err());
         assert_hostile_inputs_fail_cleanly(&c, &data, &enc);
+    }
+
+    /// Python's `gzip` module (numcodecs' `GZip`) on each: members one after
+    /// another, zero padding between and after them read; anything else
+    /// after a member, or zeros before the first, an error.
+    #[test]
+    fn members_padding_and_trailing_bytes_as_python_reads_them() {
+        let data = counting_u32();
+        let c = Gzip::new(5).unwrap();
+        let (l1, l9, empty) = (hex(GZIP_L1), hex(GZIP_L9), hex(GZIP_EMPTY));
+        let both = [data.clone(), data.clone()].concat();
+        let read = |parts: &[&[u8]], max: usize| c.decode(parts.concat(), max);
+        assert_eq!(read(&[&l1, &[0; 7], &l9, &[0; 3]], 2 * data.len()).unwrap(), both);
+        assert_eq!(read(&[&empty, &l1, &empty], data.len()).unwrap(), data);
+        assert_eq!(read(&[&l1, &[0]], data.len()).unwrap(), data);
+        // Nothing at all is nothing (gzip.decompress(b"") == b"").
+        assert_eq!(c.decode(Vec::new(), 0).unwrap(), b"");
+        for (what, parts) in [
+            ("garbage", vec![&l1[..], b"garbage"]),
+            ("half a header", vec![&l1[..], b"\x1f\x8b"]),
+            ("a truncated second member", vec![&l1[..], &l9[..l9.len() - 1]]),
+            ("leading zeros", vec![&[0u8, 0][..], &l1[..]]),
+            ("only zeros", vec![&[0u8; 4][..]]),
+        ] {
+            let e = read(&parts, 2 * data.len()).unwrap_err();
+            assert_eq!(e.codec, "gzip", "{what}");
+            assert!(e.reason.starts_with("corrupt input"), "{what}: {e}");
+        }
+        // The cap counts every member: two that fit alone but not together.
+        let e = read(&[&l1, &l9], 2 * data.len() - 1).unwrap_err();
+        assert!(e.reason.contains("exceeds the expected size"), "{e}");
+        // A wrong ISIZE (the size mod 2^32) is an error, even though the
+        // stream itself is whole and its CRC right.
+        let mut isize = l1.clone();
+        let n = isize.len();
+        isize[n - 4] ^= 1;
+        assert!(c.decode(isize.clone(), 2 * data.len()).is_err());
+        // And an ISIZE claiming 4 GiB allocates nothing near it.
+        isize[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(c.decode(isize, data.len()).is_err());
+    }
+
+    #[test]
+    fn large_multi_member_streams_round_trip() {
+        // Members of a few MiB each, the last one small (its ISIZE is the
+        // only size hint): the output grows past the hint and stays exact.
+        let big = smooth_f32(1 << 20);
+        let c = Gzip::new(1).unwrap();
+        let stream = [c.encode(big.clone()).unwrap(), c.encode(big[..100].to_vec()).unwrap()].concat();
+        assert_eq!(c.decode(stream.clone(), big.len() + 100).unwrap(), [&big[..], &big[..100]].concat());
+        assert!(c.decode(stream, big.len() + 99).unwrap_err().reason.contains("exceeds"));
     }
 
     #[test]

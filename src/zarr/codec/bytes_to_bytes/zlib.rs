@@ -1,6 +1,9 @@
 //! numcodecs' `zlib` codec (Zarr v2 `compressor` `{"id": "zlib"}` and v3
 //! `numcodecs.zlib`): DEFLATE (RFC 1951) in the zlib format (RFC 1950), as
-//! Python's `zlib.compress` writes it.
+//! Python's `zlib.compress` writes it. Bytes after the end of the stream are
+//! ignored, as `zlib.decompress` ignores them; a wrong Adler-32 or a
+//! truncated stream is a codec error. DEFLATE runs on flate2's `zlib-rs`
+//! backend.
 
 use std::io::Write;
 
@@ -72,7 +75,7 @@ impl BytesToBytesCodec for Zlib {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{assert_hostile_inputs_fail_cleanly, counting_u32, hex};
+    use super::super::test_util::{assert_hostile_inputs_fail_cleanly, counting_u32, hex, smooth_f32};
     use super::*;
     use proptest::prelude::*;
 
@@ -96,6 +99,37 @@ mod tests {
         assert_eq!(e.codec, "zlib");
         assert!(c.decode(enc[..enc.len() / 2].to_vec(), data.len()).is_err());
         assert_hostile_inputs_fail_cleanly(&c, &data, &enc);
+    }
+
+    /// Python's `zlib.decompress` (numcodecs' `Zlib`) on each: bytes after
+    /// the end of the stream ignored; a wrong Adler-32, truncation, an empty
+    /// input or a gzip stream an error.
+    #[test]
+    fn trailing_bytes_and_broken_streams_as_python_reads_them() {
+        let data = counting_u32();
+        let c = Zlib::new(1).unwrap();
+        let enc = hex(ZLIB_L1);
+        for tail in [&b"garbage"[..], &[0; 9], &enc] {
+            assert_eq!(c.decode([&enc[..], tail].concat(), data.len()).unwrap(), data);
+        }
+        let mut adler = enc.clone();
+        let n = adler.len();
+        adler[n - 1] ^= 1;
+        let e = c.decode(adler, data.len()).unwrap_err();
+        assert!(e.reason.starts_with("corrupt input"), "{e}");
+        for broken in [
+            Vec::new(),
+            enc[..n - 1].to_vec(),
+            crate::zarr::codec::bytes_to_bytes::gzip::Gzip::new(1).unwrap().encode(data.clone()).unwrap(),
+        ] {
+            let e = c.decode(broken, data.len()).unwrap_err();
+            assert_eq!(e.codec, "zlib");
+        }
+        // A large stream decodes exactly at its size and fails one byte below.
+        let big = smooth_f32(1 << 20);
+        let stream = c.encode(big.clone()).unwrap();
+        assert_eq!(c.decode(stream.clone(), big.len()).unwrap(), big);
+        assert!(c.decode(stream, big.len() - 1).unwrap_err().reason.contains("exceeds"));
     }
 
     #[test]
