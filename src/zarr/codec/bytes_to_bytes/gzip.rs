@@ -5,13 +5,21 @@
 //! Decoding reads members one after another and skips zero padding between
 //! and after them, as Python's `gzip` module (numcodecs, zarr-python) does;
 //! any other trailing bytes, a wrong CRC-32 or ISIZE, or a truncated member
-//! are a codec error. DEFLATE runs on flate2's `zlib-rs` backend.
+//! are a codec error.
+//!
+//! A stream that is one member decoding to exactly the expected size (what
+//! every writer stores) is inflated in one shot by libdeflate into a buffer
+//! of that size; everything else, and encoding, runs on flate2's `zlib-rs`
+//! backend. Per 2 MiB chunk (bench/README.md, codecs): libdeflate 44 M
+//! instructions, zlib-rs 62 M, miniz_oxide (before) 84 M.
 
+use std::cell::RefCell;
 use std::io::{Read, Write};
 
 use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use libdeflater::Decompressor;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -119,6 +127,15 @@ impl BytesToBytesCodec for Gzip {
             .and_then(|i| bytes.get(i..))
             .and_then(|t| <[u8; 4]>::try_from(t).ok())
             .map_or(0, |t| usize::try_from(u32::from_le_bytes(t)).unwrap_or(0));
+        // One member filling the cap exactly (a chunk as every writer stores
+        // it): libdeflate's one-shot inflate, straight into a buffer of that
+        // size. Anything else (several members, padding, a shorter output,
+        // an error) takes the member loop below, which decides.
+        if hint == max_decoded && (1..=ONE_SHOT_MAX).contains(&max_decoded) {
+            if let Some(out) = one_member(&bytes, max_decoded) {
+                return Ok(out);
+            }
+        }
         let mut out = Vec::with_capacity(hint.min(max_decoded));
         // One byte past the cap tells "exactly max" from "more than max"
         // without decoding the rest.
@@ -144,6 +161,32 @@ impl BytesToBytesCodec for Gzip {
             }
         }
     }
+}
+
+/// The largest output decoded in one shot (allocated whole before
+/// decoding); larger caps grow their output as it decodes.
+pub(super) const ONE_SHOT_MAX: usize = 64 << 20;
+
+thread_local! {
+    /// libdeflate's decompressor (~11 KB of tables), one per thread.
+    static LIBDEFLATE: RefCell<Decompressor> = RefCell::new(Decompressor::new());
+}
+
+/// Runs `f` with this thread's libdeflate decompressor.
+pub(super) fn with_libdeflate<T>(f: impl FnOnce(&mut Decompressor) -> T) -> T {
+    LIBDEFLATE.with_borrow_mut(f)
+}
+
+/// `bytes` as exactly one gzip member of `n` decoded bytes, or `None`.
+/// libdeflate inflates one member and checks the CRC-32 and ISIZE that
+/// follow it; that trailer is the input's last eight bytes (no member,
+/// padding or garbage after it) when those hold the same CRC-32 and size
+/// (the caller checked the size).
+fn one_member(bytes: &[u8], n: usize) -> Option<Vec<u8>> {
+    let mut out = vec![0; n];
+    let got = with_libdeflate(|d| d.gzip_decompress(bytes, &mut out)).ok()?;
+    let crc = bytes.len().checked_sub(8).and_then(|i| bytes.get(i..i + 4))?;
+    (got == n && crc == libdeflater::crc32(&out).to_le_bytes()).then_some(out)
 }
 
 fn corrupt(e: &std::io::Error) -> CodecError {

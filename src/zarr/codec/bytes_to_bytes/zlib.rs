@@ -2,17 +2,20 @@
 //! `numcodecs.zlib`): DEFLATE (RFC 1951) in the zlib format (RFC 1950), as
 //! Python's `zlib.compress` writes it. Bytes after the end of the stream are
 //! ignored, as `zlib.decompress` ignores them; a wrong Adler-32 or a
-//! truncated stream is a codec error. DEFLATE runs on flate2's `zlib-rs`
-//! backend.
+//! truncated stream is a codec error. Decoding is libdeflate's one-shot
+//! inflate into a buffer of the expected size (flate2's `zlib-rs` backend
+//! for caps over 64 MiB and to word errors); encoding is flate2's.
 
 use std::io::Write;
 
 use flate2::bufread::ZlibDecoder;
 use flate2::write::ZlibEncoder;
 use flate2::Compression;
+use libdeflater::DecompressionError;
 
 use serde_json::{Map, Value};
 
+use super::gzip::{with_libdeflate, ONE_SHOT_MAX};
 use super::Config;
 use crate::zarr::codec::numcodecs::check_int;
 use crate::zarr::codec::{BytesToBytesCodec, CodecError, CodecResult};
@@ -67,6 +70,24 @@ impl BytesToBytesCodec for Zlib {
     }
 
     fn decode(&self, bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>> {
+        // libdeflate's one-shot inflate into a buffer of the cap (the
+        // chunk's size), when that is not too large to allocate up front.
+        // It ignores bytes after the stream, as `zlib.decompress` does; an
+        // error is left to flate2 below, which words it.
+        if max_decoded <= ONE_SHOT_MAX {
+            let mut out = vec![0; max_decoded];
+            match with_libdeflate(|d| d.zlib_decompress(&bytes, &mut out)) {
+                Ok(n) => {
+                    out.truncate(n);
+                    if n < max_decoded / 2 {
+                        out.shrink_to_fit();
+                    }
+                    return Ok(out);
+                }
+                Err(DecompressionError::InsufficientSpace) => return Err(super::too_large(NAME, max_decoded)),
+                Err(DecompressionError::BadData) => {}
+            }
+        }
         // zlib records no size; start from a guess and let the cap bound it.
         let hint = bytes.len().saturating_mul(4);
         super::read_capped(NAME, ZlibDecoder::new(bytes.as_slice()), hint, max_decoded)
