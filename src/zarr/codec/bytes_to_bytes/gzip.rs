@@ -11,7 +11,12 @@
 //! every writer stores) is inflated in one shot by libdeflate into a buffer
 //! of that size; everything else, and encoding, runs on flate2's `zlib-rs`
 //! backend. Per 2 MiB chunk (bench/README.md, codecs): libdeflate 44 M
-//! instructions, zlib-rs 62 M, miniz_oxide (before) 84 M.
+//! instructions, zlib-rs 62 M, miniz_oxide (before) 84 M. (libdeflater's
+//! safe API does not say where a member ended: a stream built so that
+//! bytes after a first member that fills the cap end in that member's own
+//! trailer reads as that member, where Python's `gzip` reads on and fails.
+//! Only a deliberately crafted stream does that, and it yields the first
+//! member's bytes, checked by its CRC-32.)
 
 use std::cell::RefCell;
 use std::io::{Read, Write};
