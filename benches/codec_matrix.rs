@@ -14,8 +14,10 @@
 //! pool (for a codec that splits work across the pool). Blosc cases also get
 //! a `c-blosc` column: `blosc_decompress_ctx` with one thread called
 //! directly on the same bytes (what zarrd's codec calls), so the difference
-//! is the chain's own cost. `ZARRD_CODEC_ONLY=zarrd` (or `c-blosc`) times
-//! only that decoder, for instruction counts under cachegrind.
+//! is the chain's own cost; gzip and zlib cases get libdeflate's one-shot
+//! inflate in that column instead (the alternative to the codec's flate2).
+//! `ZARRD_CODEC_ONLY=zarrd` (or `c-blosc`, `libdeflate`) times only that
+//! decoder, for instruction counts under cachegrind.
 //!
 //! Run: `ZARRD_CODEC_DIR=DIR cargo bench --bench codec_matrix` (optional
 //! `ZARRD_CODEC_FILTER=blosc_lz4` to run the cases whose name contains it).
@@ -37,7 +39,7 @@ fn repeat() -> usize {
     std::env::var("ZARRD_CODEC_REPEAT").ok().and_then(|r| r.parse().ok()).unwrap_or(15).max(1)
 }
 
-/// `ZARRD_CODEC_ONLY=zarrd` or `c-blosc`: time only that decoder (one
+/// `ZARRD_CODEC_ONLY=zarrd`, `c-blosc` or `libdeflate`: time only that decoder (one
 /// thread), for instruction counts under `valgrind --tool=cachegrind`.
 fn only() -> Option<String> {
     std::env::var("ZARRD_CODEC_ONLY").ok()
@@ -57,6 +59,17 @@ fn median_mbps<T>(chunk: &[u8], decoded: u64, mut f: impl FnMut(Vec<u8>) -> T) -
     #[allow(clippy::cast_precision_loss)]
     let mbps = decoded as f64 / times[times.len() / 2] / 1e6;
     mbps
+}
+
+/// libdeflate's one-shot inflate into an exact-size buffer: the fastest
+/// DEFLATE decoder we know of, measured against the codec's own (flate2).
+fn libdeflate(name: &str, enc: &[u8], n: usize) -> Vec<u8> {
+    let mut out = vec![0; n];
+    let mut d = libdeflater::Decompressor::new();
+    let got =
+        if name.starts_with("gzip") { d.gzip_decompress(enc, &mut out) } else { d.zlib_decompress(enc, &mut out) };
+    assert_eq!(got, Ok(n));
+    out
 }
 
 /// c-blosc alone (one thread), as the codec calls it.
@@ -88,7 +101,7 @@ fn main() {
     );
     println!();
     println!(
-        "| case | stored | zarrd | zarrd, 1 thread | c-blosc | numcodecs | TensorStore | zarrd / numcodecs | zarrd / TensorStore |"
+        "| case | stored | zarrd | zarrd, 1 thread | c-blosc / libdeflate | numcodecs | TensorStore | zarrd / numcodecs | zarrd / TensorStore |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
@@ -113,7 +126,10 @@ fn main() {
                 "zarrd" => {
                     one_thread.install(|| median_mbps(&chunk, decoded, |input| desc.decode_chunk(input).unwrap()))
                 }
-                _ if name.starts_with("blosc_") => median_mbps(&chunk, decoded, |input| c_blosc(&input, n)),
+                "c-blosc" if name.starts_with("blosc_") => median_mbps(&chunk, decoded, |input| c_blosc(&input, n)),
+                "libdeflate" if name.starts_with("gzip") || name.starts_with("zlib") => {
+                    median_mbps(&chunk, decoded, |input| libdeflate(name, &input, n))
+                }
                 _ => continue,
             };
             println!("| {name} | {which} | {mbps:.0} |");
@@ -122,11 +138,16 @@ fn main() {
         let zarrd = median_mbps(&chunk, decoded, |input| desc.decode_chunk(input).unwrap());
         // The same on a one-thread pool: blosc's blocks decoded one after another.
         let serial = one_thread.install(|| median_mbps(&chunk, decoded, |input| desc.decode_chunk(input).unwrap()));
-        let c = name.starts_with("blosc_").then(|| {
-            let n = usize::try_from(decoded).unwrap();
+        let n = usize::try_from(decoded).unwrap();
+        let c = if name.starts_with("blosc_") {
             assert_eq!(c_blosc(&chunk, n).len(), n);
-            median_mbps(&chunk, decoded, |input| c_blosc(&input, n))
-        });
+            Some(median_mbps(&chunk, decoded, |input| c_blosc(&input, n)))
+        } else if name.starts_with("gzip") || name.starts_with("zlib") {
+            assert_eq!(libdeflate(name, &chunk, n), out, "{name}: libdeflate");
+            Some(median_mbps(&chunk, decoded, |input| libdeflate(name, &input, n)))
+        } else {
+            None
+        };
         let reference = |key: &str| case[key].as_f64();
         let ratio = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{:.2}", zarrd / r));
         let mbps = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.0}"));

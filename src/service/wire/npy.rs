@@ -155,10 +155,9 @@ pub fn decode(body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded
     }
     let mut bytes = data.to_vec();
     let unit = dt.swap_unit();
-    if order == '>' && unit > 1 {
-        for e in bytes.chunks_exact_mut(unit) {
-            e.reverse();
-        }
+    if order == '>' {
+        // The codec's vectorised swap (a no-op for one-byte units).
+        crate::zarr::codec::byte_layout_decode(&mut bytes, unit);
     }
     if fortran && npy_shape.len() > 1 {
         bytes = fortran_to_c(&bytes, &npy_shape, size);

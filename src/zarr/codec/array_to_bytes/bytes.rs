@@ -14,6 +14,9 @@
 
 use serde::Serialize;
 
+mod swap;
+pub(crate) use swap::swap_units;
+
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
 use crate::zarr::codec::registry::{BuiltCodec, CodecConfig, ParseContext};
 use crate::zarr::codec::{ArrayToBytesCodec, CodecError, CodecResult};
@@ -155,23 +158,6 @@ impl BytesCodec {
         if self.endian == Some(Endian::Big) && unit > 1 {
             swap_units(bytes, unit);
         }
-    }
-}
-
-/// Reverses every `unit`-byte group in place.
-pub(crate) fn swap_units(bytes: &mut [u8], unit: usize) {
-    match unit {
-        2 => bytes.chunks_exact_mut(2).for_each(|c| c.swap(0, 1)),
-        4 => bytes.chunks_exact_mut(4).for_each(|c| {
-            let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]).swap_bytes();
-            c.copy_from_slice(&v.to_le_bytes());
-        }),
-        8 => bytes.chunks_exact_mut(8).for_each(|c| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(c);
-            c.copy_from_slice(&u64::from_le_bytes(a).swap_bytes().to_le_bytes());
-        }),
-        _ => bytes.chunks_exact_mut(unit).for_each(<[u8]>::reverse),
     }
 }
 
