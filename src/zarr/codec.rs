@@ -126,10 +126,10 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     /// # Errors
     /// Corrupt, truncated or oversized input, or a checksum mismatch.
     fn decode(&self, bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>>;
-    /// Whether [`decode_range`](Self::decode_range) may decode less than
-    /// the whole value (the default: no, it never does).
-    fn decodes_ranges(&self) -> bool {
-        false
+    /// How [`decode_range`](Self::decode_range) decodes less than the
+    /// whole value (the default: `None`, it never does).
+    fn range_decode(&self) -> Option<RangeDecode> {
+        None
     }
     /// Decodes only what covers the bytes `want` of a value whose whole
     /// decoding is exactly `size` bytes: `Some((at, bytes))`, decoded bytes
@@ -144,6 +144,18 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
         let _ = (bytes, size, want);
         None
     }
+}
+
+/// How a compressor decodes part of a value
+/// ([`BytesToBytesCodec::decode_range`]), which says what a part costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeDecode {
+    /// In order from the start, stopping after the range (zstd): a part
+    /// costs about its end.
+    Prefix,
+    /// Only the blocks the range lies in (blosc): a part costs about its
+    /// length.
+    Blocks,
 }
 
 /// The most bytes a bytes→bytes decoder may produce when the size it should
@@ -219,14 +231,15 @@ impl CodecChain {
 impl CodecChain {
     /// When a part of a chunk of representation `decoded` can be decoded
     /// alone ([`Self::decode_range`]): the chain is one compressor that
-    /// decodes ranges ([`BytesToBytesCodec::decodes_ranges`]) over a
+    /// decodes ranges ([`BytesToBytesCodec::range_decode`]) over a
     /// byte-layout array→bytes codec (no array→array codec, no checksum):
-    /// the layout's swap unit.
+    /// the layout's swap unit and how the compressor decodes a part.
     #[must_use]
-    pub fn range_layout(&self, decoded: &ChunkRepr) -> Option<usize> {
+    pub fn range_layout(&self, decoded: &ChunkRepr) -> Option<(usize, RangeDecode)> {
         match &self.bytes_to_bytes[..] {
-            [codec] if self.array_to_array.is_empty() && codec.decodes_ranges() => {
-                self.array_to_bytes.byte_layout(decoded)
+            [codec] if self.array_to_array.is_empty() => {
+                let kind = codec.range_decode()?;
+                Some((self.array_to_bytes.byte_layout(decoded)?, kind))
             }
             _ => None,
         }

@@ -7,12 +7,14 @@
 //! compressor and no filters) holds element `i` at decoded bytes
 //! `i * es .. (i + 1) * es`. A slab that needs only the elements in the
 //! decoded bytes `span` ([`needed_span`]) of such a chunk can stop there:
-//! zstd decodes in order and stops after the span's end, blosc decodes the
-//! blocks the span lies in. Worth it when the span ends within
-//! [`RANGED_MAX_END`] of the chunk (the last row of chunks an unaligned
-//! box touches along its first dimension needs, say, rows 0..19 of 128);
-//! then the part is copied into the slab as a partial read's parts are
-//! ([`super::partial::copy_parts`]).
+//! zstd decodes in order and stops after the span's end
+//! ([`RangeDecode::Prefix`]: a part costs its end), blosc decodes the
+//! blocks the span lies in ([`RangeDecode::Blocks`]: a part costs its
+//! length). Worth it when that cost is at most [`RANGED_MAX_COST`] of the
+//! chunk (the last row of chunks an unaligned box touches along its first
+//! dimension needs, say, rows 0..19 of 128; an aligned box the second
+//! half of a blosc chunk); then the part is copied into the slab as a
+//! partial read's parts are ([`super::partial::copy_parts`]).
 //!
 //! What is not given up: declared sizes are checked against the chunk's
 //! before decoding (a zstd frame's content size, blosc's `nbytes`), and
@@ -26,10 +28,11 @@
 use std::ops::Range;
 
 use super::plan::UnitCopy;
+use crate::zarr::codec::RangeDecode;
 
-/// The fraction of a chunk (numerator, denominator) the needed span may
-/// end at for a part to be decoded alone.
-pub const RANGED_MAX_END: (u64, u64) = (3, 4);
+/// The fraction of a chunk (numerator, denominator) a part may cost (see
+/// [`RangeDecode`]) to be decoded alone.
+pub const RANGED_MAX_COST: (u64, u64) = (3, 4);
 
 /// The decoded bytes from the first to past the last byte that `spec`
 /// copies from a unit of `es`-byte elements; `None` when it copies
@@ -52,13 +55,17 @@ pub fn needed_span(spec: &UnitCopy, es: u64) -> Option<Range<u64>> {
 }
 
 /// The span of a unit of `unit_bytes` decoded bytes to decode alone for
-/// `spec`, when it pays (it ends within [`RANGED_MAX_END`] of the unit);
-/// `None`: decode the unit whole.
+/// `spec`, when it pays (its cost for a codec decoding parts as `kind` is
+/// at most [`RANGED_MAX_COST`] of the unit); `None`: decode the unit whole.
 #[must_use]
-pub fn ranged_span(spec: &UnitCopy, es: u64, unit_bytes: u64) -> Option<Range<usize>> {
+pub fn ranged_span(spec: &UnitCopy, es: u64, unit_bytes: u64, kind: RangeDecode) -> Option<Range<usize>> {
     let span = needed_span(spec, es)?;
-    let (num, den) = RANGED_MAX_END;
-    if span.end > unit_bytes || span.end.saturating_mul(den) > unit_bytes.saturating_mul(num) {
+    let (num, den) = RANGED_MAX_COST;
+    let cost = match kind {
+        RangeDecode::Prefix => span.end,
+        RangeDecode::Blocks => span.end - span.start,
+    };
+    if span.end > unit_bytes || cost.saturating_mul(den) > unit_bytes.saturating_mul(num) {
         return None;
     }
     Some(usize::try_from(span.start).ok()?..usize::try_from(span.end).ok()?)

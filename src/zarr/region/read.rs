@@ -27,7 +27,12 @@
 //!   the coalesced byte ranges it needs, copied from the parts (nothing
 //!   cached: no whole chunk was decoded); of an inner chunk whose index
 //!   entry has its exact size, only those ranges of the shard, coalesced
-//!   with the other inner chunks' ranges.
+//!   with the other inner chunks' ranges;
+//! - compressed units over a byte layout (one zstd or blosc compressor,
+//!   [`super::ranged`]): when the cache would not keep the decoded unit
+//!   and the slab needs only its start (the span ends within 3/4 of it),
+//!   only that part is decoded (zstd: the prefix; blosc: its blocks) and
+//!   copied as a partial read's parts; anything doubtful decodes whole.
 //!
 //! Concurrency: units (shards) are read at most
 //! [`RegionOptions::concurrency`] at a time on the calling task; decoding
@@ -60,7 +65,7 @@ use super::{ChunkSource, Inline, Offload, RegionError, RegionOptions, SizedParts
 use crate::zarr::array::ArrayDescription;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
-use crate::zarr::codec::ArrayToBytesCodec;
+use crate::zarr::codec::{ArrayToBytesCodec, RangeDecode};
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 use crate::zarr::subset::{ArraySubset, SubsetError};
 
@@ -200,8 +205,8 @@ pub struct ReadCtx<'a> {
     /// partial reads.
     layout: Option<usize>,
     /// Compressed units of which a part can be decoded alone
-    /// ([`super::ranged`]): the layout's swap unit.
-    ranged: Option<usize>,
+    /// ([`super::ranged`]): the layout's swap unit, how a part decodes.
+    ranged: Option<(usize, RangeDecode)>,
 }
 
 /// The array a read goes by: shared (CPU work may run on other threads),
@@ -348,12 +353,12 @@ impl<'a> ReadCtx<'a> {
     /// (and the layout's swap unit), when that pays and the cache would not
     /// keep the whole unit ([`super::ranged`]).
     fn ranged(&self, copy: &UnitCopy) -> Option<(usize, Range<usize>)> {
-        let unit = self.ranged?;
+        let (unit, kind) = self.ranged?;
         if self.cache.keeps_units() {
             return None;
         }
         let es = self.es as u64;
-        Some((unit, ranged_span(copy, es, self.unit_elems.saturating_mul(es))?))
+        Some((unit, ranged_span(copy, es, self.unit_elems.saturating_mul(es), kind)?))
     }
 
     async fn yield_point(&self) {

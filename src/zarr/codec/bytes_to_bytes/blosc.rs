@@ -415,8 +415,8 @@ impl BytesToBytesCodec for Blosc {
         Ok(out)
     }
 
-    fn decodes_ranges(&self) -> bool {
-        true
+    fn range_decode(&self) -> Option<crate::zarr::codec::RangeDecode> {
+        Some(crate::zarr::codec::RangeDecode::Blocks)
     }
 
     /// Only the blocks `want` touches (c-blosc's `blosc_getitem`).

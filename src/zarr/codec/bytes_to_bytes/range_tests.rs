@@ -6,7 +6,7 @@
 use super::blosc::{Blosc, BloscCname, BloscShuffle};
 use super::test_util::smooth_f32;
 use super::zstd::Zstd;
-use crate::zarr::codec::BytesToBytesCodec;
+use crate::zarr::codec::{BytesToBytesCodec, RangeDecode};
 
 /// Checks one part: covers `want`, within the value, equal to the whole
 /// decode there.
@@ -28,7 +28,7 @@ fn zstd_every_prefix_of_a_small_value() {
     let codec = Zstd::new(1, false).unwrap();
     let whole = smooth_f32(700);
     let encoded = codec.encode(whole.clone()).unwrap();
-    assert!(codec.decodes_ranges());
+    assert_eq!(codec.range_decode(), Some(RangeDecode::Prefix));
     for k in 1..=whole.len() {
         let (at, part) = codec.decode_range(&encoded, whole.len(), 0..k).unwrap();
         assert_eq!(at, 0);
@@ -131,7 +131,7 @@ fn blosc_every_range_of_a_small_value() {
     for shuffle in [BloscShuffle::Noshuffle, BloscShuffle::Shuffle, BloscShuffle::Bitshuffle] {
         let codec = blosc(BloscCname::Lz4, shuffle, 4, 256);
         let encoded = codec.encode(whole.clone()).unwrap();
-        assert!(codec.decodes_ranges());
+        assert_eq!(codec.range_decode(), Some(RangeDecode::Blocks));
         for start in (0..whole.len()).step_by(7) {
             for end in (start + 1..=whole.len()).step_by(13).chain([whole.len()]) {
                 check_part(&codec, &encoded, &whole, start..end);
@@ -190,7 +190,7 @@ fn blosc_declines_what_a_whole_decode_would_refuse() {
 #[test]
 fn other_codecs_decode_whole() {
     let gzip = super::build_bytes_to_bytes("gzip", &serde_json::json!({"level": 1})).unwrap();
-    assert!(!gzip.decodes_ranges());
+    assert_eq!(gzip.range_decode(), None);
     let encoded = gzip.encode(smooth_f32(100)).unwrap();
     assert!(gzip.decode_range(&encoded, 400, 0..8).is_none());
 }

@@ -206,8 +206,8 @@ impl BytesToBytesCodec for Zstd {
         }
     }
 
-    fn decodes_ranges(&self) -> bool {
-        true
+    fn range_decode(&self) -> Option<crate::zarr::codec::RangeDecode> {
+        Some(crate::zarr::codec::RangeDecode::Prefix)
     }
 
     /// zstd decodes in order: the prefix up to `want`'s end.

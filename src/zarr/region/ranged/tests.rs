@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 
 use super::super::*;
 use super::{needed_span, ranged_span};
+use crate::zarr::codec::RangeDecode;
 use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
 use crate::zarr::selection::{DimIndexer, SelectionMode};
 
@@ -168,12 +169,23 @@ fn the_needed_span_of_a_box_and_when_it_pays() {
     let first = units.iter().find(|u| u.coords == [0, 0, 0]).unwrap();
     let (row, col) = (10 * 16, 16);
     assert_eq!(needed_span(&first.copy, 2), Some(2 * (10 * row + 3 * col + 2)..2 * (11 * row + 6 * col + 7)));
-    // It ends in the last sixth of the chunk: decoded whole.
-    assert_eq!(ranged_span(&first.copy, 2, 2 * 12 * 10 * 16), None);
+    // It ends in the last sixth of the chunk: a prefix would cost nearly
+    // the whole chunk, blocks a sixth of it.
+    let unit_bytes = 2 * 12 * 10 * 16;
+    let span = needed_span(&first.copy, 2).unwrap();
+    let span = span.start as usize..span.end as usize;
+    assert_eq!(ranged_span(&first.copy, 2, unit_bytes, RangeDecode::Prefix), None);
+    assert_eq!(ranged_span(&first.copy, 2, unit_bytes, RangeDecode::Blocks), Some(span));
     // Chunk (1, 0): rows 0..2 of 12, a sixth: decoded up to there.
     let second = units.iter().find(|u| u.coords == [1, 0, 0]).unwrap();
     let want = 2 * (3 * col + 2) as usize..2 * (row + 6 * col + 7) as usize;
-    assert_eq!(ranged_span(&second.copy, 2, 2 * 12 * 10 * 16), Some(want));
+    assert_eq!(ranged_span(&second.copy, 2, unit_bytes, RangeDecode::Prefix), Some(want.clone()));
+    assert_eq!(ranged_span(&second.copy, 2, unit_bytes, RangeDecode::Blocks), Some(want));
+    // A box of whole rows 0..10 of 12: more than 3/4 either way.
+    let plan = Arc::new(plan_read(&desc, boxed(&[0, 0, 0], &[10, 10, 16]), 1 << 20).unwrap());
+    let unit = plan.slabs().next().unwrap().units().next().unwrap();
+    assert_eq!(ranged_span(&unit.copy, 2, unit_bytes, RangeDecode::Prefix), None);
+    assert_eq!(ranged_span(&unit.copy, 2, unit_bytes, RangeDecode::Blocks), None);
 }
 
 #[test]
