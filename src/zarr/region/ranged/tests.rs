@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 
 use super::super::*;
 use super::{needed_span, ranged_span};
+use crate::zarr::codec::array_to_bytes::sharding::ShardIndex;
 use crate::zarr::codec::RangeDecode;
 use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
 use crate::zarr::selection::{DimIndexer, SelectionMode};
@@ -295,6 +296,87 @@ fn planes_across_the_fastest_dimension_gather_every_element() {
                 }
             }
             assert_eq!(got, want, "{data_type} [{lo}:{hi}, :, {z}]");
+        }
+    }
+}
+
+/// A cache that records what a read inserts (and keeps nothing for later).
+struct Recording {
+    keeps: bool,
+    chunks: Mutex<Vec<(String, usize)>>,
+    inner: Mutex<Vec<(Vec<u64>, usize)>>,
+}
+
+#[async_trait]
+impl UnitCache for Recording {
+    async fn chunk(&self, _: &str) -> Result<Option<Option<Arc<ChunkData>>>, SourceError> {
+        Ok(None)
+    }
+    fn ticket(&self) -> u64 {
+        0
+    }
+    fn insert_chunk(&self, key: &str, _: Option<String>, data: Option<Arc<ChunkData>>, _: u64) {
+        let len = match data.as_deref() {
+            Some(ChunkData::Fixed(b)) => b.len(),
+            _ => 0,
+        };
+        self.chunks.lock().unwrap().push((key.to_owned(), len));
+    }
+    async fn index(&self, _: &str) -> Result<Option<IndexEntry>, SourceError> {
+        Ok(None)
+    }
+    fn insert_index(&self, _: &str, _: Option<String>, _: Option<Arc<ShardIndex>>, _: u64) -> u64 {
+        0
+    }
+    fn inner(&self, _: &str, _: &[u64], _: u64) -> Option<Arc<ChunkData>> {
+        None
+    }
+    fn insert_inner(&self, _: &str, inner: Vec<u64>, _: u64, data: Arc<ChunkData>, _: u64) {
+        let len = match &*data {
+            ChunkData::Fixed(b) => b.len(),
+            ChunkData::Variable(_) => 0,
+        };
+        self.inner.lock().unwrap().push((inner, len));
+    }
+    fn keeps_units(&self) -> bool {
+        self.keeps
+    }
+}
+
+#[test]
+fn a_cache_that_keeps_units_gets_whole_chunks_and_one_that_does_not_gets_none() {
+    // The first row of chunk (1, 0, 0) and of inner chunk (2, 0, 0): a part
+    // would do, but a cache that keeps units is given the whole unit.
+    for (name, desc, _) in arrays().into_iter().filter(|(n, _, _)| ["v3 u16 zstd", "v3 sharded u16 zstd"].contains(n)) {
+        let store = stored(&desc);
+        let sel = boxed(&[12, 0, 0], &[1, 10, 16]);
+        let unit_bytes = 2 * match &desc.sharding {
+            Some(s) => s.inner_chunk_shape().iter().product::<u64>(),
+            None => CHUNKS.iter().product::<u64>(),
+        } as usize;
+        for keeps in [true, false] {
+            let cache = Arc::new(Recording { keeps, chunks: Mutex::default(), inner: Mutex::default() });
+            let ctx = ReadCtx::inline(&desc, cache.clone(), true, &RegionOptions::default());
+            let plan = Arc::new(plan_read(&desc, sel.clone(), 1 << 20).unwrap());
+            let mut got = Vec::new();
+            for slab in plan.slabs() {
+                let Some(SlabData::Fixed(b)) = block_on(read_slab(&ctx, &store, slab, u64::MAX)).unwrap() else {
+                    panic!()
+                };
+                got.extend(b);
+            }
+            assert_eq!(ChunkData::Fixed(got), read(&desc, &store, &sel).unwrap(), "{name}");
+            let inserted: Vec<usize> = if desc.sharding.is_some() {
+                cache.inner.lock().unwrap().iter().map(|e| e.1).collect()
+            } else {
+                cache.chunks.lock().unwrap().iter().map(|e| e.1).collect()
+            };
+            if keeps {
+                assert!(!inserted.is_empty(), "{name}: nothing cached");
+                assert!(inserted.iter().all(|&n| n == unit_bytes), "{name}: {inserted:?}, whole is {unit_bytes}");
+            } else {
+                assert!(inserted.is_empty(), "{name}: a part was cached: {inserted:?}");
+            }
         }
     }
 }
