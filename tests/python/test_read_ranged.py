@@ -163,7 +163,7 @@ def test_a_damaged_chunk_answers_as_a_whole_read(served, name):
 def test_a_damaged_inner_chunk_answers_as_a_whole_read(served):
     """An inner chunk of a shard replaced by a zstd frame of another size (the index updated):
     the same error for a read that needs its first row as for one that needs all of it."""
-    servers, root, arrays = served
+    servers, root, _ = served
     path = root / "ts_sharded" / "c" / "0" / "0" / "0"
     stored = path.read_bytes()
     n_inner = (SHARDS[0] // CHUNKS[0]) * (SHARDS[1] // CHUNKS[1])
