@@ -29,6 +29,11 @@ Run with the test venv's Python after `cargo build --release` (see bench/README.
      client can receive over one connection at all.
    Every method's answer is compared once with TensorStore's before timing.
    The figure is MB/s of returned bytes (10^6 B), the median of N.
+   Around every timed read the CPU each side spent is taken too (`cpu_timed`): the serving
+   process's (zarrd's, or nginx's master and workers) from Linux's process CPU clock, and the
+   measuring process's own (`time.process_time`: every thread, so TensorStore's included). A
+   second table gives per cell zarrd's server CPU against TensorStore in-process's, and the
+   bound the cores set: (zarrd server + client CPU) / cores against TensorStore's wall.
 4. wrk (2 threads, WRK_CONNS connections, WRK_SECONDS per run after a WRK_WARMUP s warmup with
    a per-response status check) cycling through up to 256 keys of each case against nginx and
    zarrd (default configuration: caches on), alternating which goes first, WRK_ROUNDS rounds;
@@ -381,6 +386,48 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+# ---------------------------------------------------------------- CPU accounting
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread, the exited ones included) of another process.
+
+    Linux's process CPU clock (`clock_gettime` on the clock id `(~pid << 3) | CPUCLOCK_SCHED`,
+    readable for any process) has nanosecond resolution; /proc/<pid>/stat's utime + stime, the
+    fallback, counts in clock ticks (10 ms), as coarse as a whole small read."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except OSError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (nginx's workers)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def cpu_timed(fn, server_pids: list[int]) -> tuple[float, float, float]:
+    """(wall s, this process's CPU s, the servers' CPU s) of one call. `time.process_time` is
+    the whole client process (TensorStore's own threads included), not the calling thread."""
+    s0 = sum(process_cpu(p) for p in server_pids)
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    fn()
+    t = time.perf_counter() - t0
+    c = time.process_time() - c0
+    s = sum(process_cpu(p) for p in server_pids) - s0
+    return t, c, s
+
+
 def measure_table(data: Path, nginx: Nginx, zarrds: list[tuple[str, Server]]) -> dict:
     """Per (kind, selection): output bytes and per method the list of times."""
     results: dict = {}
@@ -420,8 +467,10 @@ def measure_table(data: Path, nginx: Nginx, zarrds: list[tuple[str, Server]]) ->
                 ceiling_files[nbytes] = rel
             if get_into(nconn, f"/data/{ceiling_files[nbytes]}", view) != nbytes:
                 raise RuntimeError("the ceiling file came back with the wrong size")
-            results[(kind, sel)] = {"bytes": nbytes, "times": {}}
+            results[(kind, sel)] = {"bytes": nbytes, "times": {}, "client_cpu": {}, "server_cpu": {}}
     methods = [name for name, _ in zarrds] + ["TS in-process", "TS via nginx", "ceiling"]
+    server_pids = {name: [s.proc.pid] for name, s in zarrds}
+    nginx_pids = [nginx.proc.pid] + children(nginx.proc.pid)
     for r in range(N):
         for kind in KIND_ORDER:
             local, remote = arrays[kind]
@@ -432,15 +481,17 @@ def measure_table(data: Path, nginx: Nginx, zarrds: list[tuple[str, Server]]) ->
                 log(f"round {r + 1}/{N}: {kind} {sel}")
                 for m in order:
                     if m == "TS in-process":
-                        t = timed(lambda: local[index].read().result())
+                        t, c, s = cpu_timed(lambda: local[index].read().result(), [])
                     elif m == "TS via nginx":
-                        t = timed(lambda: remote[index].read().result())
+                        t, c, s = cpu_timed(lambda: remote[index].read().result(), nginx_pids)
                     elif m == "ceiling":
                         path = f"/data/{ceiling_files[cell['bytes']]}"
-                        t = timed(lambda: get_into(nconn, path, view))
+                        t, c, s = cpu_timed(lambda: get_into(nconn, path, view), nginx_pids)
                     else:
-                        t = timed(lambda: get_into(conns[m], zarrd_path(kind, zsel), view))
+                        t, c, s = cpu_timed(lambda: get_into(conns[m], zarrd_path(kind, zsel), view), server_pids[m])
                     cell["times"].setdefault(m, []).append(t)
+                    cell["client_cpu"].setdefault(m, []).append(c)
+                    cell["server_cpu"].setdefault(m, []).append(s)
     for c in conns.values():
         c.close()
     nconn.close()
@@ -625,6 +676,7 @@ def report(results: dict, wrk_rows: list, zarrd_names: list[str], nginx: Nginx, 
                 b = rate[zarrd_names[0]]
                 line += f" {b:.0f} | {z / b:.2f} |"
             emit(line)
+    report_cpu(results, zarrd_names)
     if not wrk_rows:
         return
     emit()
@@ -651,6 +703,52 @@ def report(results: dict, wrk_rows: list, zarrd_names: list[str], nginx: Nginx, 
             b = med[zarrd_names[0]]
             line += f" {b:.0f} | {fmt_ratio(b / ng, target)} | {z / b:.2f} |"
         emit(line + f" {'; '.join(problems) or 'ok'} |")
+
+
+def report_cpu(results: dict, zarrd_names: list[str]) -> None:
+    """Per cell, medians of N, in ms: wall, and the CPU each side spent (see `cpu_timed`)."""
+    new = zarrd_names[-1]
+    cores = os.cpu_count() or 1
+    emit()
+    emit(f"CPU per read (ms, medians of N={N}): **srv** the serving process (zarrd; nginx's master and workers "
+         "for TS via nginx and the ceiling), **cli** the measuring Python process (TensorStore's threads included, "
+         "so TS in-process's cli is all its work). zarrd srv / TS CPU: the server's work against TensorStore's "
+         f"(bold above 1.0). Bound: (zarrd srv + cli) / {cores} cores, the shortest wall the cores allow zarrd at "
+         "this CPU cost; TS wall / bound: the best zarrd / TS in-process the cores allow (bold below the target). "
+         "Client CPU includes reading the body into a buffer (a copy of every byte) and Python's request overhead.")
+    emit()
+    head = ("| array | selection | TS in-process wall | TS in-process CPU | zarrd wall | zarrd srv | zarrd cli | "
+            "zarrd srv / TS CPU | bound | TS wall / bound | TS via nginx cli | nginx srv (TS) | "
+            "ceiling cli | nginx srv (ceiling) |")
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if BASELINE:
+        head += " before srv | before cli | srv after / before |"
+        rule += "---:|---:|---:|"
+    emit(head)
+    emit(rule)
+    for kind in KIND_ORDER:
+        for i, sel in enumerate(SEL_ORDER):
+            cell = results[(kind, sel)]
+            label, _, _, small = SELECTIONS[sel]
+            med = {k: {m: 1e3 * statistics.median(v) for m, v in cell[k].items()}
+                   for k in ("times", "client_cpu", "server_cpu")}
+            wall, cli, srv = med["times"], med["client_cpu"], med["server_cpu"]
+            ts_wall, ts_cpu = wall["TS in-process"], cli["TS in-process"]
+            bound = (srv[new] + cli[new]) / cores
+            target = 3.0 if (kind == "raw" and sel.startswith("plane")) else (1.0 if small else 0.8)
+            ratio = srv[new] / ts_cpu if ts_cpu > 0 else float("nan")
+            line = (
+                f"| {KINDS[kind][0] if i == 0 else ''} | {label} | {ts_wall:.1f} | {ts_cpu:.1f} | "
+                f"{wall[new]:.1f} | {srv[new]:.1f} | {cli[new]:.1f} | "
+                f"{f'**{ratio:.2f}**' if ratio > 1.0 else f'{ratio:.2f}'} | {bound:.1f} | "
+                f"{fmt_ratio(ts_wall / bound, target) if bound > 0 else '∞'} | "
+                f"{cli['TS via nginx']:.1f} | {srv['TS via nginx']:.1f} | {cli['ceiling']:.1f} | "
+                f"{srv['ceiling']:.1f} |"
+            )
+            if BASELINE:
+                old = zarrd_names[0]
+                line += f" {srv[old]:.1f} | {cli[old]:.1f} | {srv[new] / srv[old]:.2f} |" if srv[old] > 0 else " | | |"
+            emit(line)
 
 
 def ts_version() -> str:

@@ -126,6 +126,36 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     /// # Errors
     /// Corrupt, truncated or oversized input, or a checksum mismatch.
     fn decode(&self, bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>>;
+    /// How [`decode_range`](Self::decode_range) decodes less than the
+    /// whole value (the default: `None`, it never does).
+    fn range_decode(&self) -> Option<RangeDecode> {
+        None
+    }
+    /// Decodes only what covers the bytes `want` of a value whose whole
+    /// decoding is exactly `size` bytes: `Some((at, bytes))`, decoded bytes
+    /// `at..at + bytes.len()` of the value (covering `want`, within
+    /// `size`), equal to that part of [`decode`](Self::decode)'s output.
+    /// `None` (the default; and for anything doubtful: a declared size
+    /// other than `size`, a frame with a checksum it would not verify,
+    /// corrupt or truncated input): decode the value whole, which reports
+    /// any error exactly as a whole read does. Never allocates more than
+    /// about `want`'s end.
+    fn decode_range(&self, bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Option<(usize, Vec<u8>)> {
+        let _ = (bytes, size, want);
+        None
+    }
+}
+
+/// How a compressor decodes part of a value
+/// ([`BytesToBytesCodec::decode_range`]), which says what a part costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeDecode {
+    /// In order from the start, stopping after the range (zstd): a part
+    /// costs about its end.
+    Prefix,
+    /// Only the blocks the range lies in (blosc): a part costs about its
+    /// length.
+    Blocks,
 }
 
 /// The most bytes a bytes→bytes decoder may produce when the size it should
@@ -195,6 +225,50 @@ impl CodecChain {
             sizes.push(last.and_then(|s| codec.encoded_size(s)));
         }
         sizes
+    }
+}
+
+impl CodecChain {
+    /// When a part of a chunk of representation `decoded` can be decoded
+    /// alone ([`Self::decode_range`]): the chain is one compressor that
+    /// decodes ranges ([`BytesToBytesCodec::range_decode`]) over a
+    /// byte-layout array→bytes codec (no array→array codec, no checksum):
+    /// the layout's swap unit and how the compressor decodes a part.
+    #[must_use]
+    pub fn range_layout(&self, decoded: &ChunkRepr) -> Option<(usize, RangeDecode)> {
+        match &self.bytes_to_bytes[..] {
+            [codec] if self.array_to_array.is_empty() => {
+                let kind = codec.range_decode()?;
+                Some((self.array_to_bytes.byte_layout(decoded)?, kind))
+            }
+            _ => None,
+        }
+    }
+
+    /// Decodes only the part of a stored chunk that covers its decoded
+    /// (byte-layout) bytes `want`, where [`Self::range_layout`] says it
+    /// can: `Some((at, bytes))` as [`BytesToBytesCodec::decode_range`]
+    /// (checked here to cover `want` within the chunk); `None`: decode the
+    /// chunk whole (which reports any error exactly as a whole read does).
+    #[must_use]
+    pub fn decode_range(
+        &self,
+        bytes: &[u8],
+        decoded: &ChunkRepr,
+        want: std::ops::Range<usize>,
+    ) -> Option<(usize, Vec<u8>)> {
+        self.range_layout(decoded)?;
+        let size = usize::try_from(self.array_to_bytes.encoded_size(decoded)?).ok()?;
+        if want.start >= want.end || want.end > size {
+            return None;
+        }
+        let [codec] = &self.bytes_to_bytes[..] else { return None };
+        // The process-wide decode budget (see `codec::budget`), for what
+        // the part may take.
+        let _budget = budget::reserve(want.end as u64);
+        let (at, part) = codec.decode_range(bytes, size, want.clone())?;
+        (at <= want.start && at.checked_add(part.len()).is_some_and(|end| end >= want.end && end <= size))
+            .then_some((at, part))
     }
 }
 

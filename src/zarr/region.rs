@@ -84,6 +84,7 @@ pub mod partial;
 mod placement;
 pub mod plan;
 mod projection;
+pub mod ranged;
 pub mod read;
 
 use placement::{DataRef, Placement};

@@ -328,6 +328,10 @@ impl UnitCache for ArrayCache {
         self.cache.generation()
     }
 
+    fn keeps_units(&self) -> bool {
+        self.fill && self.cache.capacity() > 0
+    }
+
     fn insert_chunk(&self, key: &str, version: Option<String>, data: Option<Arc<ChunkData>>, ticket: u64) {
         if !self.fill {
             return;

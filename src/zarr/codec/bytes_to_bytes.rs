@@ -22,6 +22,9 @@ pub mod lz4;
 pub mod zlib;
 pub mod zstd;
 
+#[cfg(test)]
+mod range_tests;
+
 use std::io::Read;
 
 use serde_json::{Map, Value};

@@ -157,6 +157,20 @@ fn copy_strided<const E: usize>(src: &[u8], dst: &mut [u8], g: &Strided) {
         dst[d..d + all].copy_from_slice(&src[s..s + all]);
         return;
     }
+    // Single elements at a forward stride into consecutive slab elements
+    // (a plane across the fastest dimension): a gather with the bounds
+    // checked once per group, not per element.
+    if g.n == 1 && g.dst_step == 1 && g.src_step > 0 && g.count > 1 {
+        let step = g.src_step as usize * E;
+        let (s, d, count) = (g.src as usize * E, g.dst as usize * E, g.count as usize);
+        let src = &src[s..s + (count - 1) * step + E];
+        let dst = &mut dst[d..d + count * E];
+        // Every piece of `src` but the last is `step` >= E bytes; the last is E.
+        for (out, run) in dst.chunks_exact_mut(E).zip(src.chunks(step)) {
+            fixed::<E>(run, out);
+        }
+        return;
+    }
     for j in 0..g.count {
         let (s, d) = g.at(j);
         let (s, d) = (s as usize * E, d as usize * E);

@@ -27,7 +27,12 @@
 //!   the coalesced byte ranges it needs, copied from the parts (nothing
 //!   cached: no whole chunk was decoded); of an inner chunk whose index
 //!   entry has its exact size, only those ranges of the shard, coalesced
-//!   with the other inner chunks' ranges.
+//!   with the other inner chunks' ranges;
+//! - compressed units over a byte layout (one zstd or blosc compressor,
+//!   [`super::ranged`]): when the cache would not keep the decoded unit
+//!   and the slab needs only its start (the span ends within 3/4 of it),
+//!   only that part is decoded (zstd: the prefix; blosc: its blocks) and
+//!   copied as a partial read's parts; anything doubtful decodes whole.
 //!
 //! Concurrency: units (shards) are read at most
 //! [`RegionOptions::concurrency`] at a time on the calling task; decoding
@@ -55,11 +60,12 @@ use futures::FutureExt;
 use super::copy::{copy_unit, fill_unit, needs_fill, slab_over, SlabData};
 use super::partial::{copy_parts, needed_ranges};
 use super::plan::{plan_read, ReadPlan, Slab, Unit, UnitCopy, Units};
+use super::ranged::ranged_span;
 use super::{ChunkSource, Inline, Offload, RegionError, RegionOptions, SizedParts, SourceError, Versioned};
 use crate::zarr::array::ArrayDescription;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
-use crate::zarr::codec::ArrayToBytesCodec;
+use crate::zarr::codec::{ArrayToBytesCodec, RangeDecode};
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 use crate::zarr::subset::{ArraySubset, SubsetError};
 
@@ -112,6 +118,12 @@ pub trait UnitCache: Send + Sync {
     fn inner(&self, key: &str, inner: &[u64], stamp: u64) -> Option<Arc<ChunkData>>;
     /// Caches an inner chunk read through the index reading `stamp`.
     fn insert_inner(&self, key: &str, inner: Vec<u64>, stamp: u64, data: Arc<ChunkData>, ticket: u64);
+    /// Whether whole decoded units a read inserts may be kept (the
+    /// default: yes). When not, a read may decode only the part of a unit
+    /// it needs ([`super::ranged`]): nothing is lost by not caching it.
+    fn keeps_units(&self) -> bool {
+        true
+    }
 }
 
 /// No cache: every lookup misses, nothing is kept.
@@ -137,6 +149,9 @@ impl UnitCache for NoCache {
         None
     }
     fn insert_inner(&self, _: &str, _: Vec<u64>, _: u64, _: Arc<ChunkData>, _: u64) {}
+    fn keeps_units(&self) -> bool {
+        false
+    }
 }
 
 /// A unit found missing by a read that does not fill missing units.
@@ -189,6 +204,9 @@ pub struct ReadCtx<'a> {
     /// the layout's swap unit ([`ArrayToBytesCodec::byte_layout`]), for
     /// partial reads.
     layout: Option<usize>,
+    /// Compressed units of which a part can be decoded alone
+    /// ([`super::ranged`]): the layout's swap unit, how a part decodes.
+    ranged: Option<(usize, RangeDecode)>,
 }
 
 /// The array a read goes by: shared (CPU work may run on other threads),
@@ -251,8 +269,14 @@ impl<'a> ReadCtx<'a> {
             None => d.codecs.byte_layout(&d.chunk_repr()),
             Some(s) => s.inner_codecs().byte_layout(s.inner_chunk_repr()),
         };
+        let ranged = match &d.sharding {
+            _ if d.data_type.is_variable() || layout.is_some() => None,
+            None => d.codecs.range_layout(&d.chunk_repr()),
+            Some(s) => s.inner_codecs().range_layout(s.inner_chunk_repr()),
+        };
         Self {
             layout,
+            ranged,
             es: d.data_type.size().unwrap_or(0),
             variable: d.data_type.is_variable(),
             fill: d.fill_value.clone().into(),
@@ -323,6 +347,18 @@ impl<'a> ReadCtx<'a> {
             let _ = tx.send(f());
         }));
         async move { rx.await.map_err(|_| RegionError::Internal("the CPU work of a read failed".into())) }
+    }
+
+    /// The decoded bytes of a compressed unit to decode alone for `copy`
+    /// (and the layout's swap unit), when that pays and the cache would not
+    /// keep the whole unit ([`super::ranged`]).
+    fn ranged(&self, copy: &UnitCopy) -> Option<(usize, Range<usize>)> {
+        let (unit, kind) = self.ranged?;
+        if self.cache.keeps_units() {
+            return None;
+        }
+        let es = self.es as u64;
+        Some((unit, ranged_span(copy, es, self.unit_elems.saturating_mul(es), kind)?))
     }
 
     async fn yield_point(&self) {
@@ -602,6 +638,22 @@ async fn read_chunk_unit(
             ctx.run(inline, move || copy_unit(&data, unit_elems, &copy, &slab, es, &key)).await?
         }
         Fetched::Stored(stored, ticket) => {
+            if let Some((unit, span)) = ctx.ranged(&copy) {
+                let job = DecodeJob { cache: ctx.cache.clone(), key, stored, ticket };
+                let input = (job, copy, slab, es, unit_elems, unit, span);
+                return ctx
+                    .run_with_desc(false, input, |desc, (job, copy, slab, es, unit_elems, unit, span)| {
+                        let part = desc.codecs.decode_range(&job.stored.bytes, &desc.chunk_repr(), span);
+                        if let Some((at, part)) = part {
+                            return copy_parts(&[(at as u64, Bytes::from(part))], &copy, &slab, es, unit);
+                        }
+                        // Not decodable by parts: whole, as any read (and its errors).
+                        let key = job.key.clone();
+                        let data = job.run(desc)?;
+                        copy_unit(&data, unit_elems, &copy, &slab, es, &key)
+                    })
+                    .await?;
+            }
             let job = DecodeJob { cache: ctx.cache.clone(), key, stored, ticket };
             ctx.run_with_desc(false, (job, copy, slab, es, unit_elems), |desc, (job, copy, slab, es, unit_elems)| {
                 let key = job.key.clone();
@@ -848,8 +900,15 @@ async fn read_shard_once(
             let part = bytes_of;
             let (cache, sharding, inner, spec, slab, key) =
                 (ctx.cache.clone(), sharding.clone(), inner.clone(), spec.clone(), slab.clone(), key.to_owned());
+            let ranged = ctx.ranged(&spec);
             jobs.push(
                 ctx.start(move || {
+                    if let Some((unit, span)) = ranged {
+                        let (codecs, repr) = (sharding.inner_codecs(), sharding.inner_chunk_repr());
+                        if let Some((at, part)) = codecs.decode_range(&part, repr, span) {
+                            return copy_parts(&[(at as u64, Bytes::from(part))], &spec, &slab, es, unit);
+                        }
+                    }
                     let data = sharding
                         .decode_inner_chunk(Vec::from(part), &inner)
                         .map_err(|source| RegionError::Codec { key: key.clone(), source })?;

@@ -205,6 +205,83 @@ impl BytesToBytesCodec for Zstd {
             }
         }
     }
+
+    fn range_decode(&self) -> Option<crate::zarr::codec::RangeDecode> {
+        Some(crate::zarr::codec::RangeDecode::Prefix)
+    }
+
+    /// zstd decodes in order: the prefix up to `want`'s end.
+    fn decode_range(&self, bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Option<(usize, Vec<u8>)> {
+        decode_prefix(bytes, size, want.end).map(|prefix| (0, prefix))
+    }
+}
+
+/// The zstd frame magic number, little-endian.
+const FRAME_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// Frames whose decoding context is kept per thread for prefix decodes:
+/// a streaming context holds a window of up to the frame's size.
+const KEPT_STREAM_WINDOW: usize = 8 << 20;
+
+thread_local! {
+    static STREAM: RefCell<Option<zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+/// The first `want` (or a few more) decoded bytes of `bytes`, when it is
+/// one whole zstd frame that records exactly `size` decoded bytes and
+/// carries no checksum (a prefix could not verify it): decoded by
+/// streaming, stopping once `want` bytes are out. `None` for anything else
+/// (several or skippable frames, another recorded size, no recorded size,
+/// a checksum, corrupt or truncated input): the caller decodes it whole.
+fn decode_prefix(bytes: &[u8], size: usize, want: usize) -> Option<Vec<u8>> {
+    if want == 0 || want > size || bytes.get(..4) != Some(&FRAME_MAGIC[..]) {
+        return None;
+    }
+    // Frame header descriptor: bit 2 is the content checksum flag.
+    if bytes.get(4)? & 0x04 != 0 {
+        return None;
+    }
+    if zstd_safe::find_frame_compressed_size(bytes).ok()? != bytes.len() {
+        return None;
+    }
+    if zstd_safe::get_frame_content_size(bytes).ok()?? != size as u64 {
+        return None;
+    }
+    let run = |dctx: &mut zstd_safe::DCtx<'static>| -> Option<Vec<u8>> {
+        dctx.reset(zstd_safe::ResetDirective::SessionOnly).ok()?;
+        let mut out: Vec<u8> = Vec::with_capacity(want);
+        let mut input = zstd_safe::InBuffer::around(bytes);
+        // Every round either fills the output or consumes input (or ends
+        // the frame): bounded by the input's and the output's sizes.
+        loop {
+            if out.len() >= want {
+                return Some(out);
+            }
+            let (consumed, produced) = (input.pos(), out.len());
+            // The Vec's length follows what zstd wrote (`WriteBuf`).
+            let left =
+                dctx.decompress_stream(&mut zstd_safe::OutBuffer::around_pos(&mut out, produced), &mut input).ok()?;
+            if out.len() >= want {
+                return Some(out);
+            }
+            if left == 0 || (input.pos() == consumed && out.len() == produced) {
+                // The frame ended (or stalled) short of `want`.
+                return None;
+            }
+        }
+    };
+    if size > KEPT_STREAM_WINDOW {
+        return run(&mut zstd_safe::DCtx::try_create()?);
+    }
+    STREAM.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            if slot.is_none() {
+                *slot = Some(zstd_safe::DCtx::try_create()?);
+            }
+            run(slot.as_mut()?)
+        }
+        Err(_) => run(&mut zstd_safe::DCtx::try_create()?),
+    })
 }
 
 #[cfg(test)]
