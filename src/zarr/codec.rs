@@ -14,6 +14,7 @@ pub mod array_to_bytes;
 pub mod budget;
 pub mod bytes_to_bytes;
 pub mod numcodecs;
+pub mod pieces;
 pub mod registry;
 
 use std::fmt::Debug;
@@ -126,6 +127,11 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     /// # Errors
     /// Corrupt, truncated or oversized input, or a checksum mismatch.
     fn decode(&self, bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>>;
+    /// The format [`pieces`] decodes this codec's output in, piece by
+    /// piece; `None` (the default): decoded whole only.
+    fn piece_format(&self) -> Option<pieces::PieceFormat> {
+        None
+    }
 }
 
 /// The most bytes a bytes→bytes decoder may produce when the size it should
