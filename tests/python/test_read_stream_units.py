@@ -2,10 +2,10 @@
 when the decoded-chunk cache would not keep it (issue 14 point 2: decoding overlaps sending):
 its stored frame is decoded a piece at a time, each piece sent while the next is decoded.
 
-Checked end to end with the caches off (so every unit streams), on arrays written by
-zarr-python and TensorStore: zstd (with and without zstd's own checksum, with a crc32c codec
-after it, big endian), sharded zstd with a crc32c index, v2 numcodecs zstd, and gzip (which
-does not stream: decoded whole, as before). Every whole unit inside the array equals numpy in
+Checked end to end with the caches off (so every unit that can stream does), on arrays
+written by zarr-python and TensorStore: zstd (with and without zstd's own checksum, with a
+crc32c codec after it), sharded zstd with a crc32c index, v2 numcodecs zstd, and two that do
+not stream (decoded whole, as before): big-endian zstd and gzip. Every whole unit inside the array equals numpy in
 raw and npy; edge units and a missing unit are still right.
 
 Stored bytes are never trusted, and a streamed answer's status line goes out before the whole

@@ -3,7 +3,8 @@
 //!
 //! Only a chain of the simplest shape streams: no array→array codec, a
 //! `bytes` codec storing the elements as they are (little-endian, or
-//! big-endian swapped piece by piece), one compressor that can decode
+//! one-byte elements; big-endian ones are decoded whole), one compressor
+//! that can decode
 //! incrementally ([`BytesToBytesCodec::piece_format`]: zstd), and after it
 //! any number of codecs of exact size (checksums such as `crc32c`), which
 //! are decoded — verified — whole before decoding starts. Any other chain
@@ -22,18 +23,13 @@
 //! Each piece reserves its own size of the decode budget
 //! ([`super::budget`]) while it decodes: a reservation held across pieces
 //! would block other decodes' threads while this unit waits for the
-//! socket. The decoder's window (up to the unit's size) is the caller's
-//! to account for.
-//!
-//! zstd decompression contexts are kept in a small pool: creating one
-//! allocates some 160 KB, and a kept context keeps its window buffer, so
-//! the next unit of the same size decodes into memory already touched.
+//! socket. The unit's buffer (its size) is the caller's to account for.
 
-use std::sync::{Mutex, PoisonError};
+mod direct;
 
-use zstd::zstd_safe::{self, DCtx, InBuffer, OutBuffer, ResetDirective};
+use bytes::Bytes;
+use zstd::zstd_safe;
 
-use super::array_to_bytes::bytes::swap_units;
 use super::{budget, ArrayToBytesCodec, BytesToBytesCodec, CodecChain, CodecError, CodecResult};
 use crate::zarr::chunk::{ChunkData, ChunkRepr};
 
@@ -47,17 +43,19 @@ pub enum PieceFormat {
 
 /// Where a unit of `repr` decoded by `chain` may stream: the compressor
 /// (index into the chain's bytes→bytes codecs, all later ones being of
-/// exact size) and the swap unit of its elements; `None`: decode whole.
-fn plan(chain: &CodecChain, repr: &ChunkRepr) -> Option<(usize, usize)> {
+/// exact size); `None`: decode whole.
+fn plan(chain: &CodecChain, repr: &ChunkRepr) -> Option<usize> {
     if !chain.array_to_array.is_empty() || repr.data_type.is_variable() {
         return None;
     }
-    let swap = chain.array_to_bytes.byte_layout(repr)?;
+    // Elements stored as they are (big-endian ones would be swapped in a
+    // buffer zstd still reads back-references from: decoded whole).
+    chain.array_to_bytes.byte_layout(repr).filter(|&u| u == 1)?;
     let (first, outer) = chain.bytes_to_bytes.split_first()?;
     first.piece_format()?;
     let size = chain.array_to_bytes.encoded_size(repr)?;
     // Checksums only: codecs whose output size is known from their input.
-    outer.iter().all(|c| c.encoded_size(size).is_some()).then_some((0, swap))
+    outer.iter().all(|c| c.encoded_size(size).is_some()).then_some(0)
 }
 
 /// Whether a unit of `repr` decoded by `chain` may stream (the chain's
@@ -78,34 +76,11 @@ pub enum Start {
     Whole(ChunkData),
 }
 
-/// zstd contexts kept for the next unit (at most [`POOL_MAX`]).
-static POOL: Mutex<Vec<DCtx<'static>>> = Mutex::new(Vec::new());
-
-/// Contexts kept: about one per unit decoding at once on a small machine.
-const POOL_MAX: usize = 8;
-
-fn take_context() -> DCtx<'static> {
-    POOL.lock().unwrap_or_else(PoisonError::into_inner).pop().unwrap_or_else(DCtx::create)
-}
-
-fn give_context(mut d: DCtx<'static>) {
-    if d.reset(ResetDirective::SessionOnly).is_ok() {
-        let mut pool = POOL.lock().unwrap_or_else(PoisonError::into_inner);
-        if pool.len() < POOL_MAX {
-            pool.push(d);
-        }
-    }
-}
-
-/// A unit being decoded piece by piece: the compressed frame, how far it
-/// has been read, and how many of the declared bytes are still to come.
+/// A unit being decoded piece by piece, straight into its final buffer
+/// (see `direct`): the pieces are ranges of it, no copy.
 pub struct PieceDecoder {
-    dctx: Option<DCtx<'static>>,
-    frame: Vec<u8>,
-    at: usize,
+    frame: direct::Frame,
     size: u64,
-    produced: u64,
-    swap: usize,
     /// Element size: pieces hold whole elements.
     es: usize,
     codec: String,
@@ -113,15 +88,7 @@ pub struct PieceDecoder {
 
 impl std::fmt::Debug for PieceDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PieceDecoder").field("size", &self.size).field("produced", &self.produced).finish()
-    }
-}
-
-impl Drop for PieceDecoder {
-    fn drop(&mut self) {
-        if let Some(d) = self.dctx.take() {
-            give_context(d);
-        }
+        f.debug_struct("PieceDecoder").field("size", &self.size).field("remaining", &self.remaining()).finish()
     }
 }
 
@@ -135,7 +102,7 @@ impl PieceDecoder {
     /// A checksum mismatch; for a unit decoded whole, as
     /// [`CodecChain::decode`].
     pub fn start(chain: &CodecChain, repr: &ChunkRepr, stored: Vec<u8>) -> CodecResult<Start> {
-        let Some((at, swap)) = plan(chain, repr) else {
+        let Some(at) = plan(chain, repr) else {
             return chain.decode(stored, repr).map(Start::Whole);
         };
         let size = chain.array_to_bytes.encoded_size(repr).unwrap_or(0);
@@ -154,16 +121,12 @@ impl PieceDecoder {
             frame = c.decode(frame, cap)?;
         }
         if size > 0 && declares(compressor.as_ref(), &frame) == Some(size) {
-            return Ok(Start::Pieces(Self {
-                dctx: None,
-                frame,
-                at: 0,
-                size,
-                produced: 0,
-                swap,
-                es: repr.data_type.size().unwrap_or(1).max(1),
-                codec: compressor.name().to_owned(),
-            }));
+            if let Ok(n) = usize::try_from(size) {
+                let codec = compressor.name().to_owned();
+                let frame = direct::Frame::new(frame, n).map_err(|e| CodecError::new(codec.clone(), e))?;
+                let es = repr.data_type.size().unwrap_or(1).max(1);
+                return Ok(Start::Pieces(Self { frame, size, es, codec }));
+            }
         }
         let cap = usize::try_from(size).unwrap_or(usize::MAX);
         let _budget = budget::reserve(size);
@@ -177,97 +140,32 @@ impl PieceDecoder {
         self.size
     }
 
-    /// Bytes still to decode.
+    /// Bytes still to hand out.
     #[must_use]
     pub fn remaining(&self) -> u64 {
-        self.size - self.produced
+        self.frame.remaining() as u64
     }
 
-    /// The piece size nearest below `want` that holds whole elements, at
-    /// least one element.
-    #[must_use]
-    pub fn piece_len(&self, want: usize) -> usize {
-        let unit = self.es;
-        (want - want % unit).max(unit)
-    }
-
-    /// Decodes the next piece: exactly `min(max, remaining)` bytes
-    /// (`max` rounded down to whole elements, see [`Self::piece_len`]);
-    /// the last piece also checks that the frame ends there.
+    /// Decodes the next piece: about `max` bytes (whole elements; a zstd
+    /// block more at most), all that is left at the end; the last piece
+    /// also checks that the frame ends there (its checksum verified, if it
+    /// has one) with nothing after it. Each reserves its size of the
+    /// decode budget while it decodes.
     ///
     /// # Errors
     /// Corrupt or truncated data, a frame that ends before its declared
     /// size or holds more; nothing left to decode.
-    pub fn next_piece(&mut self, max: usize) -> CodecResult<Vec<u8>> {
-        let left = usize::try_from(self.remaining()).unwrap_or(usize::MAX);
-        let n = self.piece_len(max).min(left);
-        if n == 0 {
+    pub fn next_piece(&mut self, max: usize) -> CodecResult<Bytes> {
+        if self.remaining() == 0 {
             return Err(self.error("no bytes left to decode".into()));
         }
-        let _budget = budget::reserve(n as u64);
-        let last = n as u64 == self.remaining();
-        let mut dctx = self.dctx.take().unwrap_or_else(take_context);
-        let result = self.fill(&mut dctx, n, last);
-        // A context is pooled again once its frame ended; one that saw an
-        // error is dropped.
-        match (&result, last) {
-            (Ok(_), true) => give_context(dctx),
-            (Ok(_), false) => self.dctx = Some(dctx),
-            (Err(_), _) => {}
-        }
-        let mut out = result?;
-        self.produced += n as u64;
-        if self.swap > 1 {
-            swap_units(&mut out, self.swap);
-        }
-        Ok(out)
-    }
-
-    /// Decodes exactly `n` bytes; the `last` piece also checks that the
-    /// frame ends there (its checksum verified, if it has one), with no
-    /// bytes after it. The last piece's buffer has one byte to spare, so
-    /// a frame holding more than it declares shows.
-    fn fill(&mut self, dctx: &mut DCtx<'static>, n: usize, last: bool) -> CodecResult<Vec<u8>> {
-        let mut out = Vec::with_capacity(n + usize::from(last));
-        // Each call makes progress (input read or output written) unless
-        // the frame is cut short: bounded by the input and output sizes.
-        loop {
-            let (before_in, before_out) = (self.at, out.len());
-            let mut input = InBuffer::around(&self.frame[self.at..]);
-            let mut output = OutBuffer::around_pos(&mut out, before_out);
-            let hint = dctx.decompress_stream(&mut output, &mut input).map_err(|c| self.zstd_error(c))?;
-            self.at += input.pos();
-            if out.len() > n {
-                return Err(self.error(format!("the frame holds more than the {} bytes it declares", self.size)));
-            }
-            if out.len() == n && !last {
-                return Ok(out);
-            }
-            if hint == 0 {
-                if out.len() < n {
-                    return Err(self.error(format!(
-                        "the frame ends after {} bytes, its header declares {}",
-                        self.produced + out.len() as u64,
-                        self.size
-                    )));
-                }
-                if self.at != self.frame.len() {
-                    return Err(self.error("bytes follow the frame".into()));
-                }
-                return Ok(out);
-            }
-            if self.at == before_in && out.len() == before_out {
-                return Err(self.error("the frame is truncated".into()));
-            }
-        }
+        let want = (max - max % self.es).max(self.es);
+        let _budget = budget::reserve(want as u64);
+        self.frame.next(want, self.es).map_err(|e| self.error(e))
     }
 
     fn error(&self, reason: String) -> CodecError {
         CodecError::new(self.codec.clone(), format!("corrupt input: {reason}"))
-    }
-
-    fn zstd_error(&self, code: usize) -> CodecError {
-        self.error(zstd_safe::get_error_name(code).to_owned())
     }
 }
 
@@ -307,41 +205,40 @@ mod tests {
     fn pieces(c: &CodecChain, repr: &ChunkRepr, stored: Vec<u8>, piece: usize) -> CodecResult<Vec<Vec<u8>>> {
         let Start::Pieces(mut d) = PieceDecoder::start(c, repr, stored)? else { panic!("does not stream") };
         let mut out = vec![];
-        while d.remaining() > 0 {
-            out.push(d.next_piece(piece)?);
+        while d.remaining() > 0 && out.len() < 1_000_000 {
+            out.push(d.next_piece(piece)?.to_vec());
         }
         Ok(out)
     }
 
     #[test]
     fn a_declared_frame_streams_in_pieces_equal_to_the_whole_decode() {
-        let n = 100_000u64;
+        let n = 300_000u64;
         let data = smooth_f32(n as usize);
         for codecs in [
             zstd_le(),
             serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}},
                 {"name": "zstd", "configuration": {"level": 3, "checksum": true}}, "crc32c"]),
-            serde_json::json!([{"name": "bytes", "configuration": {"endian": "big"}}, {"name": "zstd"}]),
         ] {
             let (c, repr) = chain(codecs.clone(), n);
             assert!(streams(&c, &repr), "{codecs}");
             let stored = c.encode(ChunkData::Fixed(data.clone()), &repr).unwrap();
             for piece in [4, 1000, 65_536, 1 << 20] {
                 let got = pieces(&c, &repr, stored.clone(), piece).unwrap();
-                assert_eq!(got.len(), data.len().div_ceil(piece), "{codecs} {piece}");
-                assert!(got.iter().all(|p| p.len() <= piece));
+                // About `piece` bytes each (a zstd block more at
+                // most), whole elements, all of them in order.
+                assert!(got.len() >= data.len().div_ceil(piece + (160 << 10)), "{codecs} {piece}");
+                assert!(got.iter().all(|p| p.len() % 4 == 0 && !p.is_empty()), "{codecs} {piece}");
                 assert_eq!(got.concat(), data, "{codecs} {piece}");
             }
         }
-    }
-
-    #[test]
-    fn pieces_hold_whole_elements() {
-        let (c, repr) = chain(zstd_le(), 10);
-        let stored = c.encode(ChunkData::Fixed(smooth_f32(10)), &repr).unwrap();
-        let Start::Pieces(d) = PieceDecoder::start(&c, &repr, stored).unwrap() else { panic!() };
-        assert_eq!((d.piece_len(7), d.piece_len(1), d.piece_len(8)), (4, 4, 8));
-        assert_eq!(d.size(), 40);
+        let be = serde_json::json!([{"name": "bytes", "configuration": {"endian": "big"}}, {"name": "zstd"}]);
+        let (c, repr) = chain(be, n);
+        assert!(!streams(&c, &repr), "big-endian elements are decoded whole");
+        let stored = c.encode(ChunkData::Fixed(data.clone()), &repr).unwrap();
+        assert!(
+            matches!(PieceDecoder::start(&c, &repr, stored).unwrap(), Start::Whole(ChunkData::Fixed(b)) if b == data)
+        );
     }
 
     #[test]
@@ -417,7 +314,7 @@ mod tests {
                             break;
                         }
                         match d.next_piece(65_536) {
-                            Ok(p) => got.extend(p),
+                            Ok(p) => got.extend_from_slice(&p),
                             Err(e) => {
                                 assert!(e.reason.contains("corrupt"), "{what}: {e}");
                                 failed = true;
