@@ -8,6 +8,7 @@ read into memory) and MB/s, median time to the first body byte, and the server's
 request (utime + stime from /proc, load-independent to first order).
 
     ~/.cache/zarrd/venv/bin/python bench/unit_stream.py BUILD [BUILD ...]      # REPS=100
+    ENDPOINT=chunks ... bench/unit_stream.py BUILD ...   # the decoded-chunk endpoint instead
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def main() -> None:
                 for r in range(reps):
                     i0, i1 = (r % 4) * 128, ((r // 4) % 4) * 128
                     path = f"/api/v1/data/w/{name}?sel={i0}:{i0 + 128},{i1}:{i1 + 128},0:64&format=raw"
+                    if os.environ.get("ENDPOINT") == "chunks":
+                        c0, c1 = i0 // 128, i1 // 128
+                        at = f"coords=0,0,0&inner={c0},{c1},0" if name == "sharded" else f"coords={c0},{c1},0"
+                        path = f"/api/v1/chunks/w/{name}?{at}&format=raw"
                     for j in range(len(servers)):
                         k = (j + r) % len(servers)
                         total, ttfb = one(conns[k], path, out)

@@ -277,6 +277,48 @@ def test_a_corrupt_inner_chunk_breaks_the_body(served):
     assert_array_equal(decode(get(server, name, unit), "raw", arrays[name][unit]), arrays[name][unit])
 
 
+def chunk_url(server, name: str, coords, inner=None, fmt: str = "raw") -> str:
+    q = f"coords={','.join(map(str, coords))}&format={fmt}"
+    if inner is not None:
+        q += f"&inner={','.join(map(str, inner))}"
+    return f"{server.url}/api/v1/chunks/w/{name}?{q}"
+
+
+@pytest.mark.parametrize("name", ["zp_zstd", "zp_sharded_zstd", "ts_zstd", "ts_sharded_zstd", "zp_zstd_be"])
+def test_decoded_chunk_answers_stream_too(served, name):
+    """`GET /api/v1/chunks/...` of one chunk (or one inner chunk) streams as the slice does."""
+    server, _, arrays = served
+    data = arrays[name]
+    sharded = "sharded" in name
+    for index in units_inside():
+        at = [s.start // c for s, c in zip(index, CHUNKS)]
+        coords, inner = ([0, 0, 0], at) if sharded else (at, None)
+        for fmt in ("raw", "npy"):
+            r = requests.get(chunk_url(server, name, coords, inner, fmt), timeout=HTTP_TIMEOUT_S)
+            assert r.status_code == 200, r.text
+            assert_array_equal(decode(r.content, fmt, data[index]), data[index], err_msg=f"{name} {at} {fmt}")
+
+
+def test_a_corrupt_chunk_breaks_a_decoded_chunk_answer(served):
+    server, root, arrays = served
+    name, key = "zp_zstd", "c/0/1/0"
+    chunk = root / name / key
+    stored = chunk.read_bytes()
+    unit = units_inside()[1]
+    raw = np.ascontiguousarray(arrays[name][unit]).astype("<f4").tobytes()
+    half = numcodecs.Zstd(level=1).encode(raw[: len(raw) // 2])
+    fewer = stored[: frame_header_len(stored)] + half[frame_header_len(half):]
+    try:
+        chunk.write_bytes(fewer)
+        assert body_fails(chunk_url(server, name, [0, 1, 0])) == "broken body"
+        chunk.write_bytes(stored + b"\0" * 8)
+        assert body_fails(chunk_url(server, name, [0, 1, 0])) == "error 502"
+    finally:
+        chunk.write_bytes(stored)
+    r = requests.get(chunk_url(server, name, [0, 1, 0]), timeout=HTTP_TIMEOUT_S)
+    assert_array_equal(decode(r.content, "raw", arrays[name][unit]), arrays[name][unit])
+
+
 def _open_and_leave(server, u: str, take: int) -> socket.socket:
     parsed = urllib.parse.urlsplit(u)
     s = socket.create_connection((parsed.hostname, parsed.port), timeout=HTTP_TIMEOUT_S)

@@ -166,39 +166,65 @@ pub(super) async fn read(
     content_length: Option<u64>,
     budget: &super::stream::AnswerLimits,
 ) -> ServiceResult<Option<DataRead>> {
-    let desc = &src.array.desc;
-    let shape = match &desc.sharding {
-        Some(s) => s.inner_chunk_shape().to_vec(),
-        None => desc.chunk_shape.clone(),
-    };
-    let elements = shape.iter().try_fold(1u64, |a, &c| a.checked_mul(c));
-    let want = elements.and_then(|e| e.checked_mul(desc.data_type.size().unwrap_or(0) as u64));
-    let Some(want) = want else { return Ok(None) };
-    // The unit is held whole until its last byte is written: only a unit no
-    // larger than the share an ordinary read takes (4 × read_slab_bytes)
-    // answers this way, so a huge chunk cannot hold more than the budget
-    // says nor take all of it; larger units go the ordinary way, by slabs.
-    if want > budget.slab_bytes.saturating_mul(4) {
-        return Ok(None);
-    }
+    let Some((shape, want)) = unit_size(src, budget) else { return Ok(None) };
     // A large answer holds the decoded unit until its last byte is written:
     // its share is taken before the unit is read.
     let share: Option<Share> = if want > SMALL_ANSWER { Some(budget.share_now(want).await?) } else { None };
     let fill_cache = want.max(CACHE_ENTRY_ESTIMATE) <= src.cache.capacity() / 2;
     let engine = src.engine(fill_cache);
-    let streams = {
-        let (chain, repr) = unit_codecs(desc);
-        pieces::streams(chain, &repr)
-    };
-    if !fill_cache && want > PIECE as u64 && streams {
-        if let Some(share) = share.clone() {
-            let head = Head { shape, format, content_length, want };
-            return stream(src, unit, &engine, head, share).await;
-        }
+    if let Some(share) = share.clone().filter(|_| !fill_cache && streams(src, want)) {
+        let head = Head { shape, format, content_length, want };
+        return stream(src, unit, &engine, head, share).await;
     }
     let data = unit.read(&engine.ctx, &engine.store, want).await.map_err(|e| region_error(&engine.path, e))?;
     let Some(data) = data else { return Ok(None) };
-    Ok(Some(answer(desc, data, shape, format, content_length, share.as_ref())?))
+    Ok(Some(answer(&src.array.desc, data, shape, format, content_length, share.as_ref())?))
+}
+
+/// A unit's shape and decoded size, when it may be answered whole: fixed
+/// -size elements, no larger than the share an ordinary read takes (4 ×
+/// read_slab_bytes: it is held whole until its last byte is written, so a
+/// huge chunk cannot hold more than the budget says nor take all of it;
+/// larger units go the ordinary way, by slabs).
+fn unit_size(src: &Opened, budget: &super::stream::AnswerLimits) -> Option<(Vec<u64>, u64)> {
+    let desc = &src.array.desc;
+    let shape = match &desc.sharding {
+        Some(s) => s.inner_chunk_shape().to_vec(),
+        None => desc.chunk_shape.clone(),
+    };
+    let elements = shape.iter().try_fold(1u64, |a, &c| a.checked_mul(c))?;
+    let want = elements.checked_mul(desc.data_type.size()? as u64)?;
+    (want <= budget.slab_bytes.saturating_mul(4)).then_some((shape, want))
+}
+
+/// Whether a unit of `want` bytes streams (see the module doc): large
+/// enough to be worth pieces, its codecs of the shape that streams.
+fn streams(src: &Opened, want: u64) -> bool {
+    let (chain, repr) = unit_codecs(&src.array.desc);
+    want > PIECE as u64 && want > SMALL_ANSWER && pieces::streams(chain, &repr)
+}
+
+/// The decoded-chunk endpoint's answer for one unit when it streams (as
+/// [`read`] streams it: a unit the cache would not keep, of a chain that
+/// streams); `None`: answer it the endpoint's own way.
+///
+/// # Errors
+/// As [`read`].
+pub(super) async fn read_streamed(
+    src: &Opened,
+    unit: &WholeUnit,
+    format: WireFormat,
+    content_length: Option<u64>,
+    budget: &super::stream::AnswerLimits,
+) -> ServiceResult<Option<DataRead>> {
+    let Some((shape, want)) = unit_size(src, budget) else { return Ok(None) };
+    let fill_cache = want.max(CACHE_ENTRY_ESTIMATE) <= src.cache.capacity() / 2;
+    if fill_cache || !streams(src, want) {
+        return Ok(None);
+    }
+    let share = budget.share_now(want).await?;
+    let engine = src.engine(false);
+    stream(src, unit, &engine, Head { shape, format, content_length, want }, share).await
 }
 
 /// The answer from a decoded unit's own bytes, in pieces of [`PIECE`].
