@@ -17,14 +17,17 @@
 //! closes. A missing unit, or one that decoded to the wrong size, goes the
 //! ordinary way, which fills it or reports it as every read does.
 //!
-//! A compressed unit the cache would not take (the cache is off, or the
-//! unit is more than half of it) streams: its stored bytes are decoded
-//! in pieces of [`PIECE`] bytes on the CPU pool ([`pieces`]), each sent
-//! while the next is decoded, so the client waits for one piece's decode
-//! rather than the whole unit's (time ≈ max(decode, send) + one piece).
-//! A unit the cache would take is decoded whole as before and cached,
-//! so the next read of it is a lookup: assembling streamed pieces for the
-//! cache would cost a copy of every unit, for the first read only.
+//! A zstd unit of little-endian (or one-byte) elements larger than a
+//! piece, which the cache would not take (the cache is off, or the unit
+//! is more than half of it), streams: its stored bytes are decoded in
+//! pieces on the CPU pool ([`pieces`]: [`FIRST_PIECE`], then [`PIECE`]
+//! bytes), each sent while the next is decoded, so the client waits for
+//! one piece's decode rather than the whole unit's (time ≈ max(decode,
+//! send) + one piece). The decoded-chunk endpoint's one-chunk answers
+//! stream the same way ([`read_streamed`]). A unit the cache would take is
+//! decoded whole as before and cached, so the next read of it is a lookup:
+//! the streamed unit's buffer is shared with the pieces in flight, so
+//! caching it would cost a copy of every unit, for the first read only.
 //! Only units whose stored bytes *declare* exactly the unit's size stream
 //! (one zstd frame recording it; checksums verified first); the headers,
 //! the first piece decoded, go out before the rest is decoded, so a frame
