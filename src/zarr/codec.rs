@@ -14,6 +14,7 @@ pub mod array_to_bytes;
 pub mod budget;
 pub mod bytes_to_bytes;
 pub mod numcodecs;
+pub mod pieces;
 pub mod registry;
 
 use std::fmt::Debug;
@@ -142,6 +143,11 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     /// about `want`'s end.
     fn decode_range(&self, bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Option<(usize, Vec<u8>)> {
         let _ = (bytes, size, want);
+        None
+    }
+    /// The format [`pieces`] decodes this codec's output in, piece by
+    /// piece; `None` (the default): decoded whole only.
+    fn piece_format(&self) -> Option<pieces::PieceFormat> {
         None
     }
 }

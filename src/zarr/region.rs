@@ -93,6 +93,7 @@ use projection::TouchedChunks;
 pub use copy::{SlabData, VarSlab};
 pub use partial::{MAX_PARTIAL_RANGES, MIN_PARTIAL_CHUNK};
 pub use plan::{plan_read, PlanError, ReadPlan, Slab, Slabs};
+pub use read::{chunk_bytes, inner_chunk_bytes, UnitBytes};
 pub use read::{
     read_chunk, read_inner_chunk, read_region, read_region_with, read_selection, read_slab, IndexEntry, MissingUnit,
     NoCache, ReadCtx, UnitCache,

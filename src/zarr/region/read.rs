@@ -977,17 +977,52 @@ pub async fn read_inner_chunk(
         return Err(SubsetError("the array is not sharded".into()).into());
     };
     let key = ctx.desc().chunk_key(shard);
+    let (bytes, stamp, ticket) = match fetch_inner(ctx, source, &sharding, &key, inner).await? {
+        InnerFetched::Ready(data) => return Ok(data),
+        InnerFetched::Stored { bytes, stamp, ticket } => (bytes, stamp, ticket),
+    };
+    let (cache, inner, k) = (ctx.cache.clone(), inner.to_vec(), key);
+    let data = ctx
+        .run(false, move || {
+            let data = sharding
+                .decode_inner_chunk(Vec::from(bytes), &inner)
+                .map_err(|source| RegionError::Codec { key: k.clone(), source })?;
+            let data = Arc::new(data);
+            cache.insert_inner(&k, inner, stamp, data.clone(), ticket);
+            Ok::<_, RegionError>(data)
+        })
+        .await??;
+    Ok(Some(data))
+}
+
+/// An inner chunk: cached or missing (`None`), or its stored bytes read
+/// through the index reading `stamp`, with the cache ticket noted before.
+enum InnerFetched {
+    Ready(Option<Arc<ChunkData>>),
+    Stored { bytes: Bytes, stamp: u64, ticket: u64 },
+}
+
+/// The inner chunk `inner` of the shard `key` through the cache, else its
+/// stored bytes (conditioned on the index's version; a shard rewritten
+/// meanwhile is read again, twice at most).
+async fn fetch_inner(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    sharding: &ShardingCodec,
+    key: &str,
+    inner: &[u64],
+) -> Result<InnerFetched, RegionError> {
     let mut fresh = false;
     for attempt in 0..3 {
-        let IndexEntry { version, stamp, index } = shard_index(ctx, source, &key, &sharding, fresh).await?;
+        let IndexEntry { version, stamp, index } = shard_index(ctx, source, key, sharding, fresh).await?;
         let Some(r) = index.as_ref().and_then(|ix| ix.inner_range(inner)) else {
-            return Ok(None);
+            return Ok(InnerFetched::Ready(None));
         };
-        if let Some(data) = ctx.cache.inner(&key, inner, stamp) {
-            return Ok(Some(data));
+        if let Some(data) = ctx.cache.inner(key, inner, stamp) {
+            return Ok(InnerFetched::Ready(Some(data)));
         }
         let ticket = ctx.cache.ticket();
-        let bytes = match fetch_range(source, &key, r.clone(), version.as_deref()).await {
+        let bytes = match fetch_range(source, key, r.clone(), version.as_deref()).await {
             Ok((_, b)) => b,
             Err(RegionError::Source { source: SourceError::Precondition(_), .. }) if attempt < 2 => {
                 fresh = true;
@@ -997,24 +1032,64 @@ pub async fn read_inner_chunk(
         };
         if bytes.len() as u64 != r.end - r.start {
             return Err(corrupt(
-                &key,
+                key,
                 format!("inner chunk {inner:?}: bytes {}..{} are past the end of the shard", r.start, r.end),
             ));
         }
-        let (cache, inner, k) = (ctx.cache.clone(), inner.to_vec(), key.clone());
-        let data = ctx
-            .run(false, move || {
-                let data = sharding
-                    .decode_inner_chunk(Vec::from(bytes), &inner)
-                    .map_err(|source| RegionError::Codec { key: k.clone(), source })?;
-                let data = Arc::new(data);
-                cache.insert_inner(&k, inner, stamp, data.clone(), ticket);
-                Ok::<_, RegionError>(data)
-            })
-            .await??;
-        return Ok(Some(data));
+        return Ok(InnerFetched::Stored { bytes, stamp, ticket });
     }
-    Err(corrupt(&key, "the shard kept changing while it was read".into()))
+    Err(corrupt(key, "the shard kept changing while it was read".into()))
+}
+
+/// A unit (a chunk, or an inner chunk of a shard) as a reader that decodes
+/// it itself finds it: decoded already (cached; `None`: missing), or its
+/// stored bytes.
+#[derive(Debug)]
+pub enum UnitBytes {
+    /// Cached (`None`: missing).
+    Decoded(Option<Arc<ChunkData>>),
+    /// Its stored bytes, not decoded: nothing read this way enters the
+    /// cache but a missing chunk.
+    Stored(Bytes),
+}
+
+/// The chunk at `coords` through the cache, its stored bytes not decoded:
+/// for a reader that decodes it itself (in pieces, see
+/// [`crate::zarr::codec::pieces`]).
+///
+/// # Errors
+/// A store failure.
+pub async fn chunk_bytes(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    coords: &[u64],
+) -> Result<UnitBytes, RegionError> {
+    let key = ctx.desc().chunk_key(coords);
+    Ok(match fetch_chunk(ctx, source, &key).await? {
+        Fetched::Ready(data) => UnitBytes::Decoded(data),
+        Fetched::Stored(stored, _) => UnitBytes::Stored(stored.bytes),
+    })
+}
+
+/// As [`chunk_bytes`], for the inner chunk `inner` of the shard at `shard`
+/// (its byte range from the shard's index, read conditioned on the index).
+///
+/// # Errors
+/// As [`read_inner_chunk`].
+pub async fn inner_chunk_bytes(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    shard: &[u64],
+    inner: &[u64],
+) -> Result<UnitBytes, RegionError> {
+    let Some(sharding) = ctx.desc().sharding.clone() else {
+        return Err(SubsetError("the array is not sharded".into()).into());
+    };
+    let key = ctx.desc().chunk_key(shard);
+    Ok(match fetch_inner(ctx, source, &sharding, &key, inner).await? {
+        InnerFetched::Ready(data) => UnitBytes::Decoded(data),
+        InnerFetched::Stored { bytes, .. } => UnitBytes::Stored(bytes),
+    })
 }
 
 /// Reads `selection` of the array (checked against its shape) into one

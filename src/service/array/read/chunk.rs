@@ -13,6 +13,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::stream::{first_message, json_fixed, json_variable, project, AnswerLimits, Out, VarItems, SMALL_ANSWER};
+use super::whole::{self, WholeUnit};
 use super::{check_limits, cpu_error, npy_header, open, output_of, variable_text, ChunkParams, DataRead, Pieces};
 use crate::service::array::source::region_error;
 use crate::service::wire::json::JsonEncoder;
@@ -70,6 +71,22 @@ pub async fn read_chunk(at: &NodeRef<'_>, params: ChunkParams) -> ServiceResult<
     // The key in the mount, as messages name it (and checked: 400 when the
     // chunk has no valid key).
     let key = src.array.chunk_key(&params.coords)?;
+    // A compressed chunk, or inner chunk, the cache would not keep streams
+    // as a slice of exactly that unit does (`whole`): decoded in pieces,
+    // each sent while the next decodes.
+    if field.is_none() && params.format != WireFormat::Json {
+        let unit = match (&params.inner, &desc.sharding) {
+            (Some(inner), Some(_)) => Some(WholeUnit::Inner(params.coords.clone(), inner.clone())),
+            (None, None) => Some(WholeUnit::Chunk(params.coords.clone())),
+            _ => None,
+        };
+        if let Some(unit) = unit {
+            let budget = AnswerLimits::of(app);
+            if let Some(read) = whole::read_streamed(&src, &unit, params.format, content_length, &budget).await? {
+                return Ok(read);
+            }
+        }
+    }
     let engine = src.engine(true);
     let (ctx, store) = (&engine.ctx, &engine.store);
     let data = match &params.inner {

@@ -10,8 +10,8 @@
 //! and ignore the `BLOSC_*` environment variables, so a [`Blosc`] is safe to
 //! use from many threads at once.
 //!
-//! This is the only module of the crate with unsafe code: four FFI calls,
-//! each with its safety argument. Before decompressing, the header is
+//! This is one of the crate's two modules with unsafe code (the other is
+//! `zarr/codec/pieces/direct.rs`): FFI calls, each with its safety argument. Before decompressing, the header is
 //! checked in Rust and by `blosc_cbuffer_validate` (its compressed size must
 //! equal the input length, its decoded size must fit the cap), so c-blosc is
 //! only ever handed a buffer as long as its header says, and an output buffer

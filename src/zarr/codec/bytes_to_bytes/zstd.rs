@@ -165,6 +165,10 @@ impl BytesToBytesCodec for Zstd {
         None
     }
 
+    fn piece_format(&self) -> Option<crate::zarr::codec::pieces::PieceFormat> {
+        Some(crate::zarr::codec::pieces::PieceFormat::Zstd)
+    }
+
     fn encode(&self, bytes: Vec<u8>) -> CodecResult<Vec<u8>> {
         let fail = |e: std::io::Error| CodecError::new(NAME, e.to_string());
         let mut compressor = Compressor::new(self.level).map_err(fail)?;
