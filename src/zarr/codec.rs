@@ -136,11 +136,14 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     /// decoding is exactly `size` bytes: `Some((at, bytes))`, decoded bytes
     /// `at..at + bytes.len()` of the value (covering `want`, within
     /// `size`), equal to that part of [`decode`](Self::decode)'s output.
-    /// `None` (the default; and for anything doubtful: a declared size
-    /// other than `size`, a frame with a checksum it would not verify,
-    /// corrupt or truncated input): decode the value whole, which reports
-    /// any error exactly as a whole read does. Never allocates more than
-    /// about `want`'s end.
+    /// `None` (the default; and for anything doubtful seen before or
+    /// while decoding the part: a declared size other than `size`, a frame
+    /// with a checksum it would not verify, corrupt or truncated input
+    /// within the part): decode the value whole, which reports the error
+    /// exactly as a whole read does. Damage after the part is not seen: a
+    /// value that a whole decode reports corrupt may still give its part
+    /// (the bytes it decodes to there). Never allocates more than about
+    /// `want`'s end.
     fn decode_range(&self, bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Option<(usize, Vec<u8>)> {
         let _ = (bytes, size, want);
         None

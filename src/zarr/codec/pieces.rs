@@ -107,18 +107,15 @@ impl PieceDecoder {
         };
         let size = chain.array_to_bytes.encoded_size(repr).unwrap_or(0);
         let compressor = &chain.bytes_to_bytes[at];
-        // The checksums (exact-size codecs after the compressor), outermost
-        // first, each told the exact size it must produce.
-        let mut sizes = vec![size, size];
-        for c in &chain.bytes_to_bytes[at + 1..] {
-            let last = *sizes.last().unwrap_or(&size);
-            sizes.push(c.encoded_size(last).unwrap_or(last));
-        }
+        // The checksums (codecs after the compressor), outermost first, each
+        // capped as the whole decode caps it: at the largest encoding of
+        // what enters it, a compressed frame (which may be larger than the
+        // unit: zstd stores data it cannot shrink in raw blocks, with
+        // headers).
+        let caps = chain.decode_caps(repr);
         let mut frame = stored;
         for (i, c) in chain.bytes_to_bytes.iter().enumerate().skip(at + 1).rev() {
-            // The size entering codec i is that of codec i - 1's output.
-            let cap = usize::try_from(sizes[i]).unwrap_or(usize::MAX);
-            frame = c.decode(frame, cap)?;
+            frame = c.decode(frame, caps[i])?;
         }
         if size > 0 && declares(compressor.as_ref(), &frame) == Some(size) {
             if let Ok(n) = usize::try_from(size) {
@@ -239,6 +236,33 @@ mod tests {
         assert!(
             matches!(PieceDecoder::start(&c, &repr, stored).unwrap(), Start::Whole(ChunkData::Fixed(b)) if b == data)
         );
+    }
+
+    #[test]
+    fn incompressible_units_behind_checksums_stream_too() {
+        // Random bytes: zstd stores them in raw blocks, so the frame the
+        // checksums carry is larger than the unit.
+        let n = 600_000u64;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let data: Vec<u8> = (0..n * 4)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for codecs in [
+            serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd"}, "crc32c"]),
+            serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd"}, "crc32c",
+                "crc32c"]),
+        ] {
+            let (c, repr) = chain(codecs.clone(), n);
+            assert!(streams(&c, &repr), "{codecs}");
+            let stored = c.encode(ChunkData::Fixed(data.clone()), &repr).unwrap();
+            assert!(stored.len() > data.len(), "{codecs}: the frame is larger than the unit");
+            assert_eq!(pieces(&c, &repr, stored, 1 << 20).unwrap().concat(), data, "{codecs}");
+        }
     }
 
     #[test]

@@ -17,13 +17,21 @@
 //! partial read's parts are ([`super::partial::copy_parts`]).
 //!
 //! What is not given up: declared sizes are checked against the chunk's
-//! before decoding (a zstd frame's content size, blosc's `nbytes`), and
-//! anything doubtful (another size, a zstd checksum a prefix could not
-//! verify, corrupt or truncated input) decodes the chunk whole instead,
-//! which reports any error exactly as a whole read does. A part is never
-//! cached: the read uses ranges only when the cache would not keep the
-//! decoded chunk anyway ([`UnitCache::keeps_units`](super::read::UnitCache::keeps_units)),
-//! so a hot tile still comes from the decoded-chunk cache whole.
+//! before decoding (a zstd frame's content size, blosc's header and its
+//! flags), and anything doubtful that can be seen before or while decoding
+//! the part (another size, a zstd checksum a prefix could not verify,
+//! corrupt or truncated input within the part) decodes the chunk whole
+//! instead, which reports the error exactly as a whole read does. What is
+//! given up, as a byte-range read of an uncompressed chunk gives it up:
+//! damage *after* the part (a zstd frame whose later blocks are corrupt
+//! or hold fewer bytes than declared, a blosc block the part does not
+//! touch) is not seen, so such a chunk answers the part's bytes — which
+//! are what the stored value decodes to there — where a read of the whole
+//! chunk reports it corrupt. A part is never cached: the read uses ranges
+//! only when the decoded-chunk cache is off for the read
+//! ([`UnitCache::keeps_units`](super::read::UnitCache::keeps_units)), so
+//! with the cache on every chunk is decoded (and checked) whole, and a hot
+//! tile comes from the cache.
 
 use std::ops::Range;
 

@@ -29,10 +29,11 @@
 //!   entry has its exact size, only those ranges of the shard, coalesced
 //!   with the other inner chunks' ranges;
 //! - compressed units over a byte layout (one zstd or blosc compressor,
-//!   [`super::ranged`]): when the cache would not keep the decoded unit
-//!   and the slab needs only its start (the span ends within 3/4 of it),
-//!   only that part is decoded (zstd: the prefix; blosc: its blocks) and
-//!   copied as a partial read's parts; anything doubtful decodes whole.
+//!   [`super::ranged`]): when the decoded-chunk cache is off for the read
+//!   and the part the slab needs costs at most 3/4 of the unit (zstd: up
+//!   to the part's end; blosc: the blocks it lies in), only that part is
+//!   decoded and copied as a partial read's parts; anything doubtful
+//!   decodes whole (damage after the part goes unseen, see there).
 //!
 //! Concurrency: units (shards) are read at most
 //! [`RegionOptions::concurrency`] at a time on the calling task; decoding

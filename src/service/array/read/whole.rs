@@ -35,10 +35,12 @@
 //! error (the connection closes before `Content-Length` bytes: clients
 //! report a failed transfer), never a short or padded answer. zstd decodes
 //! straight into one buffer of the unit's size and the pieces are its
-//! finished ranges (no copy), so a unit read this way holds what the
-//! whole-unit answer holds: its stored bytes and the decoded unit, under
-//! the unit's share of the answer budget; the decoding runs at most one
-//! piece ahead of the socket (one piece queued in the channel of one).
+//! finished ranges (no copy). A unit read this way holds its stored bytes
+//! (until the last piece is decoded) and the decoded unit, so it takes a
+//! share of twice the unit's size of the answer budget (the whole-unit
+//! answer drops the stored bytes before sending and takes the unit's
+//! size); the decoding runs at most one piece ahead of the socket (one
+//! piece queued in the channel of one).
 //! Errors before the headers (the store, a checksum, the first piece) are
 //! ordinary answers.
 
@@ -170,15 +172,16 @@ pub(super) async fn read(
     budget: &super::stream::AnswerLimits,
 ) -> ServiceResult<Option<DataRead>> {
     let Some((shape, want)) = unit_size(src, budget) else { return Ok(None) };
-    // A large answer holds the decoded unit until its last byte is written:
-    // its share is taken before the unit is read.
-    let share: Option<Share> = if want > SMALL_ANSWER { Some(budget.share_now(want).await?) } else { None };
     let fill_cache = want.max(CACHE_ENTRY_ESTIMATE) <= src.cache.capacity() / 2;
     let engine = src.engine(fill_cache);
-    if let Some(share) = share.clone().filter(|_| !fill_cache && streams(src, want)) {
+    if !fill_cache && streams(src, want) {
+        let share = budget.share_now(streamed_share(want)).await?;
         let head = Head { shape, format, content_length, want };
         return stream(src, unit, &engine, head, share).await;
     }
+    // A large answer holds the decoded unit until its last byte is written:
+    // its share is taken before the unit is read.
+    let share: Option<Share> = if want > SMALL_ANSWER { Some(budget.share_now(want).await?) } else { None };
     let data = unit.read(&engine.ctx, &engine.store, want).await.map_err(|e| region_error(&engine.path, e))?;
     let Some(data) = data else { return Ok(None) };
     Ok(Some(answer(&src.array.desc, data, shape, format, content_length, share.as_ref())?))
@@ -198,6 +201,16 @@ fn unit_size(src: &Opened, budget: &super::stream::AnswerLimits) -> Option<(Vec<
     let elements = shape.iter().try_fold(1u64, |a, &c| a.checked_mul(c))?;
     let want = elements.checked_mul(desc.data_type.size()? as u64)?;
     (want <= budget.slab_bytes.saturating_mul(4)).then_some((shape, want))
+}
+
+/// The share of the answer budget a streamed unit of `want` decoded bytes
+/// takes: its stored frame stays in memory until the last piece is decoded
+/// (about the whole transfer), beside the decoded buffer, and a frame may
+/// be a little larger than the unit (zstd's raw blocks) — twice the unit,
+/// taken at once before the unit is read (a second share taken later could
+/// wait on answers that wait for it).
+fn streamed_share(want: u64) -> u64 {
+    want.saturating_mul(2)
 }
 
 /// Whether a unit of `want` bytes streams (see the module doc): large
@@ -225,7 +238,7 @@ pub(super) async fn read_streamed(
     if fill_cache || !streams(src, want) {
         return Ok(None);
     }
-    let share = budget.share_now(want).await?;
+    let share = budget.share_now(streamed_share(want)).await?;
     let engine = src.engine(false);
     stream(src, unit, &engine, Head { shape, format, content_length, want }, share).await
 }

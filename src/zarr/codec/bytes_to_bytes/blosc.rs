@@ -433,12 +433,24 @@ const FORMAT_VERSION: u8 = 2;
 /// bytes, decoding only the blocks they lie in: `None` for anything the
 /// whole decode would check and fail on (the same checks, made first), an
 /// older format, or a c-blosc error, so the caller decodes it whole.
+/// Header flag bit 3: c-blosc refuses a buffer with it set ("compressor
+/// flags from the future").
+const FLAG_FUTURE: u8 = 0x08;
+
+/// The most of a chunk (numerator, denominator) the blocks a part touches
+/// may cover for the part to be decoded alone.
+const RANGE_MAX_BLOCKS: (usize, usize) = (3, 4);
+
 fn decode_blocks(bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Option<(usize, Vec<u8>)> {
     let header = Header::read(bytes).filter(|_| bytes.len() >= HEADER)?;
     if header.cbytes != bytes.len() || header.nbytes != size || *bytes.first()? != FORMAT_VERSION {
         return None;
     }
     if header.flags & FLAG_MEMCPYED != 0 && header.nbytes + HEADER != bytes.len() {
+        return None;
+    }
+    // Flags a whole decode refuses ("from the future"), refused here too.
+    if header.flags & FLAG_FUTURE != 0 {
         return None;
     }
     if header.flags & FLAG_MEMCPYED == 0 {
@@ -452,6 +464,16 @@ fn decode_blocks(bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Opt
     let end = want.end.div_ceil(typesize).checked_mul(typesize)?;
     if start >= end || end > size {
         return None;
+    }
+    // c-blosc decodes every block the part touches whole (into scratch of
+    // twice the block size): when those blocks are most of the chunk (a
+    // chunk of one block, say), the whole decode costs no more.
+    if header.flags & FLAG_MEMCPYED == 0 {
+        let bs = header.blocksize;
+        let touched = ((end - 1).checked_div(bs)? - start.checked_div(bs)? + 1).checked_mul(bs)?;
+        if touched.checked_mul(RANGE_MAX_BLOCKS.1)? > size.checked_mul(RANGE_MAX_BLOCKS.0)? {
+            return None;
+        }
     }
     let mut nbytes = 0usize;
     // SAFETY: as in `decode`: `cbuffer` is valid for reads of `bytes.len()`

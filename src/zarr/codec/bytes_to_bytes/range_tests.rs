@@ -124,6 +124,28 @@ fn blosc(cname: BloscCname, shuffle: BloscShuffle, typesize: usize, blocksize: u
     Blosc::new(cname, 5, shuffle, typesize, blocksize).unwrap()
 }
 
+/// Whether blosc offers a part for `want` of `encoded` (as its header
+/// says): a stored-as-is buffer always; else when the blocks the part's
+/// whole elements touch are at most 3/4 of the value.
+fn blosc_offers(encoded: &[u8], size: usize, want: &std::ops::Range<usize>) -> bool {
+    let (flags, typesize) = (encoded[2], usize::from(encoded[3]).max(1));
+    if flags & 0x02 != 0 {
+        return true;
+    }
+    let bs = u32::from_le_bytes(encoded[8..12].try_into().unwrap()) as usize;
+    let (start, end) = (want.start / typesize * typesize, want.end.div_ceil(typesize) * typesize);
+    ((end - 1) / bs - start / bs + 1) * bs * 4 <= size * 3
+}
+
+/// [`check_part`] where blosc offers a part, else checks it offers none.
+fn check_blosc_part(codec: &Blosc, encoded: &[u8], whole: &[u8], want: std::ops::Range<usize>) {
+    if blosc_offers(encoded, whole.len(), &want) {
+        check_part(codec, encoded, whole, want);
+    } else {
+        assert!(codec.decode_range(encoded, whole.len(), want.clone()).is_none(), "{want:?}");
+    }
+}
+
 #[test]
 fn blosc_every_range_of_a_small_value() {
     // 2.8 KB in blocks of 256 bytes: every start and end.
@@ -134,10 +156,36 @@ fn blosc_every_range_of_a_small_value() {
         assert_eq!(codec.range_decode(), Some(RangeDecode::Blocks));
         for start in (0..whole.len()).step_by(7) {
             for end in (start + 1..=whole.len()).step_by(13).chain([whole.len()]) {
-                check_part(&codec, &encoded, &whole, start..end);
+                check_blosc_part(&codec, &encoded, &whole, start..end);
             }
         }
     }
+}
+
+#[test]
+fn blosc_parts_whose_blocks_are_most_of_the_value_decode_whole() {
+    // One block holds the whole value: c-blosc would decode all of it (into
+    // scratch of twice its size) for any part, so no part is offered.
+    let whole = smooth_f32(20_000);
+    let one = blosc(BloscCname::Lz4, BloscShuffle::Shuffle, 4, 1 << 20);
+    let encoded = one.encode(whole.clone()).unwrap();
+    assert!(one.decode_range(&encoded, whole.len(), 0..4).is_none());
+    assert_eq!(encoded[2] & 0x02, 0, "compressed, in blocks");
+    assert_eq!(u32::from_le_bytes(encoded[8..12].try_into().unwrap()) as usize, whole.len(), "one block");
+    assert!(one.decode_range(&encoded, whole.len(), 0..4).is_none());
+    // Many blocks: one block gives a part, all of them do not.
+    let big = smooth_f32(1_000_000);
+    let many = blosc(BloscCname::Lz4, BloscShuffle::Shuffle, 4, 0);
+    let encoded = many.encode(big.clone()).unwrap();
+    let bs = u32::from_le_bytes(encoded[8..12].try_into().unwrap()) as usize;
+    assert!(encoded[2] & 0x02 == 0 && bs * 4 <= big.len(), "several blocks of {bs}");
+    check_part(&many, &encoded, &big, bs..bs + 4);
+    assert!(many.decode_range(&encoded, big.len(), 4..big.len() - 4).is_none());
+    // The flag c-blosc refuses ("from the future") is refused for parts too.
+    let mut future = encoded.clone();
+    future[2] |= 0x08;
+    assert!(many.decode(future.clone(), big.len()).is_err());
+    assert!(many.decode_range(&future, big.len(), bs..bs + 4).is_none());
 }
 
 #[test]
@@ -148,7 +196,7 @@ fn blosc_ranges_of_every_compressor_and_a_memcpyed_buffer() {
         let codec = blosc(cname, BloscShuffle::Shuffle, 2, 0);
         let encoded = codec.encode(whole.clone()).unwrap();
         for (start, end) in [(0, 1), (0, 20_000), (33_333, 33_334), (150_001, 250_000), (399_990, 400_000)] {
-            check_part(&codec, &encoded, &whole, start..end);
+            check_blosc_part(&codec, &encoded, &whole, start..end);
         }
     }
     // Incompressible at clevel 0: stored as is (the memcpyed flag); an odd length, typesize 1.
