@@ -54,15 +54,6 @@
 //! as nginx's do; larger reads go to the blocking pool. A mount on a slow
 //! network filesystem would stall a worker for the duration of one read.
 //!
-//! The reads a slice read makes for its chunks are different: many are
-//! asked for at once ([`ReadRequest::concurrent`]), and inline they would
-//! run one after another on the one worker serving the request, each a
-//! kernel copy of up to 4 MiB, while the other core waits (profiled: a
-//! plane through an uncompressed array spent 55 % of its time in `read` on
-//! one worker thread). Those go to the blocking pool above
-//! [`CONCURRENT_INLINE_MAX`] bytes, where they run side by side; below it
-//! the hop would cost more than the copy.
-//!
 //! Small objects (up to [`ObjectCacheSettings::max_object_bytes`]) are kept
 //! in a byte-bounded cache and served from memory after one confined open
 //! and `fstat` show the file unchanged (same inode, size, mtime and ctime: any write through zarrd
@@ -91,12 +82,6 @@ use super::{
 
 /// Reads up to this many bytes run inline on the async worker.
 pub const INLINE_READ_MAX: u64 = 4 * 1024 * 1024;
-
-/// Reads made at once with others for one answer
-/// ([`ReadRequest::concurrent`]) run inline up to this many bytes (a copy
-/// from the page cache of about the time of a hop to the blocking pool and
-/// back); larger ones go to the blocking pool, side by side.
-pub const CONCURRENT_INLINE_MAX: u64 = 256 * 1024;
 
 /// The directory at a mount's root that holds named staging files (for
 /// microseconds; one left by a crash is removed when the mount is opened).
@@ -498,8 +483,7 @@ impl LocalBackend {
         if !req.head_only {
             // A range never reads past the end of the file.
             let len = req.range.map_or(validator.size, |r| r.max_len().min(validator.size));
-            let inline_max = if req.concurrent { CONCURRENT_INLINE_MAX } else { INLINE_READ_MAX };
-            if len > inline_max {
+            if len > INLINE_READ_MAX {
                 return Ok(Inline::Large(file, validator));
             }
         }
@@ -874,14 +858,9 @@ impl Storage for LocalBackend {
             Inline::Done(out) => Ok(out),
             Inline::Large(file, validator) => {
                 let (key, req) = (key.clone(), req.clone());
-                // A concurrent read may be small enough for the object cache.
-                let cache = self.cache.clone().filter(|_| !req.bulk);
-                let max_cached = self.max_cached;
-                tokio::task::spawn_blocking(move || {
-                    Self::read_file(&file, validator, &key, &req, cache.as_ref().map(|c| (c, max_cached)))
-                })
-                .await
-                .map_err(|e| join_error(&e))?
+                tokio::task::spawn_blocking(move || Self::read_file(&file, validator, &key, &req, None))
+                    .await
+                    .map_err(|e| join_error(&e))?
             }
         }
     }
@@ -1085,36 +1064,6 @@ mod tests {
         b.read(&key("a"), &ReadRequest::default()).await.unwrap();
         assert!(b.cache.as_ref().unwrap().get(&key("a")).is_some());
         assert_eq!(&b.read(&key("a"), &bulk).await.unwrap().body[..], b"bytes of a");
-    }
-
-    #[tokio::test]
-    async fn concurrent_reads_off_the_worker_read_ranges_and_fill_the_cache_as_inline_ones() {
-        let dir = tempfile::tempdir().unwrap();
-        let size = usize::try_from(CONCURRENT_INLINE_MAX).unwrap() + 4096;
-        let settings = ObjectCacheSettings { capacity_bytes: 64 << 20, max_object_bytes: 1 << 20 };
-        let b = LocalBackend::with_cache(dir.path().to_path_buf(), settings).unwrap();
-        let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-        std::fs::write(dir.path().join("chunk"), &bytes).unwrap();
-        std::fs::write(dir.path().join("small"), b"inline").unwrap();
-        let concurrent = ReadRequest { concurrent: true, ..ReadRequest::default() };
-        // Larger than CONCURRENT_INLINE_MAX: read on the blocking pool, whole.
-        let out = b.read(&key("chunk"), &concurrent).await.unwrap();
-        assert_eq!(&out.body[..], &bytes[..]);
-        assert!(b.cache.as_ref().unwrap().get(&key("chunk")).is_some(), "cached as an inline read would be");
-        // A range of an uncached object reads the range only.
-        std::fs::write(dir.path().join("other"), &bytes).unwrap();
-        let ranged = ReadRequest { range: Some(request::ByteRange::From(1000)), ..concurrent.clone() };
-        let out = b.read(&key("other"), &ranged).await.unwrap();
-        assert_eq!(&out.body[..], &bytes[1000..]);
-        assert_eq!(out.range, Some(1000..size as u64));
-        // A bulk concurrent read fills no cache.
-        std::fs::write(dir.path().join("bulk"), &bytes).unwrap();
-        let bulk = ReadRequest { bulk: true, ..concurrent.clone() };
-        assert_eq!(b.read(&key("bulk"), &bulk).await.unwrap().body.len(), size);
-        assert!(b.cache.as_ref().unwrap().get(&key("bulk")).is_none());
-        // Small ones are answered inline, and missing keys are not found.
-        assert_eq!(&b.read(&key("small"), &concurrent).await.unwrap().body[..], b"inline");
-        assert!(matches!(b.read(&key("gone"), &concurrent).await, Err(StorageError::NotFound { .. })));
     }
 
     #[tokio::test]

@@ -132,12 +132,6 @@ pub struct ReadRequest {
     /// a cache that holds the object, never added to one (it would only
     /// evict what other requests keep hot).
     pub bulk: bool,
-    /// One of several reads made at once for one answer (the chunks of a
-    /// slice read): a backend that would do the read on the async worker
-    /// does it elsewhere unless it is small, so the reads run side by side
-    /// instead of one after another on the worker (see
-    /// [`local`](super::local)'s `CONCURRENT_INLINE_MAX`).
-    pub concurrent: bool,
 }
 
 fn opaque(tag: &str) -> &str {

@@ -55,10 +55,9 @@ impl MountChunkStore {
         Self { bulk: true, ..self }
     }
 
-    /// A read of `range` (the whole object: `None`), bulk as the store is;
-    /// concurrent, as the engine asks for several chunks at once.
+    /// A read of `range` (the whole object: `None`), bulk as the store is.
     fn request(&self, range: Option<ByteRange>) -> ReadRequest {
-        ReadRequest { range, bulk: self.bulk, concurrent: true, ..ReadRequest::default() }
+        ReadRequest { range, bulk: self.bulk, ..ReadRequest::default() }
     }
 
     fn key(&self, rel: &str) -> Result<StoreKey, SourceError> {
