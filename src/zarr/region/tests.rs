@@ -8,9 +8,10 @@ use serde_json::{json, Value};
 use super::*;
 use crate::zarr::metadata::NodeMetadataV3;
 
-/// An in-memory store that logs every read.
+/// An in-memory store that logs every read (also used by the ranged
+/// decoding tests).
 #[derive(Default)]
-struct MemoryStore {
+pub(super) struct MemoryStore {
     map: Mutex<HashMap<String, Bytes>>,
     reads: Mutex<Vec<(String, Option<ByteRangeRequest>)>>,
 }
@@ -20,11 +21,11 @@ impl MemoryStore {
         std::mem::take(&mut *self.reads.lock().unwrap())
     }
 
-    fn insert(&self, key: &str, bytes: Vec<u8>) {
+    pub(super) fn insert(&self, key: &str, bytes: Vec<u8>) {
         self.map.lock().unwrap().insert(key.to_owned(), Bytes::from(bytes));
     }
 
-    fn value(&self, key: &str) -> Option<Bytes> {
+    pub(super) fn value(&self, key: &str) -> Option<Bytes> {
         self.map.lock().unwrap().get(key).cloned()
     }
 

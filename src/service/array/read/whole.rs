@@ -172,7 +172,7 @@ pub(super) async fn read(
     budget: &super::stream::AnswerLimits,
 ) -> ServiceResult<Option<DataRead>> {
     let Some((shape, want)) = unit_size(src, budget) else { return Ok(None) };
-    let fill_cache = want.max(CACHE_ENTRY_ESTIMATE) <= src.cache.capacity() / 2;
+    let fill_cache = cache_keeps(src, want);
     let engine = src.engine(fill_cache);
     if !fill_cache && streams(src, want) {
         let share = budget.share_now(streamed_share(want)).await?;
@@ -213,6 +213,12 @@ fn streamed_share(want: u64) -> u64 {
     want.saturating_mul(2)
 }
 
+/// Whether the decoded-chunk cache would keep a unit of `want` bytes (at
+/// most half its capacity): such a unit is decoded whole and cached.
+fn cache_keeps(src: &Opened, want: u64) -> bool {
+    want.max(CACHE_ENTRY_ESTIMATE) <= src.cache.capacity() / 2
+}
+
 /// Whether a unit of `want` bytes streams (see the module doc): large
 /// enough to be worth pieces, its codecs of the shape that streams.
 fn streams(src: &Opened, want: u64) -> bool {
@@ -234,8 +240,7 @@ pub(super) async fn read_streamed(
     budget: &super::stream::AnswerLimits,
 ) -> ServiceResult<Option<DataRead>> {
     let Some((shape, want)) = unit_size(src, budget) else { return Ok(None) };
-    let fill_cache = want.max(CACHE_ENTRY_ESTIMATE) <= src.cache.capacity() / 2;
-    if fill_cache || !streams(src, want) {
+    if cache_keeps(src, want) || !streams(src, want) {
         return Ok(None);
     }
     let share = budget.share_now(streamed_share(want)).await?;

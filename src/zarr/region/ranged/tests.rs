@@ -3,58 +3,19 @@
 //! inner chunks of shards) equal the same selections of an uncompressed
 //! copy; damaged chunks fail as a whole read of them does.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use futures::executor::block_on;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
+use super::super::tests::MemoryStore as Memory;
 use super::super::*;
 use super::{needed_span, ranged_span};
 use crate::zarr::codec::array_to_bytes::sharding::ShardIndex;
 use crate::zarr::codec::RangeDecode;
 use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
 use crate::zarr::selection::{DimIndexer, SelectionMode};
-
-#[derive(Default)]
-struct Memory {
-    map: Mutex<HashMap<String, Bytes>>,
-}
-
-impl Memory {
-    fn set(&self, key: &str, bytes: Vec<u8>) {
-        self.map.lock().unwrap().insert(key.to_owned(), Bytes::from(bytes));
-    }
-    fn value(&self, key: &str) -> Vec<u8> {
-        self.map.lock().unwrap()[key].to_vec()
-    }
-}
-
-#[async_trait]
-impl ChunkSource for Memory {
-    async fn get(&self, key: &str, range: Option<ByteRangeRequest>) -> Result<Option<Bytes>, SourceError> {
-        let Some(value) = self.map.lock().unwrap().get(key).cloned() else { return Ok(None) };
-        let len = value.len() as u64;
-        Ok(Some(match range {
-            None => value,
-            Some(ByteRangeRequest::Suffix(n)) => value.slice((len - n.min(len)) as usize..),
-            Some(ByteRangeRequest::Bounded(r)) => value.slice(r.start.min(len) as usize..r.end.min(len) as usize),
-        }))
-    }
-}
-
-#[async_trait]
-impl ChunkSink for Memory {
-    async fn put(&self, key: &str, bytes: Bytes) -> Result<(), SourceError> {
-        self.map.lock().unwrap().insert(key.to_owned(), bytes);
-        Ok(())
-    }
-    async fn delete(&self, key: &str) -> Result<(), SourceError> {
-        self.map.lock().unwrap().remove(key);
-        Ok(())
-    }
-}
 
 const SHAPE: [u64; 3] = [24, 20, 16];
 const CHUNKS: [u64; 3] = [12, 10, 16];
@@ -194,7 +155,7 @@ fn a_damaged_chunk_fails_as_a_whole_read_of_it() {
     for (name, desc, _) in arrays().into_iter().filter(|(_, d, _)| d.sharding.is_none()) {
         let store = stored(&desc);
         let key = desc.chunk_key(&[1, 0, 0]);
-        let good = store.value(&key);
+        let good = store.value(&key).unwrap().to_vec();
         let first_rows = boxed(&[12, 0, 0], &[1, 10, 16]);
         let whole_chunk = boxed(&[12, 0, 0], &[12, 10, 16]);
         // A valid encoding of another size than the chunk's.
@@ -207,13 +168,13 @@ fn a_damaged_chunk_fails_as_a_whole_read_of_it() {
         };
         let damaged = [good[..good.len() / 2].to_vec(), good[..good.len() - 1].to_vec(), vec![0x28, 0xb5], other_size];
         for bad in damaged {
-            store.set(&key, bad.clone());
+            store.insert(&key, bad.clone());
             let part = read(&desc, &store, &first_rows).unwrap_err().to_string();
             let whole = read(&desc, &store, &whole_chunk).unwrap_err().to_string();
             assert_eq!(part, whole, "{name}: {} bytes", bad.len());
             assert!(part.contains(&key), "{name}: {part}");
         }
-        store.set(&key, good);
+        store.insert(&key, good);
         read(&desc, &store, &first_rows).unwrap();
     }
 }
@@ -227,12 +188,12 @@ fn blocks_a_selection_does_not_need_are_not_decoded() {
     let (_, desc, _) = arrays().into_iter().find(|(n, _, _)| *n == "v2 <u2 blosc").unwrap();
     let store = stored(&desc);
     let key = desc.chunk_key(&[1, 0, 0]);
-    let mut bad = store.value(&key);
+    let mut bad = store.value(&key).unwrap().to_vec();
     let n = bad.len();
     for b in &mut bad[n - 8..] {
         *b ^= 0xff;
     }
-    store.set(&key, bad);
+    store.insert(&key, bad);
     assert!(read(&desc, &store, &boxed(&[12, 0, 0], &[12, 10, 16])).is_err());
     let got = read(&desc, &store, &boxed(&[12, 0, 0], &[1, 2, 16])).unwrap();
     let plain = v2("<u2", Value::Null);
