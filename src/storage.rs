@@ -11,6 +11,7 @@
 //! same request the same way.
 
 pub mod beneath;
+pub mod direct;
 pub mod error;
 pub mod fault;
 pub mod key;
@@ -146,6 +147,17 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// The backend's failure.
     async fn probe(&self) -> StorageResult<()>;
+
+    /// The object at `key` opened for reading straight into a caller's
+    /// buffers ([`direct::OpenFile`]), for backends with files to read that
+    /// way; `None` (the default): read it with [`Storage::read`].
+    ///
+    /// # Errors
+    /// `NotFound`, `IsPrefix`, or a backend failure.
+    async fn open_file(&self, key: &StoreKey) -> StorageResult<Option<direct::OpenFile>> {
+        let _ = key;
+        Ok(None)
+    }
 
     /// What an in-process object cache of this backend holds, if it has one
     /// (for metrics).

@@ -865,6 +865,14 @@ impl Storage for LocalBackend {
         }
     }
 
+    /// One confined open and `fstat`, inline (as a small read's): the
+    /// bytes are read by the caller ([`super::direct`]).
+    async fn open_file(&self, key: &StoreKey) -> StorageResult<Option<super::direct::OpenFile>> {
+        check_key(key.as_str())?;
+        let (file, validator) = self.open_object(key)?;
+        Ok(Some(super::direct::OpenFile::new(file, validator.size, key.to_string())))
+    }
+
     async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {
         let req = ReadRequest { head_only: true, ..ReadRequest::default() };
         Ok(self.read(key, &req).await?.meta)

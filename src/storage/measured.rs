@@ -64,6 +64,12 @@ impl Storage for Measured {
         self.record(StorageOp::Read, start, result)
     }
 
+    /// Counted as a read (the bytes follow outside the backend).
+    async fn open_file(&self, key: &StoreKey) -> StorageResult<Option<super::direct::OpenFile>> {
+        let start = Instant::now();
+        self.record(StorageOp::Read, start, self.inner.open_file(key).await)
+    }
+
     async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {
         let start = Instant::now();
         self.record(StorageOp::Head, start, self.inner.head(key).await)

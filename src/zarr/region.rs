@@ -23,7 +23,8 @@
 //!   and the collecting reads built on it ([`read_selection`],
 //!   [`read_region`]);
 //! - [`copy`]: the copy and fill kernels, unit to slab; [`buffers`]: the
-//!   recycled buffers of large slabs;
+//!   recycled buffers of large slabs; [`direct`]: uncompressed chunks
+//!   read by the store straight into their places in a slab;
 //! - this file: the traits the caller implements ([`ChunkSource`],
 //!   [`ChunkSink`], [`UnitCache`], [`Offload`]), the errors, the options
 //!   and the writes; `placement` is where a write's data goes.
@@ -80,6 +81,7 @@ use super::subset::{ArraySubset, RegularChunkGrid, SubsetError};
 
 pub mod buffers;
 pub mod copy;
+pub mod direct;
 pub mod partial;
 mod placement;
 pub mod plan;
@@ -207,6 +209,54 @@ pub trait ChunkSource: Send + Sync {
         let parts = ranges.iter().map(|r| bytes.slice(r.start.min(len) as usize..r.end.min(len) as usize)).collect();
         Ok(Some(SizedParts { parts, size: len }))
     }
+
+    /// The value of `key` opened for reading straight into a slab's places
+    /// ([`direct`]: uncompressed chunks wholly inside a selection): a
+    /// store with files to read that way answers [`Direct::Open`]. The
+    /// default, [`Direct::Unsupported`], reads the value with
+    /// [`ChunkSource::get_versioned`] and copies it, as every other unit.
+    ///
+    /// # Errors
+    /// A store failure.
+    async fn open_direct(&self, key: &str) -> Result<Direct, SourceError> {
+        let _ = key;
+        Ok(Direct::Unsupported)
+    }
+}
+
+/// A value opened for reading into a caller's buffers
+/// ([`ChunkSource::open_direct`]).
+pub enum Direct {
+    /// This store does not read that way: read the value whole.
+    Unsupported,
+    /// The key does not exist (the fill value).
+    Missing,
+    /// The value, open.
+    Open(Box<dyn DirectUnit>),
+}
+
+impl std::fmt::Debug for Direct {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Unsupported => "Unsupported",
+            Self::Missing => "Missing",
+            Self::Open(_) => "Open",
+        })
+    }
+}
+
+/// An open stored value whose bytes are read into the caller's buffers
+/// (blocking: called from CPU work, never an async worker).
+pub trait DirectUnit: Send + Sync {
+    /// The value's size when it was opened.
+    fn size(&self) -> u64;
+    /// Fills every `(offset, buffer)` with the value's bytes from `offset`
+    /// on, in any order.
+    ///
+    /// # Errors
+    /// The value ending before a run does (changed while read), or a store
+    /// failure: never a buffer left partly unread without an error.
+    fn read_into(&self, runs: &mut [(u64, &mut [u8])]) -> Result<(), SourceError>;
 }
 
 /// Byte ranges of one stored value ([`ChunkSource::get_ranges_sized`]).

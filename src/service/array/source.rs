@@ -30,7 +30,9 @@ use crate::service::ServiceError;
 use crate::storage::request::ByteRange;
 use crate::storage::{Mount, Preconditions, PutCondition, ReadRequest, StorageError, StoreKey};
 use crate::zarr::byte_range::ByteRangeRequest;
-use crate::zarr::region::{ChunkSink, ChunkSource, Expected, RegionError, SizedParts, SourceError, Versioned};
+use crate::zarr::region::{
+    ChunkSink, ChunkSource, Direct, DirectUnit, Expected, RegionError, SizedParts, SourceError, Versioned,
+};
 
 /// An array's keys in a mount.
 #[derive(Debug, Clone)]
@@ -229,6 +231,17 @@ impl ChunkSource for MountChunkStore {
         }
     }
 
+    /// A file of a local mount, opened confined as every read of it.
+    async fn open_direct(&self, key: &str) -> Result<Direct, SourceError> {
+        let key = self.key(key)?;
+        match self.mount.storage().open_file(&key).await {
+            Ok(Some(file)) => Ok(Direct::Open(Box::new(file))),
+            Ok(None) => Ok(Direct::Unsupported),
+            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(Direct::Missing),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
     /// The ranges read at once, each answering the object's size and ETag:
     /// parts of two versions are a precondition failure (the engine reads
     /// the chunk again whole).
@@ -265,6 +278,18 @@ impl ChunkSource for MountChunkStore {
             (Some(_), true) => Err(SourceError::Precondition(format!("{key} was deleted while it was read"))),
             (Some((size, _)), false) => Ok(Some(SizedParts { parts, size })),
         }
+    }
+}
+
+/// A local file read straight into a slab's places (the engine's direct
+/// reads of uncompressed chunks).
+impl DirectUnit for crate::storage::direct::OpenFile {
+    fn size(&self) -> u64 {
+        crate::storage::direct::OpenFile::size(self)
+    }
+
+    fn read_into(&self, runs: &mut [(u64, &mut [u8])]) -> Result<(), SourceError> {
+        self.read_runs(runs).map_err(classify)
     }
 }
 

@@ -59,10 +59,13 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use futures::FutureExt;
 
 use super::copy::{copy_unit, fill_unit, needs_fill, slab_over, SlabData};
+use super::direct::{direct_runs, read_direct, Run};
 use super::partial::{copy_parts, needed_ranges};
 use super::plan::{plan_read, ReadPlan, Slab, Unit, UnitCopy, Units};
 use super::ranged::ranged_span;
-use super::{ChunkSource, Inline, Offload, RegionError, RegionOptions, SizedParts, SourceError, Versioned};
+use super::{
+    ChunkSource, Direct, DirectUnit, Inline, Offload, RegionError, RegionOptions, SizedParts, SourceError, Versioned,
+};
 use crate::zarr::array::ArrayDescription;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
@@ -208,6 +211,9 @@ pub struct ReadCtx<'a> {
     /// Compressed units of which a part can be decoded alone
     /// ([`super::ranged`]): the layout's swap unit, how a part decodes.
     ranged: Option<(usize, RangeDecode)>,
+    /// Chunks (not sharded) stored as their elements, which a store may
+    /// read straight into a slab ([`super::direct`]): the layout's swap unit.
+    direct: Option<usize>,
 }
 
 /// The array a read goes by: shared (CPU work may run on other threads),
@@ -276,6 +282,7 @@ impl<'a> ReadCtx<'a> {
             Some(s) => s.inner_codecs().range_layout(s.inner_chunk_repr()),
         };
         Self {
+            direct: if d.sharding.is_none() { layout } else { None },
             layout,
             ranged,
             es: d.data_type.size().unwrap_or(0),
@@ -360,6 +367,18 @@ impl<'a> ReadCtx<'a> {
         }
         let es = self.es as u64;
         Some((unit, ranged_span(copy, es, self.unit_elems.saturating_mul(es), kind)?))
+    }
+
+    /// The swap unit and byte runs of a chunk to read straight into the
+    /// slab for `copy`, when that pays and the cache would not keep the
+    /// whole chunk ([`super::direct`]).
+    fn direct_runs(&self, copy: &UnitCopy) -> Option<(usize, Vec<Run>)> {
+        let swap = self.direct?;
+        if self.cache.keeps_units() {
+            return None;
+        }
+        let es = self.es as u64;
+        Some((swap, direct_runs(copy, es, self.unit_elems.saturating_mul(es))?))
     }
 
     async fn yield_point(&self) {
@@ -601,6 +620,40 @@ async fn fetch_partial(
     }
 }
 
+/// What opening a chunk for a direct read found ([`super::direct`]).
+enum DirectFetch {
+    /// The chunk's file, of the chunk's size.
+    Open(Box<dyn DirectUnit>),
+    /// Cached, or missing.
+    Fetched(Fetched),
+    /// Read it the ordinary way: the store has no files, or this one is
+    /// not the chunk's size (the ordinary read reports it).
+    Ordinary,
+}
+
+/// The chunk `key` opened for a direct read; cached (a cache that would
+/// not keep it may hold it still) or missing as any read finds it.
+async fn fetch_direct(ctx: &ReadCtx<'_>, source: &dyn ChunkSource, key: &str) -> Result<DirectFetch, RegionError> {
+    // Opened first: a store without files answers at once, with no second
+    // cache lookup (a revalidation) on the ordinary path.
+    let ticket = ctx.cache.ticket();
+    let open = source.open_direct(key).await.map_err(source_err(key))?;
+    if matches!(open, Direct::Unsupported) {
+        return Ok(DirectFetch::Ordinary);
+    }
+    if let Some(data) = ctx.cache.chunk(key).await.map_err(source_err(key))? {
+        return Ok(DirectFetch::Fetched(Fetched::Ready(data)));
+    }
+    Ok(match open {
+        Direct::Open(unit) if unit.size() == ctx.unit_elems.saturating_mul(ctx.es as u64) => DirectFetch::Open(unit),
+        Direct::Missing => {
+            ctx.cache.insert_chunk(key, None, None, ticket);
+            DirectFetch::Fetched(Fetched::Ready(None))
+        }
+        Direct::Open(_) | Direct::Unsupported => DirectFetch::Ordinary,
+    })
+}
+
 async fn read_chunk_unit(
     ctx: &ReadCtx<'_>,
     source: &dyn ChunkSource,
@@ -618,14 +671,26 @@ async fn read_chunk_unit(
     let Unit { coords, copy } = unit;
     let key = ctx.desc().chunk_key(&coords);
     let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
-    let fetched = match ctx.layout {
-        Some(unit) => match fetch_partial(ctx, source, &key, &copy).await? {
+    // An uncompressed chunk read straight into the slab ([`super::direct`]).
+    let mut direct = None;
+    if let Some((swap, runs)) = ctx.direct_runs(&copy) {
+        match fetch_direct(ctx, source, &key).await? {
+            DirectFetch::Open(unit) => {
+                return ctx.run(inline, move || read_direct(&*unit, &runs, &slab, swap, &key)).await?;
+            }
+            DirectFetch::Fetched(fetched) => direct = Some(fetched),
+            DirectFetch::Ordinary => {}
+        }
+    }
+    let fetched = match (direct, ctx.layout) {
+        (Some(fetched), _) => fetched,
+        (None, Some(unit)) => match fetch_partial(ctx, source, &key, &copy).await? {
             Partial::Parts(parts) => {
                 return ctx.run(inline, move || copy_parts(&parts, &copy, &slab, es, unit)).await?;
             }
             Partial::Whole(fetched) => fetched,
         },
-        None => fetch_chunk(ctx, source, &key).await?,
+        (None, None) => fetch_chunk(ctx, source, &key).await?,
     };
     match fetched {
         Fetched::Ready(None) if !ctx.missing_needs_work() => Ok(()),

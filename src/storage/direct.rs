@@ -1,0 +1,169 @@
+//! Reading an object's bytes straight into a caller's buffers: an open
+//! local file ([`OpenFile`]) whose byte runs land where the caller says,
+//! one `preadv` per stretch of the file (up to [`MAX_IOVECS`] places
+//! each), so a region read of an uncompressed chunk moves each byte from
+//! the page cache to its place in the answer once, without a buffer of
+//! the whole chunk in between and a copy out of it.
+//!
+//! Backends that have no file to read this way (object stores) answer
+//! `None` to [`super::Storage::open_file`] and callers read the object the
+//! ordinary way. The file is opened confined to the mount like every local
+//! read ([`super::local`]); its size is the `fstat` taken at the open, and
+//! a read that finds fewer bytes (the file truncated in place meanwhile) is
+//! an error, never zeros passed off as data.
+
+use std::fs::File;
+use std::io::IoSliceMut;
+
+use super::{StorageError, StorageResult};
+
+/// Places per `preadv` call at most (Linux's `IOV_MAX`).
+pub const MAX_IOVECS: usize = 1024;
+
+/// An object opened for reading into the caller's buffers.
+#[derive(Debug)]
+pub struct OpenFile {
+    file: File,
+    size: u64,
+    key: String,
+}
+
+impl OpenFile {
+    /// `file` (of `size` bytes at its open), read for `key`.
+    #[must_use]
+    pub fn new(file: File, size: u64, key: String) -> Self {
+        Self { file, size, key }
+    }
+
+    /// The object's size when it was opened.
+    #[must_use]
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Fills every `(offset, buffer)` with the file's bytes from `offset`
+    /// on (in any order). Runs that follow
+    /// each other in the file are read by one `preadv`.
+    ///
+    /// # Errors
+    /// A run past the size at the open, or the file ending before a run
+    /// does (truncated while read): [`StorageError::Unavailable`]; an I/O
+    /// failure.
+    pub fn read_runs(&self, runs: &mut [(u64, &mut [u8])]) -> StorageResult<()> {
+        runs.sort_unstable_by_key(|r| r.0);
+        let mut i = 0;
+        while i < runs.len() {
+            // The longest stretch of runs back to back in the file.
+            let start = runs[i].0;
+            let mut end = start;
+            let mut j = i;
+            while j < runs.len() && j - i < MAX_IOVECS && runs[j].0 == end {
+                end = end.saturating_add(runs[j].1.len() as u64);
+                j += 1;
+            }
+            if end > self.size {
+                return Err(self.short(end));
+            }
+            self.read_stretch(start, &mut runs[i..j])?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Reads the runs `runs` (back to back in the file from `start`),
+    /// continuing after partial reads.
+    fn read_stretch(&self, start: u64, runs: &mut [(u64, &mut [u8])]) -> StorageResult<()> {
+        let total: usize = runs.iter().map(|r| r.1.len()).sum();
+        let mut done = 0usize;
+        // Each round reads at least one byte or ends the loop: at most
+        // `total` rounds, in practice one.
+        while done < total {
+            // The first run not yet full, and how much of it is.
+            let (mut k, mut skip) = (0, done);
+            while skip >= runs[k].1.len() {
+                skip -= runs[k].1.len();
+                k += 1;
+            }
+            let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(runs.len() - k);
+            let (first, rest) = runs[k..].split_first_mut().unwrap_or_else(|| unreachable!("k < runs.len()"));
+            iov.push(IoSliceMut::new(&mut first.1[skip..]));
+            iov.extend(rest.iter_mut().map(|r| IoSliceMut::new(&mut *r.1)));
+            match rustix::io::preadv(&self.file, &mut iov, start + done as u64) {
+                Ok(0) => return Err(self.short(start + done as u64)),
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(StorageError::from_io(&self.key, &e.into())),
+            }
+        }
+        Ok(())
+    }
+
+    fn short(&self, at: u64) -> StorageError {
+        StorageError::Unavailable {
+            reason: format!(
+                "{} was truncated while being read (needed byte {at}, {} at the open)",
+                self.key, self.size
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file_of(bytes: &[u8]) -> File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+
+    #[test]
+    fn runs_land_in_their_places_in_any_order() {
+        let data: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        let open = OpenFile::new(file_of(&data), data.len() as u64, "a/c/0".into());
+        let mut out = vec![0u8; 10_000];
+        // Three runs back to back in the file, placed in reverse order in
+        // `out`, plus one alone further on.
+        let (a, rest) = out.split_at_mut(3000);
+        let (b, rest) = rest.split_at_mut(3000);
+        let (c, d) = rest.split_at_mut(3000);
+        let mut runs = vec![(6000, a), (3000, b), (0, c), (9000, d)];
+        open.read_runs(&mut runs).unwrap();
+        assert_eq!(&out[..3000], &data[6000..9000]);
+        assert_eq!(&out[3000..6000], &data[3000..6000]);
+        assert_eq!(&out[6000..9000], &data[..3000]);
+        assert_eq!(&out[9000..], &data[9000..]);
+    }
+
+    #[test]
+    fn more_runs_than_one_call_takes_are_read_in_several() {
+        let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let open = OpenFile::new(file_of(&data), 3000, "k".into());
+        let mut out = vec![0u8; 3000];
+        let mut runs: Vec<(u64, &mut [u8])> = out.chunks_mut(1).enumerate().map(|(i, c)| (i as u64, c)).collect();
+        assert!(runs.len() > MAX_IOVECS * 2);
+        open.read_runs(&mut runs).unwrap();
+        assert_eq!(out, data);
+    }
+
+    #[test]
+    fn a_file_shorter_than_at_its_open_is_an_error_not_zeros() {
+        let f = file_of(&[7u8; 100]);
+        // Opened at 200 bytes (as if truncated after the fstat).
+        let open = OpenFile::new(f, 200, "a/c/1".into());
+        let mut out = [1u8; 200];
+        let mut runs = vec![(0u64, &mut out[..])];
+        let err = open.read_runs(&mut runs).unwrap_err();
+        assert!(
+            matches!(&err, StorageError::Unavailable { reason } if reason.contains("a/c/1") && reason.contains("truncated")),
+            "{err:?}"
+        );
+        // A run past the size at the open is refused before reading.
+        let open = OpenFile::new(file_of(&[7u8; 100]), 100, "k".into());
+        let mut out = [0u8; 10];
+        let err = open.read_runs(&mut [(95u64, &mut out[..])]).unwrap_err();
+        assert!(matches!(err, StorageError::Unavailable { .. }), "{err:?}");
+    }
+}
