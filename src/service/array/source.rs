@@ -415,4 +415,34 @@ mod tests {
         let past = store.get_ranges_sized("c/0", &[20..30]).await;
         assert!(matches!(past, Err(SourceError::RangeNotSatisfiable(_))), "{past:?}");
     }
+
+    /// A local mount opens chunk files for direct reads (confined: a link
+    /// leaving the mount is missing), reads runs into place and reports the
+    /// size at the open; a memory mount has no files (the engine reads it
+    /// whole); a directory or an absent key is missing.
+    #[tokio::test]
+    async fn local_files_open_for_direct_reads_and_memory_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = MountSpec::from_url(dir.path().to_str().unwrap());
+        let local = MountChunkStore::new(Arc::new(Mount::build("l", &spec).unwrap()), NodePath::new("a").unwrap());
+        local.put("c/0", Bytes::from_static(b"0123456789")).await.unwrap();
+        let Direct::Open(unit) = local.open_direct("c/0").await.unwrap() else { panic!("a local file opens") };
+        assert_eq!(unit.size(), 10);
+        let mut out = [0u8; 6];
+        let (a, b) = out.split_at_mut(3);
+        unit.read_into(&mut [(7, a), (1, b)]).unwrap();
+        assert_eq!(&out, b"789123");
+        assert!(matches!(local.open_direct("c/9").await.unwrap(), Direct::Missing));
+        assert!(matches!(local.open_direct("c").await.unwrap(), Direct::Missing), "a directory: missing");
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join("a/c/out")).unwrap();
+        assert!(matches!(local.open_direct("c/out").await.unwrap(), Direct::Missing), "a link leaving the mount");
+        // A file shorter when read than at its open: an error, never zeros.
+        std::fs::OpenOptions::new().write(true).open(dir.path().join("a/c/0")).unwrap().set_len(4).unwrap();
+        let mut out = [0u8; 6];
+        let err = unit.read_into(&mut [(4, &mut out[..])]).unwrap_err();
+        assert!(matches!(&err, SourceError::Unavailable(m) if m.contains("truncated")), "{err:?}");
+        let memory = MountChunkStore::new(memory_mount(), NodePath::new("a").unwrap());
+        memory.put("c/0", Bytes::from_static(b"0123456789")).await.unwrap();
+        assert!(matches!(memory.open_direct("c/0").await.unwrap(), Direct::Unsupported));
+    }
 }
