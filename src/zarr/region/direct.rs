@@ -22,9 +22,13 @@
 //! stored value, which this never holds.
 //!
 //! The read runs where the caller's [`super::Offload`] puts CPU work (the
-//! page cache's copy is the work), holding the slab's lock as the copy
+//! page cache's copy is the work; inline for slabs of at most
+//! [`super::read::INLINE_SLAB_BYTES`], as small reads of a local mount run
+//! on the async worker already), holding the slab's lock as the copy
 //! kernel does, and only while the decoded-chunk cache would not keep the
-//! unit (a cached unit must be decoded whole anyway).
+//! unit (a cached unit must be decoded whole anyway). A mount on a slow
+//! network filesystem would hold a CPU thread for the duration of one
+//! chunk's read.
 
 use std::sync::Mutex;
 
