@@ -19,11 +19,11 @@ import urllib.request
 import numcodecs
 import numpy as np
 import pytest
-import zarr
 from numpy.testing import assert_array_equal
 from zarr.codecs import BloscCodec
-
 from zarrd_harness import start_zarrd
+
+import zarr
 
 SHAPE = (64, 64, 48)
 CHUNKS = (32, 32, 16)
