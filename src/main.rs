@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 use zarrd::config::Config;
 use zarrd::storage::MountSpec;
 
+mod allocator;
+
 /// zarrd serves Zarr v2 and v3 arrays over HTTP.
 ///
 /// With no arguments, `zarrd serve` serves the directory ./data (created if
@@ -83,6 +85,7 @@ fn load(args: &ServeArgs) -> anyhow::Result<Config> {
 }
 
 fn main() -> ExitCode {
+    allocator::tune();
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
         Command::Openapi => {

@@ -50,15 +50,17 @@ pub struct VarSlab {
 pub const VAR_ITEM_COST: u64 = std::mem::size_of::<Option<Vec<u8>>>() as u64;
 
 impl SlabData {
-    /// A fresh slab of `n` elements: zeros (fixed size, `es` bytes each) or
-    /// fill values (variable length, capped at `cap` bytes).
+    /// A fresh slab of `n` elements: unspecified bytes (fixed size, `es`
+    /// bytes each: the read writes every element, see
+    /// [`super::buffers::take`]) or fill values (variable length, capped at
+    /// `cap` bytes).
     #[must_use]
     pub fn new(n: usize, es: usize, variable: bool, cap: u64) -> Self {
         if variable {
             let bytes = (n as u64).saturating_mul(VAR_ITEM_COST);
             Self::Variable(VarSlab { items: vec![None; n], bytes, cap, over: bytes > cap && n > 1 })
         } else {
-            Self::Fixed(super::buffers::take_zeroed(n * es))
+            Self::Fixed(super::buffers::take(n * es))
         }
     }
 }
@@ -73,11 +75,11 @@ impl SlabData {
 }
 
 /// Whether the fill value must be written into missing parts: a fresh
-/// fixed-size slab is zeros already, and a fresh variable-length one holds
-/// the fill value already.
+/// fixed-size slab holds unspecified bytes (every element is written), a
+/// fresh variable-length one holds the fill value already.
 #[must_use]
-pub fn needs_fill(fill: &[u8], variable: bool) -> bool {
-    !variable && fill.iter().any(|&b| b != 0)
+pub fn needs_fill(variable: bool) -> bool {
+    !variable
 }
 
 fn corrupt(key: &str, reason: String) -> RegionError {
@@ -197,6 +199,10 @@ pub fn fill_unit(fill: &[u8], spec: &UnitCopy, slab: &Mutex<SlabData>) {
     let es = fill.len();
     #[allow(clippy::cast_possible_truncation)]
     match &mut *guard {
+        // A zero fill value (the usual one) is a `memset` per run.
+        SlabData::Fixed(dst) if fill.iter().all(|&b| b == 0) => spec.each(&mut |_, d, n| {
+            dst[d as usize * es..(d + n) as usize * es].fill(0);
+        }),
         SlabData::Fixed(dst) => spec.each(&mut |_, d, n| {
             for i in 0..n as usize {
                 let at = (d as usize + i) * es;

@@ -390,7 +390,7 @@ impl<'a> ReadCtx<'a> {
     /// Whether a missing unit needs any work: noting it (fill_missing off),
     /// or writing a fill value that is not what a fresh slab holds already.
     fn missing_needs_work(&self) -> bool {
-        !self.fill_missing || needs_fill(&self.fill, self.variable)
+        !self.fill_missing || needs_fill(self.variable)
     }
 
     /// The work for a missing unit, to run anywhere.
@@ -425,7 +425,7 @@ impl OnMissing {
             if first.as_ref().is_none_or(|m| self.at.coords < m.coords) {
                 *first = Some(self.at);
             }
-        } else if needs_fill(&self.fill, self.variable) {
+        } else if needs_fill(self.variable) {
             fill_unit(&self.fill, &self.spec, &self.slab);
         }
     }
@@ -485,9 +485,10 @@ async fn slab_units(
     cap: u64,
 ) -> Result<Option<SlabData>, RegionError> {
     let n = usize::try_from(slab.len).map_err(|_| SubsetError("the slab is too large to hold".into()))?;
-    // A large fixed-size slab may be a recycled buffer zeroed in place (a
-    // memset of up to 2 × read_slab_bytes): that runs on the offload, never
-    // on the async worker.
+    // A large fixed-size slab is a recycled buffer (unzeroed: every element
+    // is written) or a fresh one the allocator may zero (a memset of up to
+    // 2 × read_slab_bytes): that runs on the offload, never on the async
+    // worker.
     let (es, variable) = (ctx.es, ctx.variable);
     let data = if !variable && n.saturating_mul(es) > INLINE_SLAB_BYTES {
         ctx.run(false, move || SlabData::new(n, es, variable, cap)).await?
