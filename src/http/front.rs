@@ -28,6 +28,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,7 +36,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::{Body, HttpBody};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::future::RouteFuture;
@@ -133,8 +134,22 @@ impl Front {
         Self { shared: Arc::new(shared) }
     }
 
-    /// Serves one request.
+    /// Serves one request (its peer address, if any, in its extensions as
+    /// [`ConnectInfo<SocketAddr>`]).
     pub fn handle<B>(&self, req: axum::http::Request<B>) -> FrontFuture
+    where
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        self.handle_from(req, None)
+    }
+
+    /// Serves one request from `peer`. The address is handed over here, not
+    /// in the request's extensions: inserting into them allocates a map on
+    /// every request, and store reads (most requests) need the address only
+    /// in the guard. Requests that go through the router get it as
+    /// [`ConnectInfo<SocketAddr>`] as before.
+    pub fn handle_from<B>(&self, req: axum::http::Request<B>, peer: Option<SocketAddr>) -> FrontFuture
     where
         B: HttpBody<Data = Bytes> + Send + 'static,
         B::Error: Into<axum::BoxError>,
@@ -202,9 +217,12 @@ impl Front {
             req.extensions_mut().insert(Arc::clone(&shared.figures));
         }
         let direct = rule.is_some_and(|i| shared.store_reads[i]) && matches!(*req.method(), Method::GET | Method::HEAD);
+        if let (Some(peer), false) = (peer, direct) {
+            req.extensions_mut().insert(ConnectInfo(peer));
+        }
         let rule = rule.and_then(|i| auth::RULES.get(i));
         let document = rule.and_then(|r| document_len(r, &req, has_body, shared.app.config().limits.max_body_bytes));
-        let admitted = match shared.guard.admit(rule, mount, req, &mut done.token) {
+        let admitted = match shared.guard.admit_from(rule, mount, req, peer, &mut done.token) {
             Ok(admitted) => admitted,
             Err(e) => {
                 return FrontFuture { stage: Stage::Refused { response: Some(e.into_response()) }, done: Some(done) }
@@ -442,6 +460,30 @@ mod tests {
     fn front() -> Front {
         let app = Arc::new(App::with_mounts(Config::default(), Vec::new()));
         super::super::router(app)
+    }
+
+    /// The peer address handed to [`Front::handle_from`] decides the
+    /// loopback rule as the extension did, on store reads (which skip the
+    /// router) and on routed requests alike.
+    #[tokio::test]
+    async fn the_peer_handed_over_is_the_one_the_guard_judges() {
+        let config = Config { bind: "127.0.0.1:8080".parse().unwrap(), ..Config::default() };
+        let mount = crate::storage::Mount::build("data", &crate::storage::MountSpec::from_url("memory://")).unwrap();
+        let f = super::super::router(Arc::new(App::with_mounts(config, vec![mount])));
+        let remote: SocketAddr = "192.0.2.7:40000".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let status = |method: &str, path: &str, peer: Option<SocketAddr>| {
+            let req = axum::http::Request::builder().method(method).uri(path).body(Body::empty()).unwrap();
+            let f = f.clone();
+            async move { f.handle_from(req, peer).await.unwrap().status().as_u16() }
+        };
+        for (method, path) in [("GET", "/zarr/data/k"), ("HEAD", "/zarr/data/k"), ("PUT", "/zarr/data/k")] {
+            assert_eq!(status(method, path, Some(remote)).await, 401, "{method} {path}");
+            assert_eq!(status(method, path, None).await, 401, "{method} {path} without a peer");
+        }
+        assert_eq!(status("GET", "/zarr/data/k", Some(local)).await, 404);
+        assert_eq!(status("PUT", "/zarr/data/k", Some(local)).await, 201);
+        assert_eq!(status("GET", "/zarr/data/k", Some(local)).await, 200);
     }
 
     #[test]
