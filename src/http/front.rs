@@ -71,6 +71,9 @@ struct Shared {
     routes: matchit::Router<usize>,
     /// Per rule: reads (GET, HEAD) go straight to [`store::get_key`].
     store_reads: Vec<bool>,
+    /// The rule of `/zarr/{mount}/{*key}` (store keys), found without the
+    /// route tree.
+    store_key_rule: Option<usize>,
     /// The rule of `/metrics`, whose handler reads `figures` from the
     /// request's extensions.
     metrics_rule: Option<usize>,
@@ -91,6 +94,17 @@ impl Shared {
     /// `{mount}` segment is in `path` (the guard reads it from the path
     /// again, rather than copying it here).
     fn route(&self, path: &str) -> (Option<usize>, Option<std::ops::Range<usize>>) {
+        // Store keys, most of the traffic, without the route tree: the
+        // template `/zarr/{mount}/{*key}` takes exactly the paths with a
+        // non-empty mount segment and a non-empty rest (the test below
+        // checks this agrees with the tree).
+        if let (Some(rule), Some(rest)) = (self.store_key_rule, path.strip_prefix("/zarr/")) {
+            if let Some((mount, key)) = rest.split_once('/') {
+                if !mount.is_empty() && !key.is_empty() {
+                    return (Some(rule), Some(subrange(path, mount)));
+                }
+            }
+        }
         match self.routes.at(path) {
             Ok(m) => (Some(*m.value), m.params.get("mount").map(|v| subrange(path, v))),
             Err(_) => (None, None),
@@ -118,6 +132,7 @@ impl Front {
         let shared = Shared {
             app: Arc::clone(app),
             store_reads: auth::RULES.iter().map(|r| r.template.starts_with("/zarr/")).collect(),
+            store_key_rule: auth::RULES.iter().position(|r| r.template == "/zarr/{mount}/{*key}"),
             metrics_rule: auth::RULES.iter().position(|r| r.template == "/metrics"),
             preflight_reads: auth::RULES
                 .iter()
@@ -351,11 +366,14 @@ fn text_of(v: Option<&HeaderValue>) -> Option<String> {
     v.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
 }
 
-/// The length of a response's body, when its head or its body says it.
+/// The length of a response's body, when its head or its body says it: a
+/// body of exactly known length first (no header to parse), else the
+/// header (a HEAD answer's body is empty, its `Content-Length` is not).
 fn known_length(resp: &Response) -> Option<u64> {
-    resp.headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    HttpBody::size_hint(resp.body())
+        .exact()
+        .filter(|&n| n > 0)
+        .or_else(|| resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()))
         .or_else(|| HttpBody::size_hint(resp.body()).exact())
 }
 
@@ -501,5 +519,33 @@ mod tests {
         assert_eq!(template("/healthz"), (Some("/healthz"), None));
         assert_eq!(template("/nothing/here"), (None, None));
         assert_eq!(template("/zarr"), (None, None));
+        // The store keys' shortcut agrees with the route tree everywhere.
+        assert!(f.shared.store_key_rule.is_some());
+        let paths = [
+            "/zarr/data/a",
+            "/zarr/data/a/b/c",
+            "/zarr/data/",
+            "/zarr/data",
+            "/zarr/",
+            "/zarr//a",
+            "/zarr//",
+            "/zarr/data//",
+            "/zarr/data//a",
+            "/zarr/d%2Fa/k",
+            "/zarr/data/a/",
+            "/zarr/data/%2e%2e/x",
+            "/zarrx/a/b",
+            "/zarr/a/b?c",
+            "/zarr/é/日本",
+            "/api/v1/data/m/x",
+            "/zarr/data/.zarrd-staging/x",
+        ];
+        for path in paths {
+            let tree = match f.shared.routes.at(path) {
+                Ok(m) => (Some(*m.value), m.params.get("mount").map(|v| subrange(path, v))),
+                Err(_) => (None, None),
+            };
+            assert_eq!(f.shared.route(path), tree, "{path}");
+        }
     }
 }

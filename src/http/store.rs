@@ -139,7 +139,8 @@ pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Opt
     // The mount's setting (validated when the mount was built), else no-cache.
     let cc = cache_control.and_then(|c| HeaderValue::from_str(c).ok());
     h.insert(header::CACHE_CONTROL, cc.unwrap_or(HeaderValue::from_static("no-cache")));
-    if let Ok(v) = HeaderValue::from_str(&meta.etag) {
+    // The ETag's text becomes the header value as it is (moved, not copied).
+    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(meta.etag)) {
         h.insert(header::ETAG, v);
     }
     if let Some(modified) = meta.last_modified {

@@ -203,7 +203,9 @@ pub struct LocalBackend {
 /// Checks a key (or prefix) can be a path here: no segment longer than a
 /// file name may be, none in the reserved staging namespace.
 fn check_key(key: &str) -> StorageResult<()> {
-    if key.len() <= MAX_SEGMENT_BYTES && !key.contains(RESERVED_PREFIX) {
+    // The reserved prefix starts with a dot: most chunk keys have none, and
+    // looking for one byte is cheaper than looking for the prefix.
+    if key.len() <= MAX_SEGMENT_BYTES && (!key.as_bytes().contains(&b'.') || !key.contains(RESERVED_PREFIX)) {
         return Ok(());
     }
     for segment in key.split('/') {
