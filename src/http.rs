@@ -18,6 +18,7 @@ pub mod extract;
 pub mod front;
 pub mod guard;
 pub mod health;
+pub mod lengths;
 pub mod links;
 pub mod metrics;
 pub mod openapi;

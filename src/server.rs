@@ -15,7 +15,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::extract::ConnectInfo;
 use axum::http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -344,8 +343,9 @@ fn tls_acceptor(tls: &crate::config::Tls) -> anyhow::Result<TlsAcceptor> {
 
 /// Serves `listener` until `stop` resolves, then lets open connections
 /// finish their requests (idle ones close at once) and returns when all
-/// have closed. Each request carries the peer address as
-/// [`ConnectInfo<SocketAddr>`] (the loopback rule of [`crate::http::auth`]).
+/// have closed. Each request is handed to [`Front::handle_from`] with its
+/// peer address (the loopback rule of [`crate::http::auth`]; routed
+/// requests carry it as [`axum::extract::ConnectInfo<SocketAddr>`]).
 ///
 /// # Errors
 /// None today: accept errors are logged and retried.
@@ -617,7 +617,7 @@ async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// The router, with the peer address put in each request.
+/// The router, with each request's peer address handed over.
 #[derive(Clone)]
 struct PeerService {
     router: Front,
@@ -629,9 +629,8 @@ impl hyper::service::Service<Request<Incoming>> for PeerService {
     type Error = Infallible;
     type Future = FrontFuture;
 
-    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
-        req.extensions_mut().insert(ConnectInfo(self.peer));
-        self.router.handle(req)
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        self.router.handle_from(req, Some(self.peer))
     }
 }
 

@@ -379,10 +379,46 @@ fn envelope(code: &str, message: &str) -> Vec<u8> {
     out
 }
 
+/// The answer to a read of a missing key: the 404 [`ErrorCode::NotFound`]
+/// gives [`StorageError::NotFound`] (the same body, byte for byte), written
+/// in one buffer with its length, without the general path (a message
+/// string, then the envelope). Missing chunks are the most common error
+/// answer: clients read them as the fill value.
+#[must_use]
+pub fn key_not_found(key: &str) -> Response {
+    const HEAD: &[u8] = b"{\"error\":{\"code\":\"not_found\",\"message\":\"key ";
+    const TAIL: &[u8] = b" not found\"}}";
+    let mut body = Vec::with_capacity(HEAD.len() + key.len() + TAIL.len());
+    body.extend_from_slice(HEAD);
+    json_escaped(&mut body, key);
+    body.extend_from_slice(TAIL);
+    let length = super::lengths::content_length(body.len() as u64);
+    let mut resp = Response::new(axum::body::Body::from(body));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    // Room for these and the headers added on the way out (request id,
+    // CORS), so the map is allocated once.
+    let mut headers = axum::http::HeaderMap::with_capacity(8);
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(header::CONTENT_LENGTH, length);
+    *resp.headers_mut() = headers;
+    resp
+}
+
 /// `s` as a JSON string (RFC 8259 §7): quotes, backslashes and control
 /// characters escaped, everything else as is (UTF-8).
 fn json_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
+    json_escaped(out, s);
+    out.push(b'"');
+}
+
+/// The inside of [`json_string`]: `s` escaped, without the quotes.
+fn json_escaped(out: &mut Vec<u8>, s: &str) {
+    // Most messages and keys have nothing to escape: one scan, one copy.
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.extend_from_slice(s.as_bytes());
+        return;
+    }
     let mut plain = 0;
     for (i, b) in s.bytes().enumerate() {
         let escaped: &[u8] = match b {
@@ -407,7 +443,6 @@ fn json_string(out: &mut Vec<u8>, s: &str) {
         plain = i + 1;
     }
     out.extend_from_slice(&s.as_bytes()[plain..]);
-    out.push(b'"');
 }
 
 #[cfg(test)]
@@ -456,6 +491,31 @@ mod tests {
         let api = ApiError::from(e);
         assert_eq!((api.status(), api.code.as_str()), (StatusCode::NOT_FOUND, "not_found"));
         assert_eq!(api.message, display);
+    }
+
+    #[test]
+    fn a_missing_key_answers_what_the_general_path_answers() {
+        use http_body_util::BodyExt;
+        let keys = ["arr/c/0/0", "a/zarr.json", "quote\"back\\slash", "ctl\u{1}\n\t", "é/日本/🦀", &"k".repeat(10_000)];
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        for key in keys {
+            let general = ApiError::from(StorageError::NotFound { key: key.to_string() }).into_response();
+            let direct = key_not_found(key);
+            assert_eq!(direct.status(), general.status());
+            assert_eq!(direct.headers()[header::CONTENT_TYPE], general.headers()[header::CONTENT_TYPE]);
+            let (general, direct) = rt.block_on(async {
+                (
+                    general.into_body().collect().await.unwrap().to_bytes(),
+                    direct.into_body().collect().await.unwrap().to_bytes(),
+                )
+            });
+            assert_eq!(direct, general, "{key}");
+            let parsed: serde_json::Value = serde_json::from_slice(&direct).unwrap();
+            assert_eq!(parsed["error"]["message"], format!("key {key} not found"));
+        }
+        let resp = key_not_found("a/b");
+        let len: usize = resp.headers()[header::CONTENT_LENGTH].to_str().unwrap().parse().unwrap();
+        assert_eq!(len, r#"{"error":{"code":"not_found","message":"key a/b not found"}}"#.len());
     }
 
     #[test]

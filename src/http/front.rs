@@ -28,6 +28,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,7 +36,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::{Body, HttpBody};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::future::RouteFuture;
@@ -70,6 +71,9 @@ struct Shared {
     routes: matchit::Router<usize>,
     /// Per rule: reads (GET, HEAD) go straight to [`store::get_key`].
     store_reads: Vec<bool>,
+    /// The rule of `/zarr/{mount}/{*key}` (store keys), found without the
+    /// route tree.
+    store_key_rule: Option<usize>,
     /// The rule of `/metrics`, whose handler reads `figures` from the
     /// request's extensions.
     metrics_rule: Option<usize>,
@@ -90,6 +94,17 @@ impl Shared {
     /// `{mount}` segment is in `path` (the guard reads it from the path
     /// again, rather than copying it here).
     fn route(&self, path: &str) -> (Option<usize>, Option<std::ops::Range<usize>>) {
+        // Store keys, most of the traffic, without the route tree: the
+        // template `/zarr/{mount}/{*key}` takes exactly the paths with a
+        // non-empty mount segment and a non-empty rest (the test below
+        // checks this agrees with the tree).
+        if let (Some(rule), Some(rest)) = (self.store_key_rule, path.strip_prefix("/zarr/")) {
+            if let Some((mount, key)) = rest.split_once('/') {
+                if !mount.is_empty() && !key.is_empty() {
+                    return (Some(rule), Some(subrange(path, mount)));
+                }
+            }
+        }
         match self.routes.at(path) {
             Ok(m) => (Some(*m.value), m.params.get("mount").map(|v| subrange(path, v))),
             Err(_) => (None, None),
@@ -117,6 +132,7 @@ impl Front {
         let shared = Shared {
             app: Arc::clone(app),
             store_reads: auth::RULES.iter().map(|r| r.template.starts_with("/zarr/")).collect(),
+            store_key_rule: auth::RULES.iter().position(|r| r.template == "/zarr/{mount}/{*key}"),
             metrics_rule: auth::RULES.iter().position(|r| r.template == "/metrics"),
             preflight_reads: auth::RULES
                 .iter()
@@ -133,8 +149,22 @@ impl Front {
         Self { shared: Arc::new(shared) }
     }
 
-    /// Serves one request.
+    /// Serves one request (its peer address, if any, in its extensions as
+    /// [`ConnectInfo<SocketAddr>`]).
     pub fn handle<B>(&self, req: axum::http::Request<B>) -> FrontFuture
+    where
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        self.handle_from(req, None)
+    }
+
+    /// Serves one request from `peer`. The address is handed over here, not
+    /// in the request's extensions: inserting into them allocates a map on
+    /// every request, and store reads (most requests) need the address only
+    /// in the guard. Requests that go through the router get it as
+    /// [`ConnectInfo<SocketAddr>`] as before.
+    pub fn handle_from<B>(&self, req: axum::http::Request<B>, peer: Option<SocketAddr>) -> FrontFuture
     where
         B: HttpBody<Data = Bytes> + Send + 'static,
         B::Error: Into<axum::BoxError>,
@@ -202,9 +232,12 @@ impl Front {
             req.extensions_mut().insert(Arc::clone(&shared.figures));
         }
         let direct = rule.is_some_and(|i| shared.store_reads[i]) && matches!(*req.method(), Method::GET | Method::HEAD);
+        if let (Some(peer), false) = (peer, direct) {
+            req.extensions_mut().insert(ConnectInfo(peer));
+        }
         let rule = rule.and_then(|i| auth::RULES.get(i));
         let document = rule.and_then(|r| document_len(r, &req, has_body, shared.app.config().limits.max_body_bytes));
-        let admitted = match shared.guard.admit(rule, mount, req, &mut done.token) {
+        let admitted = match shared.guard.admit_from(rule, mount, req, peer, &mut done.token) {
             Ok(admitted) => admitted,
             Err(e) => {
                 return FrontFuture { stage: Stage::Refused { response: Some(e.into_response()) }, done: Some(done) }
@@ -333,11 +366,14 @@ fn text_of(v: Option<&HeaderValue>) -> Option<String> {
     v.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
 }
 
-/// The length of a response's body, when its head or its body says it.
+/// The length of a response's body, when its head or its body says it: a
+/// body of exactly known length first (no header to parse), else the
+/// header (a HEAD answer's body is empty, its `Content-Length` is not).
 fn known_length(resp: &Response) -> Option<u64> {
-    resp.headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    HttpBody::size_hint(resp.body())
+        .exact()
+        .filter(|&n| n > 0)
+        .or_else(|| resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()))
         .or_else(|| HttpBody::size_hint(resp.body()).exact())
 }
 
@@ -444,6 +480,30 @@ mod tests {
         super::super::router(app)
     }
 
+    /// The peer address handed to [`Front::handle_from`] decides the
+    /// loopback rule as the extension did, on store reads (which skip the
+    /// router) and on routed requests alike.
+    #[tokio::test]
+    async fn the_peer_handed_over_is_the_one_the_guard_judges() {
+        let config = Config { bind: "127.0.0.1:8080".parse().unwrap(), ..Config::default() };
+        let mount = crate::storage::Mount::build("data", &crate::storage::MountSpec::from_url("memory://")).unwrap();
+        let f = super::super::router(Arc::new(App::with_mounts(config, vec![mount])));
+        let remote: SocketAddr = "192.0.2.7:40000".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let status = |method: &str, path: &str, peer: Option<SocketAddr>| {
+            let req = axum::http::Request::builder().method(method).uri(path).body(Body::empty()).unwrap();
+            let f = f.clone();
+            async move { f.handle_from(req, peer).await.unwrap().status().as_u16() }
+        };
+        for (method, path) in [("GET", "/zarr/data/k"), ("HEAD", "/zarr/data/k"), ("PUT", "/zarr/data/k")] {
+            assert_eq!(status(method, path, Some(remote)).await, 401, "{method} {path}");
+            assert_eq!(status(method, path, None).await, 401, "{method} {path} without a peer");
+        }
+        assert_eq!(status("GET", "/zarr/data/k", Some(local)).await, 404);
+        assert_eq!(status("PUT", "/zarr/data/k", Some(local)).await, 201);
+        assert_eq!(status("GET", "/zarr/data/k", Some(local)).await, 200);
+    }
+
     #[test]
     fn routes_and_mount_segments_are_found_as_axum_finds_them() {
         let f = front();
@@ -459,5 +519,33 @@ mod tests {
         assert_eq!(template("/healthz"), (Some("/healthz"), None));
         assert_eq!(template("/nothing/here"), (None, None));
         assert_eq!(template("/zarr"), (None, None));
+        // The store keys' shortcut agrees with the route tree everywhere.
+        assert!(f.shared.store_key_rule.is_some());
+        let paths = [
+            "/zarr/data/a",
+            "/zarr/data/a/b/c",
+            "/zarr/data/",
+            "/zarr/data",
+            "/zarr/",
+            "/zarr//a",
+            "/zarr//",
+            "/zarr/data//",
+            "/zarr/data//a",
+            "/zarr/d%2Fa/k",
+            "/zarr/data/a/",
+            "/zarr/data/%2e%2e/x",
+            "/zarrx/a/b",
+            "/zarr/a/b?c",
+            "/zarr/é/日本",
+            "/api/v1/data/m/x",
+            "/zarr/data/.zarrd-staging/x",
+        ];
+        for path in paths {
+            let tree = match f.shared.routes.at(path) {
+                Ok(m) => (Some(*m.value), m.params.get("mount").map(|v| subrange(path, v))),
+                Err(_) => (None, None),
+            };
+            assert_eq!(f.shared.route(path), tree, "{path}");
+        }
     }
 }

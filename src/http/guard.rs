@@ -148,7 +148,24 @@ impl Guard {
         self: &Arc<Self>,
         rule: Option<&auth::Rule>,
         mount: Option<std::ops::Range<usize>>,
+        req: Request,
+        token: &mut Option<TokenName>,
+    ) -> Result<Admitted, ApiError> {
+        self.admit_from(rule, mount, req, None, token)
+    }
+
+    /// [`Self::admit`] with the peer's address given, as the server hands
+    /// it over ([`auth::Authenticator::identify_from`]); `None` reads it
+    /// from the request's extensions.
+    ///
+    /// # Errors
+    /// As [`Self::admit`].
+    pub fn admit_from(
+        self: &Arc<Self>,
+        rule: Option<&auth::Rule>,
+        mount: Option<std::ops::Range<usize>>,
         mut req: Request,
+        peer: Option<std::net::SocketAddr>,
         token: &mut Option<TokenName>,
     ) -> Result<Admitted, ApiError> {
         let Some(rule) = rule else {
@@ -165,18 +182,20 @@ impl Guard {
         let (permit, caller) = match need {
             Need::Public => (None, None),
             Need::Observer => {
-                let caller = self.auth.identify(&req)?;
+                let caller = self.auth.identify_from(&req, peer)?;
                 token.clone_from(&self.auth.name(caller).cloned());
                 req.extensions_mut().insert(Access { caller, auth: Arc::clone(&self.auth) });
                 (None, Some(caller))
             }
             Need::Caller | Need::Mount(_) => {
                 let permit = if upload { self.acquire_upload()? } else { self.acquire()? };
-                let caller = self.auth.identify(&req)?;
+                let caller = self.auth.identify_from(&req, peer)?;
                 token.clone_from(&self.auth.name(caller).cloned());
                 if let Need::Mount(scope) = need {
                     let raw = mount.and_then(|m| req.uri().path().get(m)).unwrap_or_default();
-                    self.auth.authorise(&self.app, caller, &percent_decode_str(raw).decode_utf8_lossy(), scope)?;
+                    // Decoded only when there is something to decode.
+                    let name = if raw.contains('%') { percent_decode_str(raw).decode_utf8_lossy() } else { raw.into() };
+                    self.auth.authorise(&self.app, caller, &name, scope)?;
                 } else {
                     req.extensions_mut().insert(Access { caller, auth: Arc::clone(&self.auth) });
                 }

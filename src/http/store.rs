@@ -26,13 +26,15 @@ use axum::response::{IntoResponse, Response};
 use percent_encoding::percent_decode_str;
 
 use super::dav;
-use super::error::{ApiResult, ErrorBody, ErrorCode};
+use super::error::{key_not_found, ApiResult, ErrorBody, ErrorCode};
 use super::extract::read_body;
 use super::openapi::Binary;
 use crate::service::keys as store;
 use crate::service::{App, ServiceError};
 use crate::storage::request::{IfRange, RangeHeader};
-use crate::storage::{ByteRange, KeyPrefix, Preconditions, PutCondition, ReadOutcome, ReadRequest, StoreKey};
+use crate::storage::{
+    ByteRange, KeyPrefix, Preconditions, PutCondition, ReadOutcome, ReadRequest, StorageError, StoreKey,
+};
 
 /// Where a store-protocol URL points.
 #[derive(Debug)]
@@ -132,16 +134,17 @@ pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Opt
     *resp.headers_mut() = HeaderMap::with_capacity(16);
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(key)));
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    h.insert(header::CONTENT_LENGTH, super::lengths::content_length(length));
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     // The mount's setting (validated when the mount was built), else no-cache.
     let cc = cache_control.and_then(|c| HeaderValue::from_str(c).ok());
     h.insert(header::CACHE_CONTROL, cc.unwrap_or(HeaderValue::from_static("no-cache")));
-    if let Ok(v) = HeaderValue::from_str(&meta.etag) {
+    // The ETag's text becomes the header value as it is (moved, not copied).
+    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(meta.etag)) {
         h.insert(header::ETAG, v);
     }
     if let Some(modified) = meta.last_modified {
-        if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(modified)) {
+        if let Some(v) = http_date(modified) {
             h.insert(header::LAST_MODIFIED, v);
         }
     }
@@ -151,6 +154,31 @@ pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Opt
         }
     }
     resp
+}
+
+/// `t` as an HTTP date header value. The last one made on this thread is
+/// kept: objects written together share their second (a data set's chunks,
+/// a directory of metadata documents), and formatting a date costs more
+/// than the rest of a small answer's headers together.
+fn http_date(t: SystemTime) -> Option<HeaderValue> {
+    use std::cell::RefCell;
+    thread_local! {
+        static LAST: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    // HTTP dates have whole seconds; earlier than 1970 is not memoised.
+    let second = t.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_secs());
+    LAST.with_borrow_mut(|last| {
+        if let (Some(s), Some((at, value))) = (second, last.as_ref()) {
+            if *at == s {
+                return Some(value.clone());
+            }
+        }
+        let value = HeaderValue::from_str(&httpdate::fmt_http_date(t)).ok()?;
+        if let Some(s) = second {
+            *last = Some((s, value.clone()));
+        }
+        Some(value)
+    })
 }
 
 /// Read a key, or list a prefix (path ending in `/`).
@@ -199,6 +227,8 @@ pub async fn get_key(State(app): State<Arc<App>>, request: axum::extract::Reques
             match store::read(&mount_ref, &key, &req).await {
                 Ok(out) => Ok(read_response(&key, out, mount_ref.mount().cache_control())),
                 Err(ServiceError::IsPrefix(_)) => Ok(redirect_to_listing(uri)),
+                // The most common error answer, written directly.
+                Err(ServiceError::Storage(StorageError::NotFound { key })) => Ok(key_not_found(&key)),
                 Err(e) => Err(e.into()),
             }
         }
@@ -365,6 +395,21 @@ mod tests {
         // Several ranges: answered whole.
         h.insert(header::RANGE, HeaderValue::from_static("bytes=0-1,4-5"));
         assert!(read_request(&h, false).range.is_none());
+    }
+
+    #[test]
+    fn http_dates_are_the_formatted_ones_whatever_was_kept() {
+        let base = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let times = [
+            base,
+            base + std::time::Duration::from_millis(999),
+            base + std::time::Duration::from_secs(1),
+            base,
+            SystemTime::UNIX_EPOCH,
+        ];
+        for t in times {
+            assert_eq!(http_date(t).unwrap(), httpdate::fmt_http_date(t).as_str(), "{t:?}");
+        }
     }
 
     #[test]

@@ -87,7 +87,8 @@ impl StoreKey {
     /// The last segment (`zarr.json` of `a/b/zarr.json`).
     #[must_use]
     pub fn name(&self) -> &str {
-        self.0.rsplit('/').next().unwrap_or(&self.0)
+        // A byte search: `/` is ASCII, so the slice after it is on a char boundary.
+        self.0.as_bytes().iter().rposition(|&b| b == b'/').map_or(self.0.as_str(), |i| &self.0[i + 1..])
     }
 
     /// The key's segments.
@@ -191,6 +192,8 @@ mod tests {
             assert_eq!(StoreKey::new(k).unwrap().as_str(), k);
         }
         assert_eq!(StoreKey::new("a/b/zarr.json").unwrap().name(), "zarr.json");
+        assert_eq!(StoreKey::new("zarr.json").unwrap().name(), "zarr.json");
+        assert_eq!(StoreKey::new("é/日本/ü").unwrap().name(), "ü");
     }
 
     #[test]

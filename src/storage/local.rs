@@ -55,10 +55,14 @@
 //! network filesystem would stall a worker for the duration of one read.
 //!
 //! Small objects (up to [`ObjectCacheSettings::max_object_bytes`]) are kept
-//! in a byte-bounded cache and served from memory after one confined open
-//! and `fstat` show the file unchanged (same inode, size, mtime and ctime: any write through zarrd
-//! is a rename to a new inode, and any write in place changes ctime). That
-//! saves the read and copy of hot chunks and metadata documents.
+//! in a byte-bounded cache and served from memory after one `stat` of the
+//! name shows the very file a confined open read (same device, inode, size,
+//! mtime and ctime: any write through zarrd is a rename to a new inode, and
+//! any write in place changes ctime). That saves the open, read and copy of
+//! hot chunks and metadata documents. With the cache on, that `stat` comes
+//! first, so a missing key is answered by one failed `stat` without asking
+//! the cache (see `LocalBackend::stat_first` for why that answer is the
+//! confined one).
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -199,7 +203,9 @@ pub struct LocalBackend {
 /// Checks a key (or prefix) can be a path here: no segment longer than a
 /// file name may be, none in the reserved staging namespace.
 fn check_key(key: &str) -> StorageResult<()> {
-    if key.len() <= MAX_SEGMENT_BYTES && !key.contains(RESERVED_PREFIX) {
+    // The reserved prefix starts with a dot: most chunk keys have none, and
+    // looking for one byte is cheaper than looking for the prefix.
+    if key.len() <= MAX_SEGMENT_BYTES && (!key.as_bytes().contains(&b'.') || !key.contains(RESERVED_PREFIX)) {
         return Ok(());
     }
     for segment in key.split('/') {
@@ -457,21 +463,24 @@ impl LocalBackend {
     /// missing file is not found.
     fn read_inline(&self, key: &StoreKey, req: &ReadRequest) -> StorageResult<Inline> {
         check_key(key.as_str())?;
-        let hit = self.cache.as_ref().and_then(|c| c.get(key));
-        // A cached object is revalidated by one `stat` of its name: when the
-        // name leads (through whatever links) to the very file that was read
-        // through a confined open — same device, inode, size and times — its
-        // cached bytes are what a confined open would read now, and nothing
-        // outside the mount is revealed. Anything else takes the confined
-        // open below. (A confined open and `fstat` cost ~4 µs more than a
-        // `stat`: a fifth of a small GET.)
-        if let Some(hit) = &hit {
-            let same = rustix::fs::statat(self.root.fd(), key.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| kind(&st) == FileType::RegularFile && Validator::of(&st) == hit.validator);
-            if same {
-                return Self::serve_cached(key, hit, req);
-            }
-        }
+        let hit = match &self.cache {
+            Some(cache) => match self.stat_first(key)? {
+                // A cached object is revalidated by that one `stat` of its
+                // name: when the name leads (through whatever links) to the
+                // very file that was read through a confined open — same
+                // device, inode, size and times — its cached bytes are what a
+                // confined open would read now, and nothing outside the mount
+                // is revealed. Anything else takes the confined open below.
+                // (A confined open and `fstat` cost ~4 µs more than a `stat`:
+                // a fifth of a small GET.)
+                Some(seen) => match cache.get(key) {
+                    Some(hit) if seen == hit.validator => return Self::serve_cached(key, &hit, req),
+                    other => other,
+                },
+                None => cache.get(key),
+            },
+            None => None,
+        };
         let (file, validator) = self.open_object(key)?;
         if let Some(hit) = hit {
             // Same inode, size and times: the cached metadata (ETag
@@ -490,6 +499,30 @@ impl LocalBackend {
         // A bulk read does not fill the cache.
         let cache = self.cache.as_ref().filter(|_| !req.bulk).map(|c| (c, self.max_cached));
         Self::read_file(&file, validator, key, req, cache).map(Inline::Done)
+    }
+
+    /// The `stat` a read with the object cache on starts with, before the
+    /// cache is asked: the validator of a regular file at `key`'s name, or
+    /// `None` for anything else (a link, a directory, a failed `stat`), which
+    /// the confined open then answers. A name that does not exist is not
+    /// found at once: a missing key (most of them are missing chunks) costs
+    /// one failed `stat` and never touches the cache.
+    ///
+    /// The `stat` resolves the name without confinement, and only its
+    /// "absent" answers (`ENOENT`, `ENOTDIR`) are taken as they are: a
+    /// confined lookup walks the same entries and can only fail earlier
+    /// (`RESOLVE_BENEATH` refuses, never redirects), so where the unconfined
+    /// walk finds nothing the confined one finds nothing either, and the
+    /// answer (404) is the one the confined open gives. Everything the `stat`
+    /// finds is read through the confined open, or served from the cache only
+    /// when it is the very file a confined open read before.
+    fn stat_first(&self, key: &StoreKey) -> StorageResult<Option<Validator>> {
+        match rustix::fs::statat(self.root.fd(), key.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if kind(&st) == FileType::RegularFile => Ok(Some(Validator::of(&st))),
+            Ok(_) => Ok(None),
+            Err(Errno::NOENT | Errno::NOTDIR) => Err(StorageError::NotFound { key: key.to_string() }),
+            Err(_) => Ok(None),
+        }
     }
 
     /// A read answered from a cached object.
@@ -1044,6 +1077,63 @@ mod tests {
         std::fs::remove_file(root.join("d/x")).unwrap();
         std::os::unix::fs::symlink(outside.join("x"), root.join("d/x")).unwrap();
         assert!(matches!(b.read(&key("d/x"), &whole).await, Err(StorageError::NotFound { .. })));
+    }
+
+    /// With the cache on, a read starts with an unconfined `stat` and takes
+    /// its "absent" answers as they are; with it off, only the confined open
+    /// answers. Both must give every key the same answer, whatever links,
+    /// files-as-directories and missing names are on the way.
+    #[tokio::test]
+    async fn the_first_stat_answers_as_the_confined_open_does() {
+        let outer = tempfile::tempdir().unwrap();
+        let (root, outside) = (outer.path().join("root"), outer.path().join("outside"));
+        std::fs::create_dir_all(root.join("d/sub")).unwrap();
+        std::fs::create_dir_all(outside.join("o")).unwrap();
+        std::fs::write(root.join("d/x"), b"inside").unwrap();
+        std::fs::write(outside.join("secret"), b"secret").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("abs")).unwrap();
+        std::os::unix::fs::symlink("../outside", root.join("rel")).unwrap();
+        std::os::unix::fs::symlink("d", root.join("alias")).unwrap();
+        std::os::unix::fs::symlink("nowhere", root.join("dangling")).unwrap();
+        std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
+        let cached = LocalBackend::new(root.clone()).unwrap();
+        let direct =
+            LocalBackend::with_cache(root, ObjectCacheSettings { capacity_bytes: 0, max_object_bytes: 0 }).unwrap();
+        assert!(cached.cache.is_some() && direct.cache.is_none());
+        let answer = |r: StorageResult<ReadOutcome>| match r {
+            Ok(out) => format!("ok {:?}", out.body),
+            Err(StorageError::NotFound { key }) => format!("not found {key}"),
+            Err(StorageError::IsPrefix { key }) => format!("prefix {key}"),
+            Err(e) => format!("other {e}"),
+        };
+        let keys = [
+            "d/x",
+            "d/missing",
+            "missing/x",
+            "d/x/below",
+            "d/sub",
+            "abs/secret",
+            "abs/missing",
+            "abs/o/missing",
+            "rel/secret",
+            "rel/missing",
+            "alias/x",
+            "alias/missing",
+            "dangling",
+            "dangling/x",
+            "loop",
+            "loop/x",
+        ];
+        let whole = ReadRequest::default();
+        for k in keys {
+            // Twice: the second read of a found object comes from the cache.
+            for _ in 0..2 {
+                let (a, b) = (answer(cached.read(&key(k), &whole).await), answer(direct.read(&key(k), &whole).await));
+                assert_eq!(a, b, "{k}");
+            }
+        }
+        assert_eq!(answer(cached.read(&key("alias/x"), &whole).await), "ok b\"inside\"");
+        assert_eq!(answer(cached.read(&key("abs/secret"), &whole).await), "not found abs/secret");
     }
 
     #[tokio::test]
