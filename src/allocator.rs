@@ -11,8 +11,10 @@
 //! 5–6 % of the server's CPU on that plane, and in
 //! `bench/table.py` (reads seconds apart) a 10 s delay cut the server's
 //! CPU per read by 5–30 % on the blosc cells (bench/README.md, round 7).
-//! Memory freed and not reused for [`PURGE_DELAY_MS`] still goes back, so an
-//! idle server shrinks as before, ten seconds later.
+//! Memory freed and not reused for [`PURGE_DELAY_MS`] still goes back, no
+//! sooner than that and at the allocator's next use in the thread that
+//! owns it (mimalloc has no timer of its own): a thread that stays idle may
+//! keep its freed pages until it allocates again, as with the 1 s default.
 //!
 //! `MIMALLOC_PURGE_DELAY` in the environment (mimalloc's own setting) wins.
 //!

@@ -94,6 +94,23 @@ impl Offload for Pool {
         });
     }
 
+    /// Direct reads of uncompressed chunks hold their slab's lock while the
+    /// kernel reads the file: on the CPU pool, one cold or slow read would
+    /// park every pool thread waiting on that lock (the slab's other
+    /// chunks) and stall every other request's decoding behind it. tokio's
+    /// blocking pool has threads to spare for waiting; outside a runtime
+    /// (tools), the CPU pool.
+    fn spawn_io(&self, job: Box<dyn FnOnce() + Send>) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(move || {
+                    let _ = guarded(job);
+                });
+            }
+            Err(_) => self.spawn(job),
+        }
+    }
+
     /// tokio's cooperative budget: a read finding many units ready at once
     /// yields to other requests every so often.
     fn yield_point(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
@@ -115,6 +132,22 @@ fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, CpuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn waiting_work_runs_on_the_blocking_pool_never_the_cpu_pool() {
+        // Direct reads wait on files and on their slab's lock: a CPU pool
+        // thread parked there would hold up every other read's decoding.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        Pool.spawn_io(Box::new(move || {
+            let _ = tx.send(rayon::current_thread_index());
+        }));
+        assert_eq!(rx.await.unwrap(), None, "ran on a rayon thread");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        Pool.spawn(Box::new(move || {
+            let _ = tx.send(rayon::current_thread_index());
+        }));
+        assert!(rx.await.unwrap().is_some(), "CPU work left the rayon pool");
+    }
 
     #[test]
     fn large_values_are_dropped_on_the_pool() {

@@ -516,8 +516,17 @@ impl LocalBackend {
     /// answer (404) is the one the confined open gives. Everything the `stat`
     /// finds is read through the confined open, or served from the cache only
     /// when it is the very file a confined open read before.
+    ///
+    /// Given up for that: the unconfined walk may pass through a link inside
+    /// the mount to a path outside it (only someone who can write the
+    /// mount's directory can place one). It never reads or serves anything
+    /// there, and does not trigger an automount at the last component
+    /// (`AT_NO_AUTOMOUNT`), but the 404 it leads to comes a `stat` sooner
+    /// when the outside path is missing: a timing hint of what exists out
+    /// there, to that person.
     fn stat_first(&self, key: &StoreKey) -> StorageResult<Option<Validator>> {
-        match rustix::fs::statat(self.root.fd(), key.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        let flags = AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT;
+        match rustix::fs::statat(self.root.fd(), key.as_str(), flags) {
             Ok(st) if kind(&st) == FileType::RegularFile => Ok(Some(Validator::of(&st))),
             Ok(_) => Ok(None),
             Err(Errno::NOENT | Errno::NOTDIR) => Err(StorageError::NotFound { key: key.to_string() }),

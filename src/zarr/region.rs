@@ -604,6 +604,14 @@ pub trait Offload: Send + Sync {
     /// Runs `job` soon, on some other thread (or right here, see [`Inline`]).
     fn spawn(&self, job: Box<dyn FnOnce() + Send>);
 
+    /// Runs `job`, which waits on a file read and may wait on a slab's lock
+    /// (a direct read, [`direct`]), on a thread that may block without
+    /// holding up CPU work: the service's blocking pool. The default: as
+    /// [`Offload::spawn`].
+    fn spawn_io(&self, job: Box<dyn FnOnce() + Send>) {
+        self.spawn(job);
+    }
+
     /// A point where a read that finds many units ready at once (cached,
     /// missing) lets other tasks run: the service's runtime budget. `None`
     /// (the default): go on.

@@ -21,14 +21,16 @@
 //! codec (`crc32c`) takes the ordinary path: its check needs the whole
 //! stored value, which this never holds.
 //!
-//! The read runs where the caller's [`super::Offload`] puts CPU work (the
-//! page cache's copy is the work; inline for slabs of at most
+//! The read runs on the caller's I/O threads ([`super::Offload::spawn_io`]:
+//! the service's blocking pool, never the CPU pool, since it waits on the
+//! file and on the slab's lock, which the slab's other direct reads hold
+//! while their files are read; inline for slabs of at most
 //! [`super::read::INLINE_SLAB_BYTES`], as small reads of a local mount run
-//! on the async worker already), holding the slab's lock as the copy
-//! kernel does, and only while the decoded-chunk cache would not keep the
-//! unit (a cached unit must be decoded whole anyway). A mount on a slow
-//! network filesystem would hold a CPU thread for the duration of one
-//! chunk's read.
+//! on the async worker already), and only while the decoded-chunk cache
+//! would not keep the unit (a cached unit must be decoded whole anyway).
+//! The chunks of one slab are read one after another (the lock); a mount
+//! on a slow network filesystem holds a blocking thread per waiting
+//! chunk, never a CPU thread.
 
 use std::sync::Mutex;
 
@@ -111,7 +113,7 @@ pub fn read_direct(
 ) -> Result<(), RegionError> {
     let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let SlabData::Fixed(dst) = &mut *guard else {
-        return Err(RegionError::Internal("a direct read into a slab of variable-length elements".into()));
+        return Err(RegionError::Internal(format!("{key}: a direct read into a slab of variable-length elements")));
     };
     let outside = || RegionError::Internal(format!("{key}: a direct read's runs do not fit the slab"));
     // The places, carved out of the slab in slab order (disjoint by construction).

@@ -344,6 +344,25 @@ impl<'a> ReadCtx<'a> {
         self.start(f).await
     }
 
+    /// Runs `f`, a direct read (it blocks on a file and on the slab's
+    /// lock), here when `inline`, else on the offload's I/O threads
+    /// ([`Offload::spawn_io`]).
+    async fn run_io<R: Send + 'static>(
+        &self,
+        inline: bool,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, RegionError> {
+        if inline {
+            return guarded(f);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.offload.spawn_io(Box::new(move || {
+            // The receiver may be gone (the read was cancelled).
+            let _ = tx.send(f());
+        }));
+        rx.await.map_err(|_| RegionError::Internal("a direct read failed".into()))
+    }
+
     /// Hands `f` to the offload now; the result arrives later.
     fn start<R: Send + 'static>(
         &self,
@@ -677,7 +696,7 @@ async fn read_chunk_unit(
     if let Some((swap, runs)) = ctx.direct_runs(&copy) {
         match fetch_direct(ctx, source, &key).await? {
             DirectFetch::Open(unit) => {
-                return ctx.run(inline, move || read_direct(&*unit, &runs, &slab, swap, &key)).await?;
+                return ctx.run_io(inline, move || read_direct(&*unit, &runs, &slab, swap, &key)).await?;
             }
             DirectFetch::Fetched(fetched) => direct = Some(fetched),
             DirectFetch::Ordinary => {}
@@ -850,7 +869,8 @@ async fn fetch_range(
 /// and its bytes.
 type Parts = Vec<(u64, Bytes)>;
 
-#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+/// One attempt at the inner chunks `inners` of one shard, under one index.
+#[allow(clippy::too_many_arguments)]
 async fn read_shard_once(
     ctx: &ReadCtx<'_>,
     source: &dyn ChunkSource,
@@ -861,6 +881,35 @@ async fn read_shard_once(
     missing: &Arc<Missing>,
     inline: bool,
 ) -> Result<(), RegionError> {
+    let mut jobs = Vec::new();
+    let started = start_shard_jobs(ctx, source, sharding, at, inners, slab, missing, inline, &mut jobs).await;
+    // Every job started is awaited, whatever failed: a job of an attempt
+    // given up (a shard rewritten under the read) must never write into
+    // the slab the next attempt fills, nor keep it shared after the read.
+    let mut first = started.err();
+    for job in jobs {
+        if let Err(e) = job.await.and_then(|r| r) {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// The work of [`read_shard_once`]: what is done inline is done, what is
+/// handed to the offload is pushed onto `jobs` (awaited by the caller, on
+/// success and failure alike).
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+async fn start_shard_jobs(
+    ctx: &ReadCtx<'_>,
+    source: &dyn ChunkSource,
+    sharding: &Arc<ShardingCodec>,
+    at: &ShardAt<'_>,
+    inners: &[Unit],
+    slab: &Arc<Mutex<SlabData>>,
+    missing: &Arc<Missing>,
+    inline: bool,
+    jobs: &mut Vec<BoxFuture<'static, Result<Result<(), RegionError>, RegionError>>>,
+) -> Result<(), RegionError> {
     let ShardAt { shard, key, entry } = *at;
     let IndexEntry { version, stamp, index } = entry;
     let stamp = *stamp;
@@ -868,7 +917,6 @@ async fn read_shard_once(
     let global = |inner: &[u64]| -> Vec<u64> {
         inner.iter().zip(shard).zip(sharding.chunks_per_shard()).map(|((i, s), n)| s * n + i).collect()
     };
-    let mut jobs = Vec::new();
     // Byte ranges to read: (inner chunk, range in the shard, the partial
     // read it belongs to when only part of the inner chunk is read).
     let mut needed: Vec<(usize, Range<u64>, Option<usize>)> = Vec::new();
@@ -996,9 +1044,6 @@ async fn read_shard_once(
         } else {
             jobs.push(ctx.start(copy).boxed());
         }
-    }
-    for job in jobs {
-        job.await??;
     }
     Ok(())
 }
