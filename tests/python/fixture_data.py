@@ -18,13 +18,15 @@ Layout of the directory (all written by zarr-python itself, never by hand):
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import numcodecs
 import numpy as np
-import zarr
 from zarr.codecs import BloscCodec, BytesCodec, GzipCodec, ShardingCodec, ZstdCodec
+
+import zarr
 
 DTYPES = [
     "int8",
@@ -252,3 +254,13 @@ TREE_MEMBERS = {
     "a": ({"counts"}, {"b"}),
     "a/b": ({"mask"}, set()),
 }
+
+
+def random_box(rnd: random.Random, shape: tuple[int, ...]) -> tuple[str, tuple]:
+    """A random non-empty box of an array of `shape`: zarrd's `sel=` text and numpy's index."""
+    parts, index = [], []
+    for n in shape:
+        a, b = sorted(rnd.sample(range(n + 1), 2))
+        parts.append(f"{a}:{b}")
+        index.append(slice(a, b))
+    return ",".join(parts), tuple(index)

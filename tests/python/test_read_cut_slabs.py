@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 from zarr.codecs import BloscCodec
+from fixture_data import random_box
 from zarrd_harness import start_zarrd
 
 import zarr
@@ -77,15 +78,6 @@ def get(server, name: str, sel: str, fmt: str = "raw") -> bytes:
         return r.read()
 
 
-def random_box(rnd: random.Random) -> tuple[str, tuple]:
-    parts, index = [], []
-    for n in SHAPE:
-        a, b = sorted(rnd.sample(range(n + 1), 2))
-        parts.append(f"{a}:{b}")
-        index.append(slice(a, b))
-    return ",".join(parts), tuple(index)
-
-
 FIXED = [
     (":,:,:", (slice(None),) * 3),
     # Aligned boxes: whole chunks, cut by the slabs.
@@ -103,7 +95,7 @@ def test_boxes_and_planes_equal_numpy(served, name):
     servers, arrays = served
     whole = arrays[name]
     rnd = random.Random(name)
-    for sel, index in FIXED + [random_box(rnd) for _ in range(BOXES)]:
+    for sel, index in FIXED + [random_box(rnd, SHAPE) for _ in range(BOXES)]:
         expected = whole[index]
         for label, server in servers.items():
             raw = get(server, name, sel)

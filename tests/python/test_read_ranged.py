@@ -22,6 +22,7 @@ import zarr
 from numpy.testing import assert_array_equal
 from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
 
+from fixture_data import random_box
 from zarrd_harness import start_zarrd
 
 SHAPE = (96, 80, 64)
@@ -96,15 +97,6 @@ def error_of(server, name: str, sel: str) -> tuple[int, str]:
     return e.value.code, e.value.read().decode()
 
 
-def random_box(rnd: random.Random) -> tuple[str, tuple]:
-    parts, index = [], []
-    for n in SHAPE:
-        a, b = sorted(rnd.sample(range(n + 1), 2))
-        parts.append(f"{a}:{b}")
-        index.append(slice(a, b))
-    return ",".join(parts), tuple(index)
-
-
 @pytest.mark.parametrize("name", ["ts_zstd", "ts_sharded", "zp_zstd_be", "zp_blosc", "v2_blosc", "v2_zstd"])
 def test_random_boxes_equal_numpy(served, name):
     servers, _, arrays = served
@@ -117,7 +109,7 @@ def test_random_boxes_equal_numpy(served, name):
         ("0:96:32,:,:", (slice(0, 96, 32), slice(None), slice(None))),
         ("33:50,41:43,7", (slice(33, 50), slice(41, 43), 7)),
     ]
-    for sel, index in fixed + [random_box(rnd) for _ in range(BOXES)]:
+    for sel, index in fixed + [random_box(rnd, SHAPE) for _ in range(BOXES)]:
         expected = whole[index]
         for label, server in servers.items():
             raw = get(server, name, sel)

@@ -869,8 +869,10 @@ async fn fetch_range(
 /// and its bytes.
 type Parts = Vec<(u64, Bytes)>;
 
-/// One attempt at the inner chunks `inners` of one shard, under one index.
-#[allow(clippy::too_many_arguments)]
+/// One attempt at the inner chunks `inners` of one shard, under one index:
+/// what is done inline is done, what is handed to the offload is awaited,
+/// on success and failure alike.
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
 async fn read_shard_once(
     ctx: &ReadCtx<'_>,
     source: &dyn ChunkSource,
@@ -881,8 +883,146 @@ async fn read_shard_once(
     missing: &Arc<Missing>,
     inline: bool,
 ) -> Result<(), RegionError> {
-    let mut jobs = Vec::new();
-    let started = start_shard_jobs(ctx, source, sharding, at, inners, slab, missing, inline, &mut jobs).await;
+    let mut jobs: Vec<BoxFuture<'static, Result<Result<(), RegionError>, RegionError>>> = Vec::new();
+    let started = async {
+        let ShardAt { shard, key, entry } = *at;
+        let IndexEntry { version, stamp, index } = entry;
+        let stamp = *stamp;
+        let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
+        let global = |inner: &[u64]| -> Vec<u64> {
+            inner.iter().zip(shard).zip(sharding.chunks_per_shard()).map(|((i, s), n)| s * n + i).collect()
+        };
+        // Byte ranges to read: (inner chunk, range in the shard, the partial
+        // read it belongs to when only part of the inner chunk is read).
+        let mut needed: Vec<(usize, Range<u64>, Option<usize>)> = Vec::new();
+        // Partial reads: (inner chunk, its first byte in the shard, swap unit,
+        // the parts read: offset in the inner chunk and bytes).
+        let mut partials: Vec<(usize, u64, usize, Parts)> = Vec::new();
+        let unit_bytes = unit_elems.saturating_mul(es as u64);
+        for (i, Unit { coords: inner, copy: spec }) in inners.iter().enumerate() {
+            ctx.yield_point().await;
+            let range = index.as_ref().and_then(|ix| ix.inner_range(inner));
+            let Some(range) = range else {
+                if !ctx.missing_needs_work() {
+                    continue;
+                }
+                let unit = if index.is_some() {
+                    MissingUnit::Inner { shard: shard.to_vec(), inner: inner.clone() }
+                } else {
+                    MissingUnit::Shard(shard.to_vec())
+                };
+                let at = Missed { coords: global(inner), key: key.to_owned(), unit };
+                let work = ctx.on_missing(at, spec.clone(), slab.clone(), missing.clone());
+                if inline || !ctx.fill_missing {
+                    ctx.run(true, move || work.run()).await?;
+                } else {
+                    let job = ctx.start(move || {
+                        work.run();
+                        Ok(())
+                    });
+                    jobs.push(job.boxed());
+                }
+                continue;
+            };
+            if let Some(data) = ctx.cache.inner(key, inner, stamp) {
+                let (spec, slab, key) = (spec.clone(), slab.clone(), key.to_owned());
+                let copy = move || copy_unit(&data, unit_elems, &spec, &slab, es, &key);
+                if inline {
+                    ctx.run(true, copy).await??;
+                } else {
+                    jobs.push(ctx.start(copy).boxed());
+                }
+                continue;
+            }
+            // An inner chunk stored as its elements, at its exact size, of
+            // which the slab needs a small part: only those bytes.
+            let sub = ctx.layout.filter(|_| range.end - range.start == unit_bytes).and_then(|unit| {
+                Some((unit, needed_ranges(spec, es as u64, unit_bytes, ctx.coalesce_gap, ctx.partial_min_chunk)?))
+            });
+            match sub {
+                Some((unit, subs)) => {
+                    let p = partials.len();
+                    partials.push((i, range.start, unit, Vec::with_capacity(subs.len())));
+                    needed.extend(subs.into_iter().map(|r| (i, range.start + r.start..range.start + r.end, Some(p))));
+                }
+                None => needed.push((i, range, None)),
+            }
+        }
+        let ticket = ctx.cache.ticket();
+        let ranges: Vec<Range<u64>> = needed.iter().map(|(_, r, _)| r.clone()).collect();
+        let reads = coalesce_ranges(&ranges, ctx.coalesce_gap);
+        let version = version.as_deref();
+        let to_read: Vec<(usize, Range<u64>)> = reads.iter().map(|r| r.range.clone()).enumerate().collect();
+        let mut reading = stream::iter(to_read)
+            .map(|(n, range)| async move { (n, fetch_range(source, key, range, version).await) })
+            .buffered(ctx.concurrency);
+        let mut fetched: Vec<(Range<u64>, Bytes)> = Vec::with_capacity(reads.len());
+        while let Some((n, result)) = reading.next().await {
+            match result {
+                Ok(got) => fetched.push(got),
+                // The index pointed past the end of the shard.
+                Err(RegionError::Corrupt { key, reason }) => {
+                    let names = name_inner_chunks(reads[n].members.iter().map(|&m| &inners[needed[m].0].coords));
+                    return Err(RegionError::Corrupt { key, reason: format!("{names}: {reason}") });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        drop(reading);
+        for (read, (range, bytes)) in reads.iter().zip(fetched) {
+            for &m in &read.members {
+                let (i, r, part) = &needed[m];
+                let Unit { coords: inner, copy: spec } = &inners[*i];
+                let (lo, hi) = (r.start - range.start, r.end - range.start);
+                if hi > bytes.len() as u64 {
+                    return Err(corrupt(
+                        key,
+                        format!("inner chunk {inner:?}: bytes {}..{} are past the end of the shard", r.start, r.end),
+                    ));
+                }
+                #[allow(clippy::cast_possible_truncation)] // hi <= bytes.len()
+                let bytes_of = bytes.slice(lo as usize..hi as usize);
+                if let Some(p) = part {
+                    let (_, base, _, parts) = &mut partials[*p];
+                    parts.push((r.start - *base, bytes_of));
+                    continue;
+                }
+                let part = bytes_of;
+                let (cache, sharding, inner, spec, slab, key) =
+                    (ctx.cache.clone(), sharding.clone(), inner.clone(), spec.clone(), slab.clone(), key.to_owned());
+                let ranged = ctx.ranged(&spec);
+                jobs.push(
+                    ctx.start(move || {
+                        if let Some((unit, span)) = ranged {
+                            let (codecs, repr) = (sharding.inner_codecs(), sharding.inner_chunk_repr());
+                            if let Some((at, part)) = codecs.decode_range(&part, repr, span) {
+                                return copy_parts(&[(at as u64, Bytes::from(part))], &spec, &slab, es, unit);
+                            }
+                        }
+                        let data = sharding
+                            .decode_inner_chunk(Vec::from(part), &inner)
+                            .map_err(|source| RegionError::Codec { key: key.clone(), source })?;
+                        let data = Arc::new(data);
+                        cache.insert_inner(&key, inner, stamp, data.clone(), ticket);
+                        copy_unit(&data, unit_elems, &spec, &slab, es, &key)
+                    })
+                    .boxed(),
+                );
+            }
+        }
+        for (i, _, unit, mut parts) in partials {
+            parts.sort_by_key(|p| p.0);
+            let (spec, slab) = (inners[i].copy.clone(), slab.clone());
+            let copy = move || copy_parts(&parts, &spec, &slab, es, unit);
+            if inline {
+                ctx.run(true, copy).await??;
+            } else {
+                jobs.push(ctx.start(copy).boxed());
+            }
+        }
+        Ok(())
+    }
+    .await;
     // Every job started is awaited, whatever failed: a job of an attempt
     // given up (a shard rewritten under the read) must never write into
     // the slab the next attempt fills, nor keep it shared after the read.
@@ -893,159 +1033,6 @@ async fn read_shard_once(
         }
     }
     first.map_or(Ok(()), Err)
-}
-
-/// The work of [`read_shard_once`]: what is done inline is done, what is
-/// handed to the offload is pushed onto `jobs` (awaited by the caller, on
-/// success and failure alike).
-#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
-async fn start_shard_jobs(
-    ctx: &ReadCtx<'_>,
-    source: &dyn ChunkSource,
-    sharding: &Arc<ShardingCodec>,
-    at: &ShardAt<'_>,
-    inners: &[Unit],
-    slab: &Arc<Mutex<SlabData>>,
-    missing: &Arc<Missing>,
-    inline: bool,
-    jobs: &mut Vec<BoxFuture<'static, Result<Result<(), RegionError>, RegionError>>>,
-) -> Result<(), RegionError> {
-    let ShardAt { shard, key, entry } = *at;
-    let IndexEntry { version, stamp, index } = entry;
-    let stamp = *stamp;
-    let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
-    let global = |inner: &[u64]| -> Vec<u64> {
-        inner.iter().zip(shard).zip(sharding.chunks_per_shard()).map(|((i, s), n)| s * n + i).collect()
-    };
-    // Byte ranges to read: (inner chunk, range in the shard, the partial
-    // read it belongs to when only part of the inner chunk is read).
-    let mut needed: Vec<(usize, Range<u64>, Option<usize>)> = Vec::new();
-    // Partial reads: (inner chunk, its first byte in the shard, swap unit,
-    // the parts read: offset in the inner chunk and bytes).
-    let mut partials: Vec<(usize, u64, usize, Parts)> = Vec::new();
-    let unit_bytes = unit_elems.saturating_mul(es as u64);
-    for (i, Unit { coords: inner, copy: spec }) in inners.iter().enumerate() {
-        ctx.yield_point().await;
-        let range = index.as_ref().and_then(|ix| ix.inner_range(inner));
-        let Some(range) = range else {
-            if !ctx.missing_needs_work() {
-                continue;
-            }
-            let unit = if index.is_some() {
-                MissingUnit::Inner { shard: shard.to_vec(), inner: inner.clone() }
-            } else {
-                MissingUnit::Shard(shard.to_vec())
-            };
-            let at = Missed { coords: global(inner), key: key.to_owned(), unit };
-            let work = ctx.on_missing(at, spec.clone(), slab.clone(), missing.clone());
-            if inline || !ctx.fill_missing {
-                ctx.run(true, move || work.run()).await?;
-            } else {
-                let job = ctx.start(move || {
-                    work.run();
-                    Ok(())
-                });
-                jobs.push(job.boxed());
-            }
-            continue;
-        };
-        if let Some(data) = ctx.cache.inner(key, inner, stamp) {
-            let (spec, slab, key) = (spec.clone(), slab.clone(), key.to_owned());
-            let copy = move || copy_unit(&data, unit_elems, &spec, &slab, es, &key);
-            if inline {
-                ctx.run(true, copy).await??;
-            } else {
-                jobs.push(ctx.start(copy).boxed());
-            }
-            continue;
-        }
-        // An inner chunk stored as its elements, at its exact size, of
-        // which the slab needs a small part: only those bytes.
-        let sub = ctx.layout.filter(|_| range.end - range.start == unit_bytes).and_then(|unit| {
-            Some((unit, needed_ranges(spec, es as u64, unit_bytes, ctx.coalesce_gap, ctx.partial_min_chunk)?))
-        });
-        match sub {
-            Some((unit, subs)) => {
-                let p = partials.len();
-                partials.push((i, range.start, unit, Vec::with_capacity(subs.len())));
-                needed.extend(subs.into_iter().map(|r| (i, range.start + r.start..range.start + r.end, Some(p))));
-            }
-            None => needed.push((i, range, None)),
-        }
-    }
-    let ticket = ctx.cache.ticket();
-    let ranges: Vec<Range<u64>> = needed.iter().map(|(_, r, _)| r.clone()).collect();
-    let reads = coalesce_ranges(&ranges, ctx.coalesce_gap);
-    let version = version.as_deref();
-    let to_read: Vec<(usize, Range<u64>)> = reads.iter().map(|r| r.range.clone()).enumerate().collect();
-    let mut reading = stream::iter(to_read)
-        .map(|(n, range)| async move { (n, fetch_range(source, key, range, version).await) })
-        .buffered(ctx.concurrency);
-    let mut fetched: Vec<(Range<u64>, Bytes)> = Vec::with_capacity(reads.len());
-    while let Some((n, result)) = reading.next().await {
-        match result {
-            Ok(got) => fetched.push(got),
-            // The index pointed past the end of the shard.
-            Err(RegionError::Corrupt { key, reason }) => {
-                let names = name_inner_chunks(reads[n].members.iter().map(|&m| &inners[needed[m].0].coords));
-                return Err(RegionError::Corrupt { key, reason: format!("{names}: {reason}") });
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    drop(reading);
-    for (read, (range, bytes)) in reads.iter().zip(fetched) {
-        for &m in &read.members {
-            let (i, r, part) = &needed[m];
-            let Unit { coords: inner, copy: spec } = &inners[*i];
-            let (lo, hi) = (r.start - range.start, r.end - range.start);
-            if hi > bytes.len() as u64 {
-                return Err(corrupt(
-                    key,
-                    format!("inner chunk {inner:?}: bytes {}..{} are past the end of the shard", r.start, r.end),
-                ));
-            }
-            #[allow(clippy::cast_possible_truncation)] // hi <= bytes.len()
-            let bytes_of = bytes.slice(lo as usize..hi as usize);
-            if let Some(p) = part {
-                let (_, base, _, parts) = &mut partials[*p];
-                parts.push((r.start - *base, bytes_of));
-                continue;
-            }
-            let part = bytes_of;
-            let (cache, sharding, inner, spec, slab, key) =
-                (ctx.cache.clone(), sharding.clone(), inner.clone(), spec.clone(), slab.clone(), key.to_owned());
-            let ranged = ctx.ranged(&spec);
-            jobs.push(
-                ctx.start(move || {
-                    if let Some((unit, span)) = ranged {
-                        let (codecs, repr) = (sharding.inner_codecs(), sharding.inner_chunk_repr());
-                        if let Some((at, part)) = codecs.decode_range(&part, repr, span) {
-                            return copy_parts(&[(at as u64, Bytes::from(part))], &spec, &slab, es, unit);
-                        }
-                    }
-                    let data = sharding
-                        .decode_inner_chunk(Vec::from(part), &inner)
-                        .map_err(|source| RegionError::Codec { key: key.clone(), source })?;
-                    let data = Arc::new(data);
-                    cache.insert_inner(&key, inner, stamp, data.clone(), ticket);
-                    copy_unit(&data, unit_elems, &spec, &slab, es, &key)
-                })
-                .boxed(),
-            );
-        }
-    }
-    for (i, _, unit, mut parts) in partials {
-        parts.sort_by_key(|p| p.0);
-        let (spec, slab) = (inners[i].copy.clone(), slab.clone());
-        let copy = move || copy_parts(&parts, &spec, &slab, es, unit);
-        if inline {
-            ctx.run(true, copy).await??;
-        } else {
-            jobs.push(ctx.start(copy).boxed());
-        }
-    }
-    Ok(())
 }
 
 /// `inner chunk [1, 2]` or `inner chunks [1, 2], [1, 3]`.
