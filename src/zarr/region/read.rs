@@ -341,7 +341,7 @@ impl<'a> ReadCtx<'a> {
         if inline {
             return guarded(f);
         }
-        self.start(f).await
+        self.hand_off(false, f).await
     }
 
     /// Runs `f`, a direct read (it blocks on a file and on the slab's
@@ -355,12 +355,7 @@ impl<'a> ReadCtx<'a> {
         if inline {
             return guarded(f);
         }
-        let (tx, rx) = oneshot::channel();
-        self.offload.spawn_io(Box::new(move || {
-            // The receiver may be gone (the read was cancelled).
-            let _ = tx.send(f());
-        }));
-        rx.await.map_err(|_| RegionError::Internal("a direct read failed".into()))
+        self.hand_off(true, f).await
     }
 
     /// Hands `f` to the offload now; the result arrives later.
@@ -368,12 +363,27 @@ impl<'a> ReadCtx<'a> {
         &self,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> impl std::future::Future<Output = Result<R, RegionError>> {
+        self.hand_off(false, f)
+    }
+
+    /// Hands `f` to the offload's CPU threads, or its I/O threads when
+    /// `io`; the result arrives later.
+    fn hand_off<R: Send + 'static>(
+        &self,
+        io: bool,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> impl std::future::Future<Output = Result<R, RegionError>> {
         let (tx, rx) = oneshot::channel();
-        self.offload.spawn(Box::new(move || {
+        let job: Box<dyn FnOnce() + Send> = Box::new(move || {
             // The receiver may be gone (the read was cancelled).
             let _ = tx.send(f());
-        }));
-        async move { rx.await.map_err(|_| RegionError::Internal("the CPU work of a read failed".into())) }
+        });
+        if io {
+            self.offload.spawn_io(job);
+        } else {
+            self.offload.spawn(job);
+        }
+        async move { rx.await.map_err(|_| RegionError::Internal("the work of a read failed on its thread".into())) }
     }
 
     /// The decoded bytes of a compressed unit to decode alone for `copy`
