@@ -148,6 +148,27 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
         let _ = (bytes, size, want);
         None
     }
+    /// The length of the spans [`decode_span`](Self::decode_span) decodes
+    /// a value that should decode to exactly `size` bytes in (`None`, the
+    /// default, and for anything a whole decode would refuse: it is decoded
+    /// whole).
+    fn span_len(&self, bytes: &[u8], size: usize) -> Option<usize> {
+        let _ = (bytes, size);
+        None
+    }
+    /// Decodes span `index` of the value (spans of
+    /// [`span_len`](Self::span_len), back to back from the start, the last
+    /// ending at `size`) into `out`, returning where it starts: equal to
+    /// that part of [`decode`](Self::decode)'s output, so a caller can
+    /// decode a value in pieces that stay in the core's cache, in any order
+    /// or on several threads. Every span of a value together checks what
+    /// the whole decode checks. `None` (the default; past the end; and for
+    /// anything doubtful in the span): decode the value whole, which
+    /// reports the error exactly as a whole read does.
+    fn decode_span(&self, bytes: &[u8], size: usize, index: usize, out: &mut Vec<u8>) -> Option<usize> {
+        let _ = (bytes, size, index, out);
+        None
+    }
     /// The format [`pieces`] decodes this codec's output in, piece by
     /// piece; `None` (the default): decoded whole only.
     fn piece_format(&self) -> Option<pieces::PieceFormat> {
@@ -278,6 +299,34 @@ impl CodecChain {
         let (at, part) = codec.decode_range(bytes, size, want.clone())?;
         (at <= want.start && at.checked_add(part.len()).is_some_and(|end| end >= want.end && end <= size))
             .then_some((at, part))
+    }
+
+    /// How many spans a stored chunk whose decoded elements are stored as
+    /// they are (one compressor over a byte layout of swap unit 1, as
+    /// [`Self::range_layout`] says) decodes in with
+    /// [`Self::decode_span`]; `None`: decode it whole.
+    #[must_use]
+    pub fn span_count(&self, bytes: &[u8], decoded: &ChunkRepr) -> Option<usize> {
+        self.range_layout(decoded).filter(|&(unit, _)| unit <= 1)?;
+        let size = usize::try_from(self.array_to_bytes.encoded_size(decoded)?).ok()?;
+        let [codec] = &self.bytes_to_bytes[..] else { return None };
+        Some(size.div_ceil(codec.span_len(bytes, size)?))
+    }
+
+    /// Decodes span `index` of a stored chunk (see [`Self::span_count`])
+    /// into `out` as [`BytesToBytesCodec::decode_span`], returning where it
+    /// starts (checked here to lie within the chunk); `None`: decode the
+    /// chunk whole (which reports any error exactly as a whole read does).
+    pub fn decode_span(&self, bytes: &[u8], decoded: &ChunkRepr, index: usize, out: &mut Vec<u8>) -> Option<usize> {
+        self.range_layout(decoded).filter(|&(unit, _)| unit <= 1)?;
+        let size = usize::try_from(self.array_to_bytes.encoded_size(decoded)?).ok()?;
+        let [codec] = &self.bytes_to_bytes[..] else { return None };
+        // The process-wide decode budget (see `codec::budget`): a span and
+        // the codec's scratch for it (blosc: three blocks, a span at least one).
+        let span = codec.span_len(bytes, size)?;
+        let _budget = budget::reserve(span.saturating_mul(4) as u64);
+        let at = codec.decode_span(bytes, size, index, out)?;
+        at.checked_add(out.len()).is_some_and(|end| end <= size).then_some(at)
     }
 }
 

@@ -148,6 +148,107 @@ pub fn copy_unit(
     Ok(())
 }
 
+/// Copies what `spec` says from one span of a unit's decoded bytes (`part`,
+/// bytes `at..at + part.len()` of a unit of packed `es`-byte elements,
+/// stored as they are) into `slab`: every run, or the piece of it, that
+/// lies in the span. A unit decoded in spans that cover it back to back
+/// ([`crate::zarr::codec::CodecChain::decode_spans`]) is copied exactly as
+/// [`copy_unit`] copies it whole. The slab is locked for this span only.
+///
+/// # Errors
+/// A variable-length slab (an internal error: such units are not decoded
+/// in spans).
+pub fn copy_unit_span(
+    part: &[u8],
+    at: usize,
+    spec: &UnitCopy,
+    slab: &Mutex<SlabData>,
+    es: usize,
+) -> Result<(), RegionError> {
+    let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let SlabData::Fixed(dst) = &mut *guard else {
+        return Err(RegionError::Internal("a unit decoded in spans for a variable-length slab".into()));
+    };
+    let span = Span { part, at: at as u64, end: at as u64 + part.len() as u64, es: es as u64 };
+    match es {
+        1 => spec.each_strided(&mut |g| span.copy::<1>(dst, &g)),
+        2 => spec.each_strided(&mut |g| span.copy::<2>(dst, &g)),
+        4 => spec.each_strided(&mut |g| span.copy::<4>(dst, &g)),
+        8 => spec.each_strided(&mut |g| span.copy::<8>(dst, &g)),
+        _ => spec.each_strided(&mut |g| span.copy::<0>(dst, &g)),
+    }
+    Ok(())
+}
+
+/// One span of a unit's decoded bytes: `part` is bytes `at..end`; elements
+/// of `es` bytes.
+struct Span<'a> {
+    part: &'a [u8],
+    at: u64,
+    end: u64,
+    es: u64,
+}
+
+impl Span<'_> {
+    /// Copies the runs of `g` that lie in the span, and the pieces of those
+    /// that cross its ends, into `dst`; `E` is the element size (0: any,
+    /// `self.es`), for the kernel of whole runs.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap, clippy::cast_sign_loss)] // within the buffers, by construction
+    fn copy<const E: usize>(&self, dst: &mut [u8], g: &Strided) {
+        if g.count == 0 || g.n == 0 {
+            return;
+        }
+        let es = self.es;
+        let len = g.n * es;
+        // The runs that touch the span, `lo..hi`, and of them those wholly
+        // inside, `a..b`: with a forward step, both ranges of `j`;
+        // otherwise every run is looked at.
+        let (lo, hi, a, b) = if g.src_step > 0 && g.count > 1 {
+            let (first, step) = (g.src * es, g.src_step as u64 * es);
+            // First run ending after `at`; first starting at or after `end`.
+            let lo = if first + len > self.at { 0 } else { (self.at - first - len) / step + 1 };
+            let hi = if first >= self.end { 0 } else { ((self.end - first).div_ceil(step)).min(g.count) };
+            // First starting at or after `at`; past the last ending by `end`.
+            let a = if first >= self.at { 0 } else { (self.at - first).div_ceil(step) };
+            let b = if first + len > self.end { 0 } else { ((self.end - first - len) / step + 1).min(g.count) };
+            (lo.min(g.count), hi, a.min(g.count), b)
+        } else {
+            (0, g.count, 0, 0)
+        };
+        let (a, b) = (a.max(lo), b.min(hi).max(a.max(lo)));
+        if a < b && E != 0 && self.at % es == 0 {
+            // Whole runs: the ordinary kernel, on the span as its source.
+            let sub = Strided {
+                src: g.src + a * g.src_step as u64 - self.at / es,
+                src_step: g.src_step,
+                dst: g.dst + a * g.dst_step,
+                dst_step: g.dst_step,
+                count: b - a,
+                n: g.n,
+            };
+            copy_strided::<E>(self.part, dst, &sub);
+        } else {
+            for j in a..b {
+                let (s, d) = g.at(j);
+                let (p, q, n) = ((s * es - self.at) as usize, (d * es) as usize, len as usize);
+                dst[q..q + n].copy_from_slice(&self.part[p..p + n]);
+            }
+        }
+        // Runs crossing the span's ends (or all of them, for other steps):
+        // their bytes within it.
+        for j in (lo..a).chain(b.max(a)..hi) {
+            let (s, d) = g.at(j);
+            let (s, d) = (s * es, d * es);
+            let (from, to) = (s.max(self.at), (s + len).min(self.end));
+            if from < to {
+                let (p, q) = ((from - self.at) as usize, (d + from - s) as usize);
+                let n = (to - from) as usize;
+                dst[q..q + n].copy_from_slice(&self.part[p..p + n]);
+            }
+        }
+    }
+}
+
 /// Copies the runs of `g` from `src` into `dst`, elements of `E` bytes: a
 /// run of one element is a fixed-size move, not a call to `memcpy`.
 #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)] // within the buffers, checked by the caller and by construction

@@ -58,7 +58,7 @@ use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use futures::FutureExt;
 
-use super::copy::{copy_unit, fill_unit, needs_fill, slab_over, SlabData};
+use super::copy::{copy_unit, copy_unit_span, fill_unit, needs_fill, slab_over, SlabData};
 use super::direct::{direct_runs, read_direct, Run};
 use super::partial::{copy_parts, needed_ranges};
 use super::plan::{plan_read, ReadPlan, Slab, Unit, UnitCopy, Units};
@@ -398,6 +398,16 @@ impl<'a> ReadCtx<'a> {
         Some((unit, ranged_span(copy, es, self.unit_elems.saturating_mul(es), kind)?))
     }
 
+    /// Whether whole compressed chunks decode span by span, with the other
+    /// chunks of their slab ([`decode_group`]): fixed-size elements stored
+    /// as they are under one compressor that decodes by blocks (blosc), and
+    /// a cache that would not keep the whole unit.
+    fn spans(&self) -> bool {
+        !self.variable
+            && matches!(self.ranged, Some((unit, RangeDecode::Blocks)) if unit <= 1)
+            && !self.cache.keeps_units()
+    }
+
     /// The swap unit and byte runs of a chunk to read straight into the
     /// slab for `copy`, when that pays and the cache would not keep the
     /// whole chunk ([`super::direct`]).
@@ -531,11 +541,18 @@ async fn slab_units(
     let missing: Arc<Missing> = Arc::new(Mutex::new(None));
     match ctx.desc().sharding.clone() {
         None => {
+            // Chunks the slab copies whole, decoded together (see
+            // `decode_group`) once every unit is read.
+            let group = ctx.spans().then(|| Mutex::new(Vec::new()));
             stream::iter(slab.units())
-                .map(|unit| read_chunk_unit(ctx, source, unit, data.clone(), missing.clone(), inline))
+                .map(|unit| read_chunk_unit(ctx, source, unit, data.clone(), missing.clone(), inline, group.as_ref()))
                 .buffer_unordered(ctx.concurrency)
                 .try_for_each(|()| async { Ok(()) })
                 .await?;
+            if let Some(group) = group {
+                let group = group.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+                decode_group(ctx, group, data.clone()).await?;
+            }
         }
         Some(sharding) => {
             stream::iter(slab.shards())
@@ -691,6 +708,7 @@ async fn read_chunk_unit(
     slab: Arc<Mutex<SlabData>>,
     missing: Arc<Missing>,
     inline: bool,
+    group: Option<&Mutex<Vec<Grouped>>>,
 ) -> Result<(), RegionError> {
     // Units that complete at once (cached, missing, in memory) would let a
     // slab of many of them run in one poll.
@@ -750,6 +768,11 @@ async fn read_chunk_unit(
                     })
                     .await?;
             }
+            if let Some(group) = group.filter(|_| grouped(ctx, &stored, &copy)) {
+                let unit = Grouped { job: DecodeJob { cache: ctx.cache.clone(), key, stored, ticket }, copy };
+                group.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(unit);
+                return Ok(());
+            }
             let job = DecodeJob { cache: ctx.cache.clone(), key, stored, ticket };
             ctx.run_with_desc(false, (job, copy, slab, es, unit_elems), |desc, (job, copy, slab, es, unit_elems)| {
                 let key = job.key.clone();
@@ -759,6 +782,97 @@ async fn read_chunk_unit(
             .await?
         }
     }
+}
+
+/// A whole chunk of a slab to decode with the slab's other such chunks
+/// ([`decode_group`]).
+struct Grouped {
+    job: DecodeJob,
+    copy: UnitCopy,
+}
+
+/// Whether a stored chunk joins its slab's group ([`decode_group`]): the
+/// read decodes by spans ([`ReadCtx::spans`]), the slab copies every
+/// element of the chunk, and its stored bytes are no more than a valid
+/// encoding of it can take (what the group holds is bounded by the slab).
+fn grouped(ctx: &ReadCtx<'_>, stored: &Versioned, copy: &UnitCopy) -> bool {
+    let unit_bytes = ctx.unit_elems.saturating_mul(ctx.es as u64);
+    let mut copied = 0u64;
+    copy.each_strided(&mut |g| copied = copied.saturating_add(g.count.saturating_mul(g.n)));
+    copied == ctx.unit_elems
+        && (stored.bytes.len() as u64) <= unit_bytes.saturating_add(unit_bytes / 8).saturating_add(64 << 10)
+}
+
+/// Decodes the chunks of a slab that the slab copies whole, span by span
+/// across the chunks: job `i` (on the offload, one per span index) decodes
+/// span `i` of every chunk and copies it into the slab while it is still
+/// in the core's cache. Chunks of one slab split alike (one chunk shape)
+/// put the spans of one job in the same rows of the slab, so the job
+/// writes whole cache lines of a few MiB of it instead of every chunk
+/// writing its share of each line of the whole slab (a chunk's last
+/// dimension narrower than the slab's leaves each line to several
+/// chunks). A chunk that does not decode by spans, or fails to, is decoded
+/// whole afterwards (which reports any error as a whole read does, and
+/// copies all of it over what spans were copied).
+///
+/// Memory: the stored bytes of the group (at most about the slab's size,
+/// see [`grouped`]) until the slab is done, plus a span's scratch per job.
+async fn decode_group(ctx: &ReadCtx<'_>, group: Vec<Grouped>, slab: Arc<Mutex<SlabData>>) -> Result<(), RegionError> {
+    if group.is_empty() {
+        return Ok(());
+    }
+    let (es, unit_elems) = (ctx.es.max(1), ctx.unit_elems);
+    let repr = ctx.desc().chunk_repr();
+    // Each chunk's spans (`None`: not by spans, decoded whole below).
+    let counts: Vec<Option<usize>> =
+        group.iter().map(|g| ctx.desc().codecs.span_count(&g.job.stored.bytes, &repr)).collect();
+    let spans = counts.iter().flatten().copied().max().unwrap_or(0);
+    let mut whole: Vec<usize> = (0..group.len()).filter(|&u| counts[u].is_none()).collect();
+    let (group, counts) = (Arc::new(group), Arc::new(counts));
+    let failed: Vec<Vec<usize>> = stream::iter(0..spans)
+        .map(|i| {
+            let input = (group.clone(), counts.clone(), slab.clone(), i, es);
+            ctx.run_with_desc(false, input, |desc, (group, counts, slab, i, es)| {
+                let repr = desc.chunk_repr();
+                let mut out = Vec::new();
+                let mut failed = Vec::new();
+                for (u, g) in group.iter().enumerate().filter(|&(u, _)| counts[u].is_some_and(|n| i < n)) {
+                    match desc.codecs.decode_span(&g.job.stored.bytes, &repr, i, &mut out) {
+                        Some(at) => copy_unit_span(&out, at, &g.copy, &slab, es)?,
+                        None => failed.push(u),
+                    }
+                }
+                Ok::<_, RegionError>(failed)
+            })
+        })
+        .buffer_unordered(spans.max(1))
+        .map(|r| r.and_then(|r| r))
+        .try_collect()
+        .await?;
+    drop(counts);
+    whole.extend(failed.into_iter().flatten());
+    let mut failed = whole;
+    failed.sort_unstable();
+    failed.dedup();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    // Whole, one after another: the first that fails is the error.
+    let Ok(group) = Arc::try_unwrap(group) else {
+        return Err(RegionError::Internal("a slab's group still shared".into()));
+    };
+    let mut group: Vec<Option<Grouped>> = group.into_iter().map(Some).collect();
+    for u in failed {
+        let Some(Grouped { job, copy }) = group[u].take() else { continue };
+        let input = (job, copy, slab.clone(), es, unit_elems);
+        ctx.run_with_desc(false, input, |desc, (job, copy, slab, es, unit_elems)| {
+            let key = job.key.clone();
+            let data = job.run(desc)?;
+            copy_unit(&data, unit_elems, &copy, &slab, es, &key)
+        })
+        .await??;
+    }
+    Ok(())
 }
 
 /// The index of the shard `key`: cached unless `fresh`, else read by range

@@ -423,16 +423,20 @@ impl BytesToBytesCodec for Blosc {
     fn decode_range(&self, bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Option<(usize, Vec<u8>)> {
         decode_blocks(bytes, size, want)
     }
+
+    fn span_len(&self, bytes: &[u8], size: usize) -> Option<usize> {
+        span_len(bytes, size).map(|(_, span)| span)
+    }
+
+    /// Block by block (c-blosc's `blosc_getitem`), see [`decode_span`].
+    fn decode_span(&self, bytes: &[u8], size: usize, index: usize, out: &mut Vec<u8>) -> Option<usize> {
+        decode_span(bytes, size, index, out)
+    }
 }
 
 /// The blosc format version `blosc_getitem` reads.
 const FORMAT_VERSION: u8 = 2;
 
-/// Decoded bytes `want` (widened to whole items of the buffer's
-/// `typesize`) of a blosc buffer that declares exactly `size` decoded
-/// bytes, decoding only the blocks they lie in: `None` for anything the
-/// whole decode would check and fail on (the same checks, made first), an
-/// older format, or a c-blosc error, so the caller decodes it whole.
 /// Header flag bit 3: c-blosc refuses a buffer with it set ("compressor
 /// flags from the future").
 const FLAG_FUTURE: u8 = 0x08;
@@ -441,7 +445,18 @@ const FLAG_FUTURE: u8 = 0x08;
 /// may cover for the part to be decoded alone.
 const RANGE_MAX_BLOCKS: (usize, usize) = (3, 4);
 
-fn decode_blocks(bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Option<(usize, Vec<u8>)> {
+/// What a buffer that passed [`checked`] holds: its item size (c-blosc's
+/// `typesize`, at least 1) and block size (0 for a stored buffer).
+struct Checked {
+    typesize: usize,
+    blocksize: usize,
+}
+
+/// The checks a whole decode makes, made before decoding any part of a
+/// blosc buffer that should declare exactly `size` decoded bytes: `None`
+/// for anything a whole decode would refuse, or an older format
+/// (`blosc_getitem` reads version 2 only).
+fn checked(bytes: &[u8], size: usize) -> Option<Checked> {
     let header = Header::read(bytes).filter(|_| bytes.len() >= HEADER)?;
     if header.cbytes != bytes.len() || header.nbytes != size || *bytes.first()? != FORMAT_VERSION {
         return None;
@@ -453,27 +468,13 @@ fn decode_blocks(bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Opt
     if header.flags & FLAG_FUTURE != 0 {
         return None;
     }
+    let mut blocksize = 0;
     if header.flags & FLAG_MEMCPYED == 0 {
         let blocks = header.nbytes.checked_div(header.blocksize)? + usize::from(header.nbytes % header.blocksize != 0);
         if blocks > (bytes.len() - HEADER) / 4 {
             return None;
         }
-    }
-    let typesize = usize::from(*bytes.get(3)?).max(1);
-    let start = want.start / typesize * typesize;
-    let end = want.end.div_ceil(typesize).checked_mul(typesize)?;
-    if start >= end || end > size {
-        return None;
-    }
-    // c-blosc decodes every block the part touches whole (into scratch of
-    // twice the block size): when those blocks are most of the chunk (a
-    // chunk of one block, say), the whole decode costs no more.
-    if header.flags & FLAG_MEMCPYED == 0 {
-        let bs = header.blocksize;
-        let touched = ((end - 1).checked_div(bs)? - start.checked_div(bs)? + 1).checked_mul(bs)?;
-        if touched.checked_mul(RANGE_MAX_BLOCKS.1)? > size.checked_mul(RANGE_MAX_BLOCKS.0)? {
-            return None;
-        }
+        blocksize = header.blocksize;
     }
     let mut nbytes = 0usize;
     // SAFETY: as in `decode`: `cbuffer` is valid for reads of `bytes.len()`
@@ -482,18 +483,27 @@ fn decode_blocks(bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Opt
     if valid != 0 || nbytes != size {
         return None;
     }
+    Some(Checked { typesize: usize::from(*bytes.get(3)?).max(1), blocksize })
+}
+
+/// Decodes bytes `start..end` (whole items of `typesize` bytes, within the
+/// `size` a [`checked`] buffer declares) into `out` (cleared first):
+/// `None` for a c-blosc error.
+fn getitem(bytes: &[u8], typesize: usize, start: usize, end: usize, out: &mut Vec<u8>) -> Option<()> {
     let first = i32::try_from(start / typesize).ok()?;
     let items = i32::try_from((end - start) / typesize).ok()?;
-    let mut out: Vec<u8> = Vec::with_capacity(end - start);
+    out.clear();
+    out.reserve(end - start);
     // SAFETY: `blosc_cbuffer_validate` accepted `src` (its documented
-    // precondition for `blosc_getitem`): it holds exactly the `cbytes`
-    // bytes its header claims, the bound c-blosc checks every block offset
-    // and length against. `first` and `items` lie within the `nbytes` the
-    // header declares (checked above), so c-blosc's own bounds checks (the
-    // paths that print and leak) are never reached; `dest` is valid for
-    // writes of `items * typesize` = `end - start` bytes (spare capacity,
-    // not overlapping `src`), the most c-blosc writes. Nothing outlives
-    // the call (no threads; its scratch buffer is freed before it returns).
+    // precondition for `blosc_getitem`, checked by the caller through
+    // `checked`): it holds exactly the `cbytes` bytes its header claims,
+    // the bound c-blosc checks every block offset and length against.
+    // `first` and `items` lie within the `nbytes` the header declares
+    // (the caller's bounds), so c-blosc's own bounds checks (the paths that
+    // print and leak) are never reached; `dest` is valid for writes of
+    // `items * typesize` = `end - start` bytes (spare capacity, not
+    // overlapping `src`), the most c-blosc writes. Nothing outlives the
+    // call (no threads; its scratch buffer is freed before it returns).
     let produced = unsafe { blosc_src::blosc_getitem(bytes.as_ptr().cast(), first, items, out.as_mut_ptr().cast()) };
     if usize::try_from(produced).ok() != Some(end - start) {
         return None;
@@ -501,7 +511,71 @@ fn decode_blocks(bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Opt
     // SAFETY: c-blosc returned the number of bytes it wrote at the start
     // of `dest`, `end - start`.
     unsafe { out.set_len(end - start) };
+    Some(())
+}
+
+/// Decoded bytes `want` (widened to whole items of the buffer's
+/// `typesize`) of a blosc buffer that declares exactly `size` decoded
+/// bytes, decoding only the blocks they lie in: `None` for anything the
+/// whole decode would check and fail on (the same checks, made first), an
+/// older format, or a c-blosc error, so the caller decodes it whole.
+fn decode_blocks(bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Option<(usize, Vec<u8>)> {
+    let Checked { typesize, blocksize } = checked(bytes, size)?;
+    let start = want.start / typesize * typesize;
+    let end = want.end.div_ceil(typesize).checked_mul(typesize)?;
+    if start >= end || end > size {
+        return None;
+    }
+    // c-blosc decodes every block the part touches whole (into scratch of
+    // twice the block size): when those blocks are most of the chunk (a
+    // chunk of one block, say), the whole decode costs no more.
+    if blocksize > 0 {
+        let bs = blocksize;
+        let touched = ((end - 1).checked_div(bs)? - start.checked_div(bs)? + 1).checked_mul(bs)?;
+        if touched.checked_mul(RANGE_MAX_BLOCKS.1)? > size.checked_mul(RANGE_MAX_BLOCKS.0)? {
+            return None;
+        }
+    }
+    let mut out = Vec::new();
+    getitem(bytes, typesize, start, end, &mut out)?;
     Some((start, out))
+}
+
+/// About how many decoded bytes one span of [`decode_span`] holds (whole
+/// blocks: more when a block is larger): small enough that a span, decoded
+/// into scratch, is still in the core's cache when it is copied out.
+/// (Tests: a few blocks, so small chunks decode in several spans.)
+pub const SPAN_BYTES: usize = if cfg!(test) { 300 } else { 256 << 10 };
+
+/// The length of the spans a blosc buffer that declares exactly `size`
+/// decoded bytes decodes in ([`decode_span`]): whole blocks (a stored
+/// buffer has none: whole items), about [`SPAN_BYTES`], at most `size`;
+/// `None` for anything the whole decode would check and fail on (made
+/// first), or an older format.
+fn span_len(bytes: &[u8], size: usize) -> Option<(usize, usize)> {
+    let Checked { typesize, blocksize } = checked(bytes, size)?;
+    // c-blosc makes a block a multiple of its typesize.
+    let unit = if blocksize > 0 { blocksize } else { typesize };
+    if unit % typesize != 0 {
+        return None;
+    }
+    Some((typesize, SPAN_BYTES.div_ceil(unit).checked_mul(unit)?.min(size).max(1)))
+}
+
+/// Decodes span `index` (of [`span_len`]'s length, back to back from the
+/// start; the last one ends at `size`) of a blosc buffer that declares
+/// exactly `size` decoded bytes into `out`, returning where it starts:
+/// `None` past the end, for anything the whole decode would check and
+/// fail on, an older format, or a c-blosc error in the span's blocks.
+fn decode_span(bytes: &[u8], size: usize, index: usize, out: &mut Vec<u8>) -> Option<usize> {
+    let (typesize, span) = span_len(bytes, size)?;
+    let at = index.checked_mul(span).filter(|&at| at < size)?;
+    let end = at.saturating_add(span).min(size);
+    if (end - at) % typesize != 0 {
+        return None;
+    }
+    getitem(bytes, typesize, at, end, out)?;
+    Some(at)
 }
 
 #[cfg(test)]
@@ -606,6 +680,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn spans_cover_the_value_back_to_back_and_a_damaged_span_fails() {
+        let data = smooth_f32(5000);
+        for (cname, blocksize, clevel) in
+            [(BloscCname::Lz4, 256, 5), (BloscCname::Zstd, 200, 3), (BloscCname::Lz4, 0, 0)]
+        {
+            let c = Blosc::new(cname, clevel, BloscShuffle::Shuffle, 4, blocksize).unwrap();
+            let enc = c.encode(data.clone()).unwrap();
+            let mut got = Vec::new();
+            let mut spans = 0;
+            let mut out = Vec::new();
+            let span = span_len(&enc, data.len()).unwrap().1;
+            while let Some(at) = decode_span(&enc, data.len(), spans, &mut out) {
+                assert_eq!((at, out.len()), (got.len(), span.min(data.len() - at)), "{cname:?}: spans back to back");
+                got.extend_from_slice(&out);
+                spans += 1;
+            }
+            assert_eq!(got, data, "{cname:?} {blocksize}");
+            assert!(spans > 1, "{cname:?} {blocksize}: {spans} span(s)");
+            // Another declared size, or a damaged last block (its offset
+            // past the end): no spans at all, or some and then `None` (the
+            // caller decodes it whole).
+            assert!(span_len(&enc, data.len() - 4).is_none());
+            assert!(decode_span(&enc, data.len() - 4, 0, &mut out).is_none());
+            if clevel > 0 {
+                let mut bad = enc.clone();
+                let h = Header::read(&bad).unwrap();
+                let last = HEADER + 4 * (h.nbytes.div_ceil(h.blocksize) - 1);
+                let past = u32::try_from(bad.len()).unwrap();
+                bad[last..last + 4].copy_from_slice(&past.to_le_bytes());
+                let last = data.len().div_ceil(span) - 1;
+                assert!(decode_span(&bad, data.len(), 0, &mut out).is_some(), "{cname:?}: the first span is sound");
+                assert!(decode_span(&bad, data.len(), last, &mut out).is_none(), "{cname:?}");
+                assert!(c.decode(bad, data.len()).is_err());
+            }
+        }
+        // Empty: no span.
+        let c = lz4();
+        assert_eq!(decode_span(&c.encode(vec![]).unwrap(), 0, 0, &mut Vec::new()), None);
     }
 
     #[test]

@@ -61,6 +61,13 @@ fn arrays() -> Vec<(&'static str, ArrayDescription, ArrayDescription)> {
             v2("<u2", json!({"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 2, "blocksize": 128})),
             v2("<u2", Value::Null),
         ),
+        (
+            // Blocks of 200 bytes: decoded in spans whose ends fall inside
+            // rows (of 32 bytes).
+            "v2 <u2 blosc lz4",
+            v2("<u2", json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 200})),
+            v2("<u2", Value::Null),
+        ),
         ("v2 >i4 zstd", v2(">i4", json!({"id": "zstd", "level": 1})), v2(">i4", Value::Null)),
         (
             "v3 sharded u16 zstd",
@@ -337,6 +344,48 @@ fn a_cache_that_keeps_units_gets_whole_chunks_and_one_that_does_not_gets_none() 
                 assert!(inserted.iter().all(|&n| n == unit_bytes), "{name}: {inserted:?}, whole is {unit_bytes}");
             } else {
                 assert!(inserted.is_empty(), "{name}: a part was cached: {inserted:?}");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A unit copied span by span (spans of any length, starting anywhere,
+    /// inside an element too; every kind of selection) fills the slab
+    /// exactly as the unit copied whole does.
+    #[test]
+    fn a_unit_copied_in_spans_equals_it_copied_whole(
+        seeds in proptest::collection::vec(any::<u64>(), 3),
+        coordinate in any::<bool>(),
+        cuts in proptest::collection::vec(1usize..700, 1..8),
+        pick in 0usize..5,
+    ) {
+        let data_type = ["uint8", "uint16", "float32", "float64", "complex128"][pick];
+        let desc = v3(data_type, json!([bytes("little")]));
+        let es = desc.data_type.size().unwrap();
+        let unit_elems: u64 = CHUNKS.iter().product();
+        let unit_bytes = unit_elems as usize * es;
+        let src: Vec<u8> = (0..unit_bytes).map(|i| (i * 7 + i / 251) as u8).collect();
+        let sel = crate::zarr::region::tests::pick_selection(&SHAPE, &seeds, coordinate);
+        let plan = Arc::new(plan_read(&desc, sel, 1 << 20).unwrap());
+        for slab in plan.slabs() {
+            let n = slab.len as usize * es;
+            for unit in slab.units() {
+                let whole = Mutex::new(SlabData::Fixed(vec![0xEE; n]));
+                copy::copy_unit(&ChunkData::Fixed(src.clone()), unit_elems, &unit.copy, &whole, es, "k").unwrap();
+                let spans = Mutex::new(SlabData::Fixed(vec![0xEE; n]));
+                let (mut at, mut i) = (0, 0);
+                while at < unit_bytes {
+                    let end = (at + cuts[i % cuts.len()]).min(unit_bytes);
+                    copy::copy_unit_span(&src[at..end], at, &unit.copy, &spans, es).unwrap();
+                    (at, i) = (end, i + 1);
+                }
+                let (SlabData::Fixed(a), SlabData::Fixed(b)) = (whole.into_inner().unwrap(), spans.into_inner().unwrap()) else {
+                    panic!()
+                };
+                prop_assert!(a == b, "{} {:?}: unit {:?}", data_type, cuts, unit.coords);
             }
         }
     }
