@@ -152,7 +152,7 @@ pub fn copy_unit(
 /// bytes `at..at + part.len()` of a unit of packed `es`-byte elements,
 /// stored as they are) into `slab`: every run, or the piece of it, that
 /// lies in the span. A unit decoded in spans that cover it back to back
-/// ([`crate::zarr::codec::CodecChain::decode_spans`]) is copied exactly as
+/// ([`crate::zarr::codec::CodecChain::decode_span`]) is copied exactly as
 /// [`copy_unit`] copies it whole. The slab is locked for this span only.
 ///
 /// # Errors
@@ -165,17 +165,40 @@ pub fn copy_unit_span(
     slab: &Mutex<SlabData>,
     es: usize,
 ) -> Result<(), RegionError> {
+    copy_groups_span(part, at, &strided_groups(spec), slab, es)
+}
+
+/// The groups of runs `spec` copies ([`UnitCopy::each_strided`]), listed
+/// once for the spans of a unit ([`copy_groups_span`]).
+#[must_use]
+pub fn strided_groups(spec: &UnitCopy) -> Vec<Strided> {
+    let mut groups = Vec::new();
+    spec.each_strided(&mut |g| groups.push(g));
+    groups
+}
+
+/// [`copy_unit_span`] with the unit's copy listed ([`strided_groups`]).
+///
+/// # Errors
+/// A variable-length slab (an internal error).
+pub fn copy_groups_span(
+    part: &[u8],
+    at: usize,
+    groups: &[Strided],
+    slab: &Mutex<SlabData>,
+    es: usize,
+) -> Result<(), RegionError> {
     let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let SlabData::Fixed(dst) = &mut *guard else {
         return Err(RegionError::Internal("a unit decoded in spans for a variable-length slab".into()));
     };
     let span = Span { part, at: at as u64, end: at as u64 + part.len() as u64, es: es as u64 };
     match es {
-        1 => spec.each_strided(&mut |g| span.copy::<1>(dst, &g)),
-        2 => spec.each_strided(&mut |g| span.copy::<2>(dst, &g)),
-        4 => spec.each_strided(&mut |g| span.copy::<4>(dst, &g)),
-        8 => spec.each_strided(&mut |g| span.copy::<8>(dst, &g)),
-        _ => spec.each_strided(&mut |g| span.copy::<0>(dst, &g)),
+        1 => groups.iter().for_each(|g| span.copy::<1>(dst, g)),
+        2 => groups.iter().for_each(|g| span.copy::<2>(dst, g)),
+        4 => groups.iter().for_each(|g| span.copy::<4>(dst, g)),
+        8 => groups.iter().for_each(|g| span.copy::<8>(dst, g)),
+        _ => groups.iter().for_each(|g| span.copy::<0>(dst, g)),
     }
     Ok(())
 }

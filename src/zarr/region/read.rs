@@ -35,9 +35,16 @@
 //!   decoded and copied as a partial read's parts; anything doubtful
 //!   decodes whole (damage after the part goes unseen, see there).
 //!
+//! - whole blosc chunks (not sharded; decoded-chunk cache off for the read,
+//!   elements stored as they are): the chunks the slab copies whole are
+//!   read first and then decoded together, span by span across the chunks
+//!   (`decode_group`), so each job writes whole cache lines of a few MiB
+//!   of the slab while the spans are still in the core's cache.
+//!
 //! Concurrency: units (shards) are read at most
 //! [`RegionOptions::concurrency`] at a time on the calling task; decoding
-//! and copying are handed to the [`Offload`] one job per unit, so the
+//! and copying are handed to the [`Offload`] one job per unit (per span
+//! index for a slab's group of whole blosc chunks), so the
 //! decoded unit is dropped as soon as its part is copied (unless cached).
 //! Copies into a slab of at most [`INLINE_SLAB_BYTES`] from units already
 //! decoded run inline (cheaper than the hand-off: a hot tile). Units that
@@ -58,10 +65,10 @@ use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use futures::FutureExt;
 
-use super::copy::{copy_unit, copy_unit_span, fill_unit, needs_fill, slab_over, SlabData};
+use super::copy::{copy_groups_span, copy_unit, fill_unit, needs_fill, slab_over, strided_groups, SlabData};
 use super::direct::{direct_runs, read_direct, Run};
 use super::partial::{copy_parts, needed_ranges};
-use super::plan::{plan_read, ReadPlan, Slab, Unit, UnitCopy, Units};
+use super::plan::{plan_read, ReadPlan, Slab, Strided, Unit, UnitCopy, Units};
 use super::ranged::ranged_span;
 use super::{
     ChunkSource, Direct, DirectUnit, Inline, Offload, RegionError, RegionOptions, SizedParts, SourceError, Versioned,
@@ -828,17 +835,19 @@ async fn decode_group(ctx: &ReadCtx<'_>, group: Vec<Grouped>, slab: Arc<Mutex<Sl
         group.iter().map(|g| ctx.desc().codecs.span_count(&g.job.stored.bytes, &repr)).collect();
     let spans = counts.iter().flatten().copied().max().unwrap_or(0);
     let mut whole: Vec<usize> = (0..group.len()).filter(|&u| counts[u].is_none()).collect();
-    let (group, counts) = (Arc::new(group), Arc::new(counts));
+    // Each chunk's copy, listed once for all its spans.
+    let groups: Vec<Vec<Strided>> = group.iter().map(|g| strided_groups(&g.copy)).collect();
+    let (group, counts, groups) = (Arc::new(group), Arc::new(counts), Arc::new(groups));
     let failed: Vec<Vec<usize>> = stream::iter(0..spans)
         .map(|i| {
-            let input = (group.clone(), counts.clone(), slab.clone(), i, es);
-            ctx.run_with_desc(false, input, |desc, (group, counts, slab, i, es)| {
+            let input = (group.clone(), counts.clone(), groups.clone(), slab.clone(), i, es);
+            ctx.run_with_desc(false, input, |desc, (group, counts, groups, slab, i, es)| {
                 let repr = desc.chunk_repr();
                 let mut out = Vec::new();
                 let mut failed = Vec::new();
                 for (u, g) in group.iter().enumerate().filter(|&(u, _)| counts[u].is_some_and(|n| i < n)) {
                     match desc.codecs.decode_span(&g.job.stored.bytes, &repr, i, &mut out) {
-                        Some(at) => copy_unit_span(&out, at, &g.copy, &slab, es)?,
+                        Some(at) => copy_groups_span(&out, at, &groups[u], &slab, es)?,
                         None => failed.push(u),
                     }
                 }
@@ -849,7 +858,7 @@ async fn decode_group(ctx: &ReadCtx<'_>, group: Vec<Grouped>, slab: Arc<Mutex<Sl
         .map(|r| r.and_then(|r| r))
         .try_collect()
         .await?;
-    drop(counts);
+    drop((counts, groups));
     whole.extend(failed.into_iter().flatten());
     let mut failed = whole;
     failed.sort_unstable();

@@ -428,7 +428,7 @@ impl BytesToBytesCodec for Blosc {
         span_len(bytes, size).map(|(_, span)| span)
     }
 
-    /// Block by block (c-blosc's `blosc_getitem`), see [`decode_span`].
+    /// Block by block (c-blosc's `blosc_getitem`), see `decode_span`.
     fn decode_span(&self, bytes: &[u8], size: usize, index: usize, out: &mut Vec<u8>) -> Option<usize> {
         decode_span(bytes, size, index, out)
     }
@@ -541,7 +541,7 @@ fn decode_blocks(bytes: &[u8], size: usize, want: std::ops::Range<usize>) -> Opt
     Some((start, out))
 }
 
-/// About how many decoded bytes one span of [`decode_span`] holds (whole
+/// About how many decoded bytes one span of `decode_span` holds (whole
 /// blocks: more when a block is larger): small enough that a span, decoded
 /// into scratch, is still in the core's cache when it is copied out.
 /// (Tests: a few blocks, so small chunks decode in several spans.)
