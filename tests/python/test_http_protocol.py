@@ -139,7 +139,8 @@ def test_range_is_206_with_content_range(obj, range_header, start, end):
     assert r.headers.get("Content-Length") == str(end + 1 - start), describe(r)
 
 
-LARGE = bytes(range(251)) * 12_000 + b"end"  # ~3 MB: above the object cache's 1 MiB, read as sent
+# ~5 MB: above the object cache's 1 MiB; whole and ranges over 4 MiB are read from the file as sent
+LARGE = bytes(range(251)) * 20_000 + b"end"
 
 
 @pytest.mark.parametrize(
@@ -147,11 +148,12 @@ LARGE = bytes(range(251)) * 12_000 + b"end"  # ~3 MB: above the object cache's 1
     [
         (None, 0, len(LARGE) - 1),
         ("bytes=7-2500006", 7, 2500006),
+        ("bytes=10-4500009", 10, 4500009),
         ("bytes=-1000000", len(LARGE) - 1_000_000, len(LARGE) - 1),
         ("bytes=2999000-", 2999000, len(LARGE) - 1),
         ("bytes=100-199", 100, 199),
     ],
-    ids=["whole", "inner", "suffix", "open", "small"],
+    ids=["whole", "inner", "streamed", "suffix", "open", "small"],
 )
 def test_large_objects_whole_and_ranged(mount: Mount, unique: str, range_header, start, end):
     key = f"large_{unique}/c/0"
