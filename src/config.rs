@@ -333,7 +333,8 @@ pub struct Cache {
     /// Bytes of small objects each local mount keeps in memory (0 disables).
     #[serde(default = "default_object_cache")]
     pub object_bytes: u64,
-    /// Objects larger than this are never cached.
+    /// Objects larger than this are never cached (1 MiB: larger ones are
+    /// read on every GET; see [`ObjectCacheSettings::max_object_bytes`]).
     #[serde(default = "default_object_max")]
     pub object_max_bytes: u64,
     /// Bytes of decoded chunks (and shard indexes) kept across requests (0
@@ -364,7 +365,7 @@ const fn default_object_cache() -> u64 {
     256 * 1024 * 1024
 }
 const fn default_object_max() -> u64 {
-    4 * 1024 * 1024
+    1024 * 1024
 }
 const fn default_chunk_cache() -> u64 {
     256 * 1024 * 1024

@@ -55,8 +55,25 @@ pub struct ReadOutcome {
     /// The byte range served, when the request asked for one; `None` means
     /// the whole object.
     pub range: Option<std::ops::Range<u64>>,
-    /// The bytes (empty for `HEAD`).
+    /// The bytes (empty for `HEAD`), or their first part when `tail` is set.
     pub body: Bytes,
+    /// The bytes after `body`, still in their file, read as the answer is
+    /// written: only for a request with [`ReadRequest::stream`].
+    pub tail: Option<direct::FileSpan>,
+}
+
+impl ReadOutcome {
+    /// The answer's length: `body` and `tail` together.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.body.len() as u64 + self.tail.as_ref().map_or(0, direct::FileSpan::remaining)
+    }
+
+    /// True when the answer has no bytes.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// How a write is conditioned.

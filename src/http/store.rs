@@ -31,6 +31,8 @@ use super::extract::read_body;
 use super::openapi::Binary;
 use crate::service::keys as store;
 use crate::service::{App, ServiceError};
+use crate::storage::direct::FileSpan;
+use crate::storage::local::STREAM_FRAME_BYTES;
 use crate::storage::request::{IfRange, RangeHeader};
 use crate::storage::{
     ByteRange, KeyPrefix, Preconditions, PutCondition, ReadOutcome, ReadRequest, StorageError, StoreKey,
@@ -74,7 +76,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<&
 /// Reads the conditional and range headers of a read, in one pass over the
 /// headers (most reads have none of them).
 pub(crate) fn read_request(headers: &HeaderMap, head_only: bool) -> ReadRequest {
-    let mut req = ReadRequest { head_only, ..ReadRequest::default() };
+    let mut req = ReadRequest { head_only, stream: !head_only, ..ReadRequest::default() };
     fn text(v: &HeaderValue) -> Option<&str> {
         v.to_str().ok()
     }
@@ -122,12 +124,16 @@ fn content_type(key: &StoreKey) -> &'static str {
 }
 
 pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Option<&str>) -> Response {
-    let ReadOutcome { meta, range, body } = out;
+    let ReadOutcome { meta, range, body, tail } = out;
     let (status, length) = match &range {
         Some(r) => (StatusCode::PARTIAL_CONTENT, r.end - r.start),
         None => (StatusCode::OK, meta.size),
     };
-    let mut resp = Response::new(Body::from(body));
+    let body = match tail {
+        Some(tail) => Body::new(FileBody { head: body, tail }),
+        None => Body::from(body),
+    };
+    let mut resp = Response::new(body);
     *resp.status_mut() = status;
     // Room for these headers and those added on the way out (request id,
     // CORS), so the map is allocated once.
@@ -154,6 +160,45 @@ pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Opt
         }
     }
     resp
+}
+
+/// An answer whose bytes after `head` are read from their file a frame at a
+/// time as hyper asks for them ([`crate::storage::direct::FileSpan`]): a
+/// frame is written while it is still in the CPU's cache, and the answer
+/// holds a frame or two, not the whole object. A read failing midway (the
+/// file truncated in place since it was opened) ends the answer short, and
+/// hyper closes the connection: the client sees a body shorter than its
+/// `Content-Length`, never other bytes.
+struct FileBody {
+    head: bytes::Bytes,
+    tail: FileSpan,
+}
+
+impl http_body::Body for FileBody {
+    type Data = bytes::Bytes;
+    type Error = StorageError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, StorageError>>> {
+        let this = &mut *self;
+        let next = if this.head.is_empty() {
+            // Read inline, as the local store's reads are (src/storage/local.rs).
+            this.tail.next_frame(STREAM_FRAME_BYTES).transpose()
+        } else {
+            Some(Ok(std::mem::take(&mut this.head)))
+        };
+        std::task::Poll::Ready(next.map(|r| r.map(http_body::Frame::data)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.is_empty() && self.tail.remaining() == 0
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.head.len() as u64 + self.tail.remaining())
+    }
 }
 
 /// `t` as an HTTP date header value. The last one made on this thread is

@@ -14,8 +14,80 @@
 
 use std::fs::File;
 use std::io::IoSliceMut;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustix::buffer::spare_capacity;
+use rustix::io::Errno;
 
 use super::{StorageError, StorageResult};
+
+/// Reads `len` bytes of `file` from `offset` into a buffer of exactly that
+/// size: `pread` into its spare capacity (no zero-filling, no seek), one
+/// call for a file in the page cache, more only for a short read. Fewer
+/// bytes come back only at the end of the file.
+///
+/// # Errors
+/// An I/O failure.
+pub fn read_span(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        let at = offset + buf.len() as u64;
+        match rustix::io::pread(file, spare_capacity(&mut buf), at) {
+            Ok(0) => break,
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // The allocator may give more capacity than asked, which a read may fill.
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// Bytes of an open local file still to be sent, read a frame at a time as
+/// an answer is written ([`super::ReadOutcome::tail`]): the answer never
+/// holds more than a frame or two of them, and each frame is written while
+/// it is still in the CPU's cache.
+#[derive(Debug, Clone)]
+pub struct FileSpan {
+    file: Arc<File>,
+    next: u64,
+    end: u64,
+    key: Arc<str>,
+}
+
+impl FileSpan {
+    /// `range` of `file`, read for `key`.
+    #[must_use]
+    pub fn new(file: File, range: std::ops::Range<u64>, key: &str) -> Self {
+        Self { file: Arc::new(file), next: range.start, end: range.end.max(range.start), key: key.into() }
+    }
+
+    /// Bytes still to be read.
+    #[must_use]
+    pub fn remaining(&self) -> u64 {
+        self.end - self.next
+    }
+
+    /// The next frame: up to `max` bytes (`None` at the end).
+    ///
+    /// # Errors
+    /// The file ending early (truncated in place since it was opened):
+    /// [`StorageError::Unavailable`]; an I/O failure.
+    pub fn next_frame(&mut self, max: usize) -> StorageResult<Option<Bytes>> {
+        let len = usize::try_from(self.remaining()).unwrap_or(usize::MAX).min(max.max(1));
+        if len == 0 {
+            return Ok(None);
+        }
+        let buf = read_span(&self.file, self.next, len).map_err(|e| StorageError::from_io(&self.key, &e))?;
+        if buf.len() != len {
+            self.next = self.end;
+            return Err(StorageError::Unavailable { reason: format!("{} was truncated while being read", self.key) });
+        }
+        self.next += len as u64;
+        Ok(Some(Bytes::from(buf)))
+    }
+}
 
 /// Places per `preadv` call at most (Linux's `IOV_MAX`).
 pub const MAX_IOVECS: usize = 1024;

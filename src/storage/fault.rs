@@ -215,6 +215,7 @@ impl Storage for Faulty {
         match (&fault, result) {
             (Some(Fault::ShortRead(keep)), Ok(mut out)) => {
                 out.body = out.body.slice(..(*keep).min(out.body.len()));
+                out.tail = None;
                 Ok(out)
             }
             (_, result) => Self::after(StorageOp::Read, key.as_str(), fault.as_ref(), result),

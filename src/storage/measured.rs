@@ -47,11 +47,11 @@ fn complete(key: &StoreKey, request: &ReadRequest, out: ReadOutcome) -> StorageR
         return Ok(out);
     }
     let expected = out.range.as_ref().map_or(out.meta.size, |r| r.end - r.start);
-    if out.body.len() as u64 == expected {
+    if out.len() == expected {
         Ok(out)
     } else {
         Err(StorageError::Unavailable {
-            reason: format!("{key}: the backend returned {} of {expected} bytes", out.body.len()),
+            reason: format!("{key}: the backend returned {} of {expected} bytes", out.len()),
         })
     }
 }

@@ -148,14 +148,14 @@ impl Storage for ObjectBackend {
             let got = self.store.get_opts(&path, options).await.map_err(err)?;
             let meta = Self::meta(&got.meta);
             let body = if req.head_only { Bytes::new() } else { got.bytes().await.map_err(err)? };
-            return Ok(ReadOutcome { meta, range: None, body });
+            return Ok(ReadOutcome { meta, range: None, body, tail: None });
         }
         for _ in 0..CHANGED_RETRIES {
             let head = self.store.head(&path).await.map_err(err)?;
             let meta = Self::meta(&head);
             let range = request::evaluate(key.as_str(), &meta, req)?;
             if req.head_only {
-                return Ok(ReadOutcome { meta, range, body: Bytes::new() });
+                return Ok(ReadOutcome { meta, range, body: Bytes::new(), tail: None });
             }
             let options = GetOptions {
                 if_match: head.e_tag.clone(),
@@ -165,7 +165,7 @@ impl Storage for ObjectBackend {
             match self.store.get_opts(&path, options).await {
                 Ok(got) => {
                     let body = got.bytes().await.map_err(err)?;
-                    return Ok(ReadOutcome { meta, range, body });
+                    return Ok(ReadOutcome { meta, range, body, tail: None });
                 }
                 // Changed between head and get: evaluate again against the new version.
                 Err(object_store::Error::Precondition { .. }) => {}
@@ -187,7 +187,7 @@ impl Storage for ObjectBackend {
             }
             None => body,
         };
-        Ok(ReadOutcome { meta, range, body })
+        Ok(ReadOutcome { meta, range, body, tail: None })
     }
 
     async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {

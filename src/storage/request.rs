@@ -132,6 +132,11 @@ pub struct ReadRequest {
     /// a cache that holds the object, never added to one (it would only
     /// evict what other requests keep hot).
     pub bulk: bool,
+    /// The caller writes the bytes out as they come (the store protocol's
+    /// GET): a local file's uncached bytes may be left in the file
+    /// ([`super::ReadOutcome::tail`]), read frame by frame as the answer
+    /// is written, instead of read whole first.
+    pub stream: bool,
 }
 
 fn opaque(tag: &str) -> &str {

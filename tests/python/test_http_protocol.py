@@ -139,6 +139,40 @@ def test_range_is_206_with_content_range(obj, range_header, start, end):
     assert r.headers.get("Content-Length") == str(end + 1 - start), describe(r)
 
 
+# ~5 MB: above the object cache's 1 MiB; whole and ranges over 4 MiB are read from the file as sent
+LARGE = bytes(range(251)) * 20_000 + b"end"
+
+
+@pytest.mark.parametrize(
+    "range_header, start, end",
+    [
+        (None, 0, len(LARGE) - 1),
+        ("bytes=7-2500006", 7, 2500006),
+        ("bytes=10-4500009", 10, 4500009),
+        ("bytes=-1000000", len(LARGE) - 1_000_000, len(LARGE) - 1),
+        ("bytes=2999000-", 2999000, len(LARGE) - 1),
+        ("bytes=100-199", 100, 199),
+    ],
+    ids=["whole", "inner", "streamed", "suffix", "open", "small"],
+)
+def test_large_objects_whole_and_ranged(mount: Mount, unique: str, range_header, start, end):
+    key = f"large_{unique}/c/0"
+    mount.put(key, LARGE)
+    headers = {"Range": range_header} if range_header else {}
+    for _ in range(2):  # the second read after the first left nothing behind
+        r = get(mount.url + key, **headers)
+        assert r.status_code == (206 if range_header else 200), describe(r)
+        assert r.headers.get("Content-Length") == str(end + 1 - start), describe(r)
+        assert r.content == LARGE[start : end + 1]
+        if range_header:
+            assert r.headers.get("Content-Range") == f"bytes {start}-{end}/{len(LARGE)}", describe(r)
+    h = head(mount.url + key, **headers)
+    assert h.status_code == r.status_code and h.content == b"", describe(h)
+    assert h.headers.get("Content-Length") == str(end + 1 - start), describe(h)
+    r304 = get(mount.url + key, **headers, **{"If-None-Match": r.headers["ETag"]})
+    assert r304.status_code == 304 and r304.content == b"", describe(r304)
+
+
 def test_unsatisfiable_range_is_416(obj):
     r = get(obj, Range=f"bytes={len(BODY)}-")
     assert r.status_code == 416, describe(r)
