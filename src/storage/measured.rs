@@ -107,6 +107,10 @@ impl Storage for Measured {
         self.record(StorageOp::Probe, start, self.inner.probe().await)
     }
 
+    fn opens_files(&self) -> bool {
+        self.inner.opens_files()
+    }
+
     fn cache_usage(&self) -> Option<super::CacheUsage> {
         self.inner.cache_usage()
     }

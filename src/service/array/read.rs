@@ -20,7 +20,12 @@
 //!   least 1 MiB, at most `read_slab_bytes`), so sending one overlaps
 //!   reading the next from the first slab on, and end where units end
 //!   rather than cut them (a cut unit would be read and decoded for both
-//!   slabs): a slab grows up to 2 × `read_slab_bytes` for that. Each slab
+//!   slabs): a slab grows up to 2 × `read_slab_bytes` for that. Where
+//!   chunks' parts are read straight into the slab for the cost of those
+//!   parts alone (uncompressed chunks of a local mount, the decoded-chunk
+//!   cache not keeping them), the first slabs ramp up instead ([`FIRST_SLAB`],
+//!   then doubling), cutting chunks, so the first byte goes out after a
+//!   read of 1 MiB rather than of a whole slab. Each slab
 //!   is read on its own task, and the next one starts before this one's
 //!   message is handed on, so reading it overlaps waiting for the socket.
 //! - A producer task sends each slab's bytes through a channel of one, in
@@ -417,11 +422,20 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
     // A scan larger than half the cache would only evict hot chunks (each
     // entry, even of a missing chunk, weighs its overhead too).
     let fill_cache = total.max(touched.saturating_mul(CACHE_ENTRY_ESTIMATE)) <= src.cache.capacity() / 2;
+    let engine = src.engine(fill_cache);
+    // Chunks whose parts are read straight into the slab may be cut by
+    // slabs at no cost beyond the bytes each holds: the first slabs are
+    // small and grow, so the first bytes go out early.
+    let read_plan = if !variable && engine.ctx.reads_parts_directly(src.mount.storage().opens_files()) {
+        read_plan.ramping_from(FIRST_SLAB)
+    } else {
+        read_plan
+    };
     let estimate = if variable { VAR_ELEMENT_ESTIMATE } else { es as u64 };
     let small = read_plan.elements().saturating_mul(estimate) <= SMALL_ANSWER;
     let fill_text = Arc::new(if variable { variable_text(&out_type, &src.array.desc.fill_value) } else { Vec::new() });
     let plan = Plan {
-        engine: src.engine(fill_cache),
+        engine,
         cache: src.cache.clone(),
         plan: Arc::new(read_plan),
         es,
@@ -440,6 +454,14 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
 /// Slabs of fixed-size elements are at least this big (unless the answer
 /// is smaller): smaller ones cost more in hand-offs than they gain.
 const MIN_SLAB: u64 = 1 << 20;
+
+/// The first slab of a read whose chunks' parts are read straight into
+/// the slab (uncompressed chunks of a local mount, caches aside): its
+/// slabs ramp up from this size, doubling up to the plan's
+/// ([`ReadPlan::ramping_from`]), so the first byte goes out after a read
+/// of about this much rather than of a whole slab (a quarter of the
+/// answer, up to 2 × `limits.read_slab_bytes`).
+const FIRST_SLAB: u64 = 1 << 20;
 
 /// The slab budget of a read of `elements` elements of `es` bytes: about a
 /// quarter of the answer, so that sending one slab overlaps reading the

@@ -38,8 +38,9 @@
 //! Concurrency: units (shards) are read at most
 //! [`RegionOptions::concurrency`] at a time on the calling task; decoding
 //! and copying are handed to the [`Offload`] one job per unit, so the
-//! decoded unit is dropped as soon as its part is copied (unless cached).
-//! Copies into a slab of at most [`INLINE_SLAB_BYTES`] from units already
+//! decoded unit is dropped as soon as its part is copied (unless cached);
+//! chunks read straight into the slab go one job per batch of them
+//! ([`super::direct`]). Copies into a slab of at most [`INLINE_SLAB_BYTES`] from units already
 //! decoded run inline (cheaper than the hand-off: a hot tile). Units that
 //! complete at once pass [`Offload::yield_point`] so a long slab lets other
 //! tasks run.
@@ -59,7 +60,7 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use futures::FutureExt;
 
 use super::copy::{copy_unit, fill_unit, needs_fill, slab_over, SlabData};
-use super::direct::{direct_runs, read_direct, Run};
+use super::direct::{direct_runs, read_batch, DirectBatch, DirectRead, Run};
 use super::partial::{copy_parts, needed_ranges};
 use super::plan::{plan_read, ReadPlan, Slab, Unit, UnitCopy, Units};
 use super::ranged::ranged_span;
@@ -299,6 +300,16 @@ impl<'a> ReadCtx<'a> {
         }
     }
 
+    /// Whether this read takes the parts of chunks it needs straight into
+    /// the slab ([`super::direct`]) from a store that opens files: chunks
+    /// (not sharded) stored as their elements, and a cache that would not
+    /// keep them. Such a read's slabs may cut chunks at no cost beyond
+    /// the bytes they hold ([`ReadPlan::ramping_from`]).
+    #[must_use]
+    pub fn reads_parts_directly(&self, store_opens_files: bool) -> bool {
+        store_opens_files && self.direct.is_some() && !self.cache.keeps_units()
+    }
+
     /// The array.
     #[must_use]
     pub fn desc(&self) -> &ArrayDescription {
@@ -531,11 +542,18 @@ async fn slab_units(
     let missing: Arc<Missing> = Arc::new(Mutex::new(None));
     match ctx.desc().sharding.clone() {
         None => {
+            let batch = DirectBatch::default();
             stream::iter(slab.units())
-                .map(|unit| read_chunk_unit(ctx, source, unit, data.clone(), missing.clone(), inline))
+                .map(|unit| read_chunk_unit(ctx, source, unit, data.clone(), missing.clone(), inline, &batch))
                 .buffer_unordered(ctx.concurrency)
                 .try_for_each(|()| async { Ok(()) })
                 .await?;
+            // The direct reads of a batch not full ([`super::direct`]).
+            let rest = batch.take();
+            if !rest.is_empty() {
+                let slab = data.clone();
+                ctx.run_io(inline, move || read_batch(rest, &slab)).await??;
+            }
         }
         Some(sharding) => {
             stream::iter(slab.shards())
@@ -691,6 +709,7 @@ async fn read_chunk_unit(
     slab: Arc<Mutex<SlabData>>,
     missing: Arc<Missing>,
     inline: bool,
+    batch: &DirectBatch,
 ) -> Result<(), RegionError> {
     // Units that complete at once (cached, missing, in memory) would let a
     // slab of many of them run in one poll.
@@ -706,7 +725,9 @@ async fn read_chunk_unit(
     if let Some((swap, runs)) = ctx.direct_runs(&copy) {
         match fetch_direct(ctx, source, &key).await? {
             DirectFetch::Open(unit) => {
-                return ctx.run_io(inline, move || read_direct(&*unit, &runs, &slab, swap, &key)).await?;
+                // Read with the slab's other chunks ([`super::direct`]).
+                let Some(full) = batch.push(DirectRead { unit, runs, swap, key }) else { return Ok(()) };
+                return ctx.run_io(inline, move || read_batch(full, &slab)).await?;
             }
             DirectFetch::Fetched(fetched) => direct = Some(fetched),
             DirectFetch::Ordinary => {}
