@@ -23,9 +23,10 @@
 //!   slabs): a slab grows up to 2 × `read_slab_bytes` for that. Where
 //!   chunks' parts are read straight into the slab for the cost of those
 //!   parts alone (uncompressed chunks of a local mount, the decoded-chunk
-//!   cache not keeping them), the first slabs ramp up instead ([`FIRST_SLAB`],
-//!   then doubling), cutting chunks, so the first byte goes out after a
-//!   read of 1 MiB rather than of a whole slab. Each slab
+//!   cache not keeping them), slabs are at most [`DIRECT_SLAB`] and cut
+//!   chunks, and the first ones ramp up ([`FIRST_SLAB`], then doubling),
+//!   so the first byte goes out after a read of 1 MiB rather than of a
+//!   whole slab. Each slab
 //!   is read on its own task, and the next one starts before this one's
 //!   message is handed on, so reading it overlaps waiting for the socket.
 //! - A producer task sends each slab's bytes through a channel of one, in
@@ -424,10 +425,18 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
     let fill_cache = total.max(touched.saturating_mul(CACHE_ENTRY_ESTIMATE)) <= src.cache.capacity() / 2;
     let engine = src.engine(fill_cache);
     // Chunks whose parts are read straight into the slab may be cut by
-    // slabs at no cost beyond the bytes each holds: the first slabs are
-    // small and grow, so the first bytes go out early.
-    let read_plan = if !variable && engine.ctx.reads_parts_directly(src.mount.storage().opens_files()) {
-        read_plan.ramping_from(FIRST_SLAB)
+    // slabs at no cost beyond the bytes each holds: slabs of at most
+    // `DIRECT_SLAB`, never grown to end on a chunk, the first ones small
+    // and growing, so the first bytes go out early.
+    let direct = !variable && engine.ctx.reads_parts_directly(src.mount.storage().opens_files());
+    let read_plan = if direct && slab_budget > FIRST_SLAB {
+        let (budget, cheap) = (slab_budget.min(DIRECT_SLAB), read_plan.is_cheap());
+        // Planned again (it copies the selection's lists): on the CPU pool
+        // unless cheap.
+        cpu::run_or_inline(cheap, move || read_plan.replan(budget, 0).map(|p| p.ramping_from(FIRST_SLAB)))
+            .await
+            .map_err(|e| cpu_error(&e))?
+            .map_err(|e| plan_error(&e))?
     } else {
         read_plan
     };
@@ -462,6 +471,16 @@ const MIN_SLAB: u64 = 1 << 20;
 /// of about this much rather than of a whole slab (a quarter of the
 /// answer, up to 2 × `limits.read_slab_bytes`).
 const FIRST_SLAB: u64 = 1 << 20;
+
+/// The slabs of such a read are at most this big (a quarter of the answer
+/// when that is less), and never grow to end where a chunk ends (cutting
+/// one costs nothing): four of them (the answer's share) stay in the slab
+/// buffer pool ([`crate::zarr::region::buffers::POOL_BYTES`]) and, on the
+/// test machine, in the last-level cache between the read into the slab
+/// and the write to the socket. Slabs of 64 MiB (a whole 2048×2048×64
+/// float32 array: a quarter of the answer, grown to whole chunks) missed
+/// the pool, and clearing fresh pages took a quarter of the server's CPU.
+const DIRECT_SLAB: u64 = 8 << 20;
 
 /// The slab budget of a read of `elements` elements of `es` bytes: about a
 /// quarter of the answer, so that sending one slab overlaps reading the
