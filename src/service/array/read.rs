@@ -428,7 +428,9 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
     // slabs at no cost beyond the bytes each holds: slabs of at most
     // `DIRECT_SLAB`, never grown to end on a chunk, the first ones small
     // and growing, so the first bytes go out early.
-    let direct = !variable && engine.ctx.reads_parts_directly(src.mount.storage().opens_files());
+    let direct = !variable
+        && long_runs(&read_plan, &src.array.desc.chunk_shape, es)
+        && engine.ctx.reads_parts_directly(src.mount.storage().opens_files());
     let read_plan = if direct && slab_budget > FIRST_SLAB {
         let (budget, cheap) = (slab_budget.min(DIRECT_SLAB), read_plan.is_cheap());
         // Planned again (it copies the selection's lists): on the CPU pool
@@ -471,6 +473,29 @@ const MIN_SLAB: u64 = 1 << 20;
 /// of about this much rather than of a whole slab (a quarter of the
 /// answer, up to 2 × `limits.read_slab_bytes`).
 const FIRST_SLAB: u64 = 1 << 20;
+
+/// Whether the selection of `plan` takes runs of at least
+/// [`MIN_DIRECT_RUN`](crate::zarr::region::direct::MIN_DIRECT_RUN) bytes
+/// from each chunk it touches in full (elements of `es` bytes, chunks of
+/// `chunk`): contiguous step-1 slices from the last dimension on, each
+/// dimension counting while the ones after it cover whole chunk extents.
+/// Chunks read in shorter runs (a plane across the last dimension) are
+/// read whole, not directly: their slabs must not cut them.
+fn long_runs(plan: &ReadPlan, chunk: &[u64], es: usize) -> bool {
+    let dims = &plan.selection().dims;
+    let mut run = es as u64;
+    for (ix, &c) in dims.iter().zip(chunk).rev() {
+        let n = match ix {
+            crate::zarr::selection::DimIndexer::Slice { step: 1, len, .. } => (*len).min(c),
+            _ => 1,
+        };
+        run = run.saturating_mul(n);
+        if n < c {
+            break;
+        }
+    }
+    run >= crate::zarr::region::direct::MIN_DIRECT_RUN
+}
 
 /// The slabs of such a read are at most this big (a quarter of the answer
 /// when that is less), and never grow to end where a chunk ends (cutting
@@ -760,6 +785,22 @@ pub fn parse_coords(text: &str, what: &str) -> ServiceResult<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_selections_in_long_runs_read_chunks_directly() {
+        use crate::zarr::selection::SelectionMode;
+        let shape = [2048u64, 2048, 64];
+        let chunk = [128u64, 128, 64];
+        let runs = |sel: &str| {
+            let sel = SelectionSpec::parse(sel, SelectionMode::Basic).unwrap().resolve(&shape, None).unwrap();
+            long_runs(&ReadPlan::new(sel, chunk.to_vec(), None, 4, 1 << 20).unwrap(), &chunk, 4)
+        };
+        // Whole rows of chunks: 32 KiB runs; 16 elements: 64 bytes.
+        assert!(runs(":,:,:") && runs("512:1024,512:1024,:") && runs("7,:,:") && runs("0:3,5:100,:"));
+        assert!(!runs(":,:,7") && !runs("100:1100,200:1200,3:50") && !runs(":,:,0:16") && !runs(":,::2,:"));
+        // A step-1 run of 16 whole last dimensions (16 x 256 bytes): 4 KiB.
+        assert!(runs("0,0:16,:") && !runs("0,0:15,:"));
+    }
 
     #[test]
     fn fields_name_the_choices() {

@@ -294,6 +294,12 @@ impl ReadPlan {
         is_cheap(&self.sel) && self.touched_units() <= CHEAP_WORK
     }
 
+    /// The selection planned.
+    #[must_use]
+    pub fn selection(&self) -> &Selection {
+        &self.sel
+    }
+
     /// Elements of the whole read.
     #[must_use]
     pub fn elements(&self) -> u64 {
