@@ -176,6 +176,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         Ok(None)
     }
 
+    /// Whether [`Storage::open_file`] opens objects (a backend with files)
+    /// rather than answering `None`: readers plan for reading parts of
+    /// objects that way (false, the default).
+    fn opens_files(&self) -> bool {
+        false
+    }
+
     /// What an in-process object cache of this backend holds, if it has one
     /// (for metrics).
     fn cache_usage(&self) -> Option<CacheUsage> {

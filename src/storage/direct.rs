@@ -11,6 +11,11 @@
 //! read ([`super::local`]); its size is the `fstat` taken at the open, and
 //! a read that finds fewer bytes (the file truncated in place meanwhile) is
 //! an error, never zeros passed off as data.
+//!
+//! The open is measured as a read of the mount's storage
+//! ([`super::measured`]); a read of the open file that fails counts as that
+//! operation's error too (the file opened by a measured backend carries its
+//! mount's figures).
 
 use std::fs::File;
 use std::io::IoSliceMut;
@@ -21,6 +26,7 @@ use rustix::buffer::spare_capacity;
 use rustix::io::Errno;
 
 use super::{StorageError, StorageResult};
+use crate::metrics::{StorageMetrics, StorageOp};
 
 /// Reads `len` bytes of `file` from `offset` into a buffer of exactly that
 /// size: `pread` into its spare capacity (no zero-filling, no seek), one
@@ -98,13 +104,23 @@ pub struct OpenFile {
     file: File,
     size: u64,
     key: String,
+    /// The mount's storage figures, where failed reads are counted.
+    metrics: Option<Arc<StorageMetrics>>,
 }
 
 impl OpenFile {
     /// `file` (of `size` bytes at its open), read for `key`.
     #[must_use]
     pub fn new(file: File, size: u64, key: String) -> Self {
-        Self { file, size, key }
+        Self { file, size, key, metrics: None }
+    }
+
+    /// The same file, its failed reads counted in `metrics` (as errors of
+    /// [`StorageOp::Read`], the operation its open counted as).
+    #[must_use]
+    pub fn measured(mut self, metrics: Arc<StorageMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The object's size when it was opened.
@@ -120,8 +136,16 @@ impl OpenFile {
     /// # Errors
     /// A run past the size at the open, or the file ending before a run
     /// does (truncated while read): [`StorageError::Unavailable`]; an I/O
-    /// failure.
+    /// failure. Either is counted in the mount's figures when measured.
     pub fn read_runs(&self, runs: &mut [(u64, &mut [u8])]) -> StorageResult<()> {
+        let result = self.read_all(runs);
+        if let (Err(e), Some(m)) = (&result, &self.metrics) {
+            m.op(StorageOp::Read).error(e.kind());
+        }
+        result
+    }
+
+    fn read_all(&self, runs: &mut [(u64, &mut [u8])]) -> StorageResult<()> {
         runs.sort_unstable_by_key(|r| r.0);
         let mut i = 0;
         while i < runs.len() {
@@ -237,5 +261,21 @@ mod tests {
         let mut out = [0u8; 10];
         let err = open.read_runs(&mut [(95u64, &mut out[..])]).unwrap_err();
         assert!(matches!(err, StorageError::Unavailable { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn failed_reads_of_a_measured_file_count_as_read_errors() {
+        let metrics = Arc::new(StorageMetrics::default());
+        let open = OpenFile::new(file_of(&[7u8; 100]), 200, "a/c/1".into()).measured(metrics.clone());
+        let mut out = [0u8; 100];
+        // A good read counts nothing (its open was the measured read).
+        open.read_runs(&mut [(0u64, &mut out[..])]).unwrap();
+        assert_eq!(metrics.op(StorageOp::Read).errors("unavailable"), 0);
+        // Past the end, and truncated while read: two errors.
+        let mut more = [0u8; 10];
+        assert!(open.read_runs(&mut [(195u64, &mut more[..])]).is_err());
+        assert!(open.read_runs(&mut [(95u64, &mut more[..])]).is_err());
+        assert_eq!(metrics.op(StorageOp::Read).errors("unavailable"), 2);
+        assert_eq!(metrics.op(StorageOp::Read).latency.count(), 0);
     }
 }

@@ -933,6 +933,10 @@ impl Storage for LocalBackend {
         Ok(Some(super::direct::OpenFile::new(file, validator.size, key.to_string())))
     }
 
+    fn opens_files(&self) -> bool {
+        true
+    }
+
     async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {
         let req = ReadRequest { head_only: true, ..ReadRequest::default() };
         Ok(self.read(key, &req).await?.meta)

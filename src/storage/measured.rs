@@ -64,10 +64,12 @@ impl Storage for Measured {
         self.record(StorageOp::Read, start, result)
     }
 
-    /// Counted as a read (the bytes follow outside the backend).
+    /// Counted as a read (the bytes follow outside the backend; the file
+    /// counts its failed reads as this operation's errors).
     async fn open_file(&self, key: &StoreKey) -> StorageResult<Option<super::direct::OpenFile>> {
         let start = Instant::now();
-        self.record(StorageOp::Read, start, self.inner.open_file(key).await)
+        let open = self.inner.open_file(key).await.map(|f| f.map(|f| f.measured(self.metrics.clone())));
+        self.record(StorageOp::Read, start, open)
     }
 
     async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {
@@ -103,6 +105,10 @@ impl Storage for Measured {
     async fn probe(&self) -> StorageResult<()> {
         let start = Instant::now();
         self.record(StorageOp::Probe, start, self.inner.probe().await)
+    }
+
+    fn opens_files(&self) -> bool {
+        self.inner.opens_files()
     }
 
     fn cache_usage(&self) -> Option<super::CacheUsage> {

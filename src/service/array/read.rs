@@ -20,7 +20,13 @@
 //!   least 1 MiB, at most `read_slab_bytes`), so sending one overlaps
 //!   reading the next from the first slab on, and end where units end
 //!   rather than cut them (a cut unit would be read and decoded for both
-//!   slabs): a slab grows up to 2 × `read_slab_bytes` for that. Each slab
+//!   slabs): a slab grows up to 2 × `read_slab_bytes` for that. Where
+//!   chunks' parts are read straight into the slab for the cost of those
+//!   parts alone (uncompressed chunks of a local mount, the decoded-chunk
+//!   cache not keeping them), slabs are at most [`DIRECT_SLAB`] and cut
+//!   chunks, and the first ones ramp up ([`FIRST_SLAB`], then doubling),
+//!   so the first byte goes out after a read of 1 MiB rather than of a
+//!   whole slab. Each slab
 //!   is read on its own task, and the next one starts before this one's
 //!   message is handed on, so reading it overlaps waiting for the socket.
 //! - A producer task sends each slab's bytes through a channel of one, in
@@ -417,11 +423,30 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
     // A scan larger than half the cache would only evict hot chunks (each
     // entry, even of a missing chunk, weighs its overhead too).
     let fill_cache = total.max(touched.saturating_mul(CACHE_ENTRY_ESTIMATE)) <= src.cache.capacity() / 2;
+    let engine = src.engine(fill_cache);
+    // Chunks whose parts are read straight into the slab may be cut by
+    // slabs at no cost beyond the bytes each holds: slabs of at most
+    // `DIRECT_SLAB`, never grown to end on a chunk, the first ones small
+    // and growing, so the first bytes go out early.
+    let direct = !variable
+        && long_runs(&read_plan, &src.array.desc.chunk_shape, es)
+        && engine.ctx.reads_parts_directly(src.mount.storage().opens_files());
+    let read_plan = if direct && slab_budget > FIRST_SLAB {
+        let (budget, cheap) = (slab_budget.min(DIRECT_SLAB), read_plan.is_cheap());
+        // Planned again (it copies the selection's lists): on the CPU pool
+        // unless cheap.
+        cpu::run_or_inline(cheap, move || read_plan.replan(budget, 0).map(|p| p.ramping_from(FIRST_SLAB)))
+            .await
+            .map_err(|e| cpu_error(&e))?
+            .map_err(|e| plan_error(&e))?
+    } else {
+        read_plan
+    };
     let estimate = if variable { VAR_ELEMENT_ESTIMATE } else { es as u64 };
     let small = read_plan.elements().saturating_mul(estimate) <= SMALL_ANSWER;
     let fill_text = Arc::new(if variable { variable_text(&out_type, &src.array.desc.fill_value) } else { Vec::new() });
     let plan = Plan {
-        engine: src.engine(fill_cache),
+        engine,
         cache: src.cache.clone(),
         plan: Arc::new(read_plan),
         es,
@@ -440,6 +465,47 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
 /// Slabs of fixed-size elements are at least this big (unless the answer
 /// is smaller): smaller ones cost more in hand-offs than they gain.
 const MIN_SLAB: u64 = 1 << 20;
+
+/// The first slab of a read whose chunks' parts are read straight into
+/// the slab (uncompressed chunks of a local mount, caches aside): its
+/// slabs ramp up from this size, doubling up to the plan's
+/// ([`ReadPlan::ramping_from`]), so the first byte goes out after a read
+/// of about this much rather than of a whole slab (a quarter of the
+/// answer, up to 2 × `limits.read_slab_bytes`).
+const FIRST_SLAB: u64 = 1 << 20;
+
+/// Whether the selection of `plan` takes runs of at least
+/// [`MIN_DIRECT_RUN`](crate::zarr::region::direct::MIN_DIRECT_RUN) bytes
+/// from each chunk it touches in full (elements of `es` bytes, chunks of
+/// `chunk`): contiguous step-1 slices from the last dimension on, each
+/// dimension counting while the ones after it cover whole chunk extents.
+/// Chunks read in shorter runs (a plane across the last dimension) are
+/// read whole, not directly: their slabs must not cut them.
+fn long_runs(plan: &ReadPlan, chunk: &[u64], es: usize) -> bool {
+    let dims = &plan.selection().dims;
+    let mut run = es as u64;
+    for (ix, &c) in dims.iter().zip(chunk).rev() {
+        let n = match ix {
+            crate::zarr::selection::DimIndexer::Slice { step: 1, len, .. } => (*len).min(c),
+            _ => 1,
+        };
+        run = run.saturating_mul(n);
+        if n < c {
+            break;
+        }
+    }
+    run >= crate::zarr::region::direct::MIN_DIRECT_RUN
+}
+
+/// The slabs of such a read are at most this big (a quarter of the answer
+/// when that is less), and never grow to end where a chunk ends (cutting
+/// one costs nothing): four of them (the answer's share) stay in the slab
+/// buffer pool ([`crate::zarr::region::buffers::POOL_BYTES`]) and, on the
+/// test machine, in the last-level cache between the read into the slab
+/// and the write to the socket. Slabs of 64 MiB (a whole 2048×2048×64
+/// float32 array: a quarter of the answer, grown to whole chunks) missed
+/// the pool, and clearing fresh pages took a quarter of the server's CPU.
+const DIRECT_SLAB: u64 = 8 << 20;
 
 /// The slab budget of a read of `elements` elements of `es` bytes: about a
 /// quarter of the answer, so that sending one slab overlaps reading the
@@ -719,6 +785,22 @@ pub fn parse_coords(text: &str, what: &str) -> ServiceResult<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_selections_in_long_runs_read_chunks_directly() {
+        use crate::zarr::selection::SelectionMode;
+        let shape = [2048u64, 2048, 64];
+        let chunk = [128u64, 128, 64];
+        let runs = |sel: &str| {
+            let sel = SelectionSpec::parse(sel, SelectionMode::Basic).unwrap().resolve(&shape, None).unwrap();
+            long_runs(&ReadPlan::new(sel, chunk.to_vec(), None, 4, 1 << 20).unwrap(), &chunk, 4)
+        };
+        // Whole rows of chunks: 32 KiB runs; 16 elements: 64 bytes.
+        assert!(runs(":,:,:") && runs("512:1024,512:1024,:") && runs("7,:,:") && runs("0:3,5:100,:"));
+        assert!(!runs(":,:,7") && !runs("100:1100,200:1200,3:50") && !runs(":,:,0:16") && !runs(":,::2,:"));
+        // A step-1 run of 16 whole last dimensions (16 x 256 bytes): 4 KiB.
+        assert!(runs("0,0:16,:") && !runs("0,0:15,:"));
+    }
 
     #[test]
     fn fields_name_the_choices() {

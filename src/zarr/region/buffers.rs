@@ -17,6 +17,8 @@
 //!
 //! The pool holds at most [`POOL_BYTES`] in total (and buffers of at most
 //! that size): memory the process keeps after a large read, on top of idle.
+//! A buffer handed back when the pool is full takes the place of the
+//! oldest ones (freed).
 //! A buffer is reused only for a slab of at least four fifths of its
 //! capacity, so a slab holds at most a quarter more than it counts (the
 //! slabs of one read are all the same size but the last), and a small slab
@@ -88,18 +90,22 @@ impl Pool {
         Some(p.swap_remove(at))
     }
 
-    /// Hands a buffer back: kept when it is large enough to pool and the
-    /// pool has room, else freed.
+    /// Hands a buffer back: kept when it is large enough to pool, in place
+    /// of the oldest buffers held when the pool has no room for it (the
+    /// latest slabs' sizes are the likeliest next: a read whose first
+    /// slabs ramp up would otherwise fill the pool with small buffers its
+    /// later slabs never take), else freed.
     pub fn give(&self, b: Vec<u8>) {
         let cap = b.capacity();
         if !(MIN_POOLED..=self.limit).contains(&cap) {
             return;
         }
         let mut p = self.lock();
-        let held: usize = p.iter().map(Vec::capacity).sum();
-        if held + cap <= self.limit {
-            p.push(b);
+        let mut held: usize = p.iter().map(Vec::capacity).sum();
+        while held + cap > self.limit && !p.is_empty() {
+            held -= p.remove(0).capacity();
         }
+        p.push(b);
     }
 
     /// Bytes the pool holds now.
@@ -166,7 +172,13 @@ mod tests {
             pool.give(Vec::with_capacity(4 << 20));
         }
         assert!(pool.pooled_bytes() <= 16 << 20);
-        assert_eq!(pool.pooled_bytes(), (MIN_POOLED + 5) + 3 * (4 << 20));
+        // The newest take the oldest's places: four of 4 MiB.
+        assert_eq!(pool.pooled_bytes(), 4 * (4 << 20));
+        // A larger buffer handed back when full replaces the oldest ones.
+        pool.give(Vec::with_capacity(10 << 20));
+        assert_eq!(pool.pooled_bytes(), (4 << 20) + (10 << 20));
+        assert!(pool.take(10 << 20).capacity() >= 10 << 20);
+        assert_eq!(pool.pooled_bytes(), 4 << 20);
     }
 
     #[test]

@@ -4,15 +4,20 @@
 //! A chunk (not sharded) whose stored bytes are its elements — the
 //! `bytes` codec alone, no compressor and no checksum
 //! ([`ArrayToBytesCodec::byte_layout`](crate::zarr::codec::ArrayToBytesCodec::byte_layout)) —
-//! of which a slab needs at least half, in runs of [`MIN_DIRECT_RUN`]
-//! bytes on average (a whole or aligned box: one run per row of the
-//! chunk), is handed to the store as one list of places
+//! whose part a slab needs lies in runs of [`MIN_DIRECT_RUN`] bytes on
+//! average (a whole or aligned box: one run per row of the chunk; a slab
+//! that cuts such a chunk: the rows it holds, contiguous in the file), is
+//! handed to the store as one list of places
 //! ([`ChunkSource::open_direct`](super::ChunkSource::open_direct),
 //! [`DirectUnit::read_into`]): a local file reads each run of the chunk
 //! into its place in the slab (one `preadv` per stretch of the file), and
-//! a big-endian layout is swapped there in place. Smaller parts of a chunk
-//! go by byte ranges ([`super::partial`]), and stores without files read
-//! whole and copy, as before.
+//! a big-endian layout is swapped there in place. A part of any size goes
+//! this way (only its bytes are read, as by byte ranges, without the
+//! buffer of each range and the copy out of it), so the server's first
+//! slabs of such a read may cut chunks (they ramp up: see
+//! [`super::plan::ReadPlan::ramping_from`]). Parts in shorter runs go by
+//! byte ranges ([`super::partial`]), and stores without files read whole
+//! and copy, as before.
 //!
 //! Never trusting the file: the store opens it and reports its size, and
 //! a size other than the chunk's reads the chunk the ordinary way, which
@@ -21,16 +26,20 @@
 //! codec (`crc32c`) takes the ordinary path: its check needs the whole
 //! stored value, which this never holds.
 //!
-//! The read runs on the caller's I/O threads ([`super::Offload::spawn_io`]:
+//! The chunks of one slab are opened as the slab reaches them and read
+//! together, [`DIRECT_BATCH`] at a time, by one job under one lock of the
+//! slab ([`DirectBatch`], [`read_batch`]): one hand-off per batch rather
+//! than per chunk, and no thread waiting on the lock while another reads
+//! (a slab's chunks were read one after another anyway). A slab holds at
+//! most [`DIRECT_BATCH`] files open for this, plus those being opened.
+//! The job runs on the caller's I/O threads ([`super::Offload::spawn_io`]:
 //! the service's blocking pool, never the CPU pool, since it waits on the
-//! file and on the slab's lock, which the slab's other direct reads hold
-//! while their files are read; inline for slabs of at most
+//! files and on the slab's lock; inline for slabs of at most
 //! [`super::read::INLINE_SLAB_BYTES`], as small reads of a local mount run
 //! on the async worker already), and only while the decoded-chunk cache
 //! would not keep the unit (a cached unit must be decoded whole anyway).
-//! The chunks of one slab are read one after another (the lock); a mount
-//! on a slow network filesystem holds a blocking thread per waiting
-//! chunk, never a CPU thread.
+//! A mount on a slow network filesystem holds a blocking thread per
+//! batch being read, never a CPU thread.
 
 use std::sync::Mutex;
 
@@ -58,10 +67,11 @@ pub struct Run {
 }
 
 /// The byte runs `spec` copies from a unit of `unit_bytes` bytes (elements
-/// of `es` bytes), when reading them straight into the slab pays: at least
-/// half the unit, in at most [`MAX_DIRECT_RUNS`] runs of at least
-/// [`MIN_DIRECT_RUN`] bytes on average. Runs back to back on both sides
-/// are one.
+/// of `es` bytes), when reading them straight into the slab pays: at most
+/// [`MAX_DIRECT_RUNS`] runs of at least [`MIN_DIRECT_RUN`] bytes on
+/// average (any part of the unit: each byte is read once, into its place,
+/// whatever the share of the unit). Runs back to back on both sides are
+/// one.
 #[must_use]
 pub fn direct_runs(spec: &UnitCopy, es: u64, unit_bytes: u64) -> Option<Vec<Run>> {
     let mut runs: Vec<Run> = Vec::new();
@@ -91,11 +101,59 @@ pub fn direct_runs(spec: &UnitCopy, es: u64, unit_bytes: u64) -> Option<Vec<Run>
             total = total.saturating_add(len);
         }
     });
-    let pays = ok
-        && total >= unit_bytes / 2
-        && total <= unit_bytes
-        && total >= MIN_DIRECT_RUN.saturating_mul(runs.len() as u64);
+    let pays = ok && total > 0 && total <= unit_bytes && total >= MIN_DIRECT_RUN.saturating_mul(runs.len() as u64);
     (pays && runs.iter().all(|r| r.src.saturating_add(r.len) <= unit_bytes)).then_some(runs)
+}
+
+/// Chunks opened for a slab, read together ([`read_batch`]) at most this
+/// many at a time: bounds the files a slab holds open.
+pub const DIRECT_BATCH: usize = 16;
+
+/// One chunk opened for a direct read, waiting in its slab's batch.
+pub struct DirectRead {
+    /// The open chunk.
+    pub unit: Box<dyn DirectUnit>,
+    /// Its runs, into the slab.
+    pub runs: Vec<Run>,
+    /// The layout's swap unit (bytes; 1: none).
+    pub swap: usize,
+    /// The chunk's key, for errors.
+    pub key: String,
+}
+
+/// The direct reads of one slab not yet run.
+#[derive(Default)]
+pub struct DirectBatch(Mutex<Vec<DirectRead>>);
+
+impl DirectBatch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<DirectRead>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds `read`; the batch to run now when that fills it.
+    pub fn push(&self, read: DirectRead) -> Option<Vec<DirectRead>> {
+        let mut b = self.lock();
+        b.push(read);
+        (b.len() >= DIRECT_BATCH).then(|| std::mem::take(&mut *b))
+    }
+
+    /// The reads not yet run.
+    pub fn take(&self) -> Vec<DirectRead> {
+        std::mem::take(&mut *self.lock())
+    }
+}
+
+/// Runs `reads` into `slab` (fixed-size elements) under one lock of it, in
+/// order; the first failure stops them.
+///
+/// # Errors
+/// See [`read_direct`].
+pub fn read_batch(reads: Vec<DirectRead>, slab: &Mutex<SlabData>) -> Result<(), RegionError> {
+    let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for r in reads {
+        read_direct(&*r.unit, &r.runs, &mut guard, r.swap, &r.key)?;
+    }
+    Ok(())
 }
 
 /// Reads `runs` of the open unit `unit` into `slab` (fixed-size elements),
@@ -107,12 +165,11 @@ pub fn direct_runs(spec: &UnitCopy, es: u64, unit_bytes: u64) -> Option<Vec<Run>
 pub fn read_direct(
     unit: &dyn DirectUnit,
     runs: &[Run],
-    slab: &Mutex<SlabData>,
+    slab: &mut SlabData,
     swap: usize,
     key: &str,
 ) -> Result<(), RegionError> {
-    let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let SlabData::Fixed(dst) = &mut *guard else {
+    let SlabData::Fixed(dst) = slab else {
         return Err(RegionError::Internal(format!("{key}: a direct read into a slab of variable-length elements")));
     };
     let outside = || RegionError::Internal(format!("{key}: a direct read's runs do not fit the slab"));

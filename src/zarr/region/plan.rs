@@ -97,6 +97,9 @@ pub struct ReadPlan {
     /// ends instead of cutting it (see [`ReadPlan::growing_to`]); at least
     /// `max_rows`.
     grow_rows: u64,
+    /// Outer mode: rows of the first slab when slabs ramp up (see
+    /// [`ReadPlan::ramping_from`]); 0 when they do not.
+    ramp_rows: u64,
     prefix_count: u64,
     /// Outer mode: the dimensions after `k` (every slab's).
     tail: Arc<Vec<Axis>>,
@@ -186,6 +189,28 @@ impl ReadPlan {
         self
     }
 
+    /// The same plan, whose first slabs ramp up: the first holds about
+    /// `first_bytes` (whole rows of the split dimension, one at least), and
+    /// each next one as many rows as all before it, up to the plan's slabs
+    /// (1, 1, 2, 4, 8, ... times the first: they end on the multiples of
+    /// the first slab's rows, so on a unit's end wherever the first slab's
+    /// rows divide the unit's). Ramping slabs never grow to end on a unit:
+    /// they cut units, which suits units whose parts are read alone for
+    /// the cost of those parts (uncompressed chunks read straight into the
+    /// slab), never units decoded whole (each slab would decode them
+    /// again). So the first slab, which is read whole before any byte of
+    /// the answer is sent, is small, and the next ones overlap sending.
+    /// A plan whose slabs are that small already is unchanged.
+    #[must_use]
+    pub fn ramping_from(mut self, first_bytes: u64) -> Self {
+        if self.sel.mode != SelectionMode::Coordinate && !self.lens.is_empty() {
+            let row = self.lens[self.k + 1..].iter().fold(self.es, |a, &l| a.saturating_mul(l)).max(1);
+            let rows = (first_bytes / row).max(1);
+            self.ramp_rows = if rows < self.max_rows { rows } else { 0 };
+        }
+        self
+    }
+
     /// The most bytes (elements of the plan's estimated size) one slab of
     /// this plan holds: the budget, or more when slabs grow to end on a
     /// unit ([`ReadPlan::growing_to`]) or one row of the split dimension
@@ -238,6 +263,7 @@ impl ReadPlan {
             k: 0,
             max_rows: 1,
             grow_rows: 1,
+            ramp_rows: 0,
             prefix_count: 0,
             tail: Arc::new(Vec::new()),
             points_per_slab: (budget / es.max(POINT_COST)).clamp(1, u64::from(u32::MAX)),
@@ -266,6 +292,12 @@ impl ReadPlan {
         // A slab's split walks the units along its dimension: few units
         // keep that cheap too.
         is_cheap(&self.sel) && self.touched_units() <= CHEAP_WORK
+    }
+
+    /// The selection planned.
+    #[must_use]
+    pub fn selection(&self) -> &Selection {
+        &self.sel
     }
 
     /// Elements of the whole read.
@@ -367,12 +399,29 @@ impl ReadPlan {
         Slabs { prefix: q / len_k, pos: q % len_k, done: false, plan }
     }
 
+    /// Rows at most, and rows a slab may grow to, of the slab that starts
+    /// after `done` rows of the split dimension (counted over every
+    /// position before it): smaller while the slabs ramp up
+    /// ([`ReadPlan::ramping_from`]).
+    fn rows_after(&self, done: u64) -> (u64, u64) {
+        if self.ramp_rows == 0 {
+            return (self.max_rows, self.grow_rows);
+        }
+        let rows = done.clamp(self.ramp_rows, self.max_rows);
+        if rows < self.max_rows {
+            (rows, rows)
+        } else {
+            (self.max_rows, self.grow_rows)
+        }
+    }
+
     /// The end of the segment along `k` that starts at `s`: maximal runs of
-    /// positions inside one unit, cut to `max_rows`, merged while they fit.
-    fn segment_end(&self, s: u64) -> u64 {
+    /// positions inside one unit, cut to `max_rows`, merged while they fit
+    /// (one run longer than that: up to its end when within `grow_rows`).
+    fn segment_end(&self, s: u64, max_rows: u64, grow_rows: u64) -> u64 {
         let k = self.k;
         let (ix, c, len) = (&self.sel.dims[k], self.unit[k], self.lens[k]);
-        let limit = s.saturating_add(self.max_rows).min(len);
+        let limit = s.saturating_add(max_rows).min(len);
         let mut e = s;
         while e < limit {
             let run_end = match ix {
@@ -398,7 +447,7 @@ impl ReadPlan {
             } else if e == s {
                 // One run longer than the slab: whole when the plan lets
                 // slabs grow that far, else cut.
-                e = if run_end - s <= self.grow_rows { run_end } else { limit };
+                e = if run_end - s <= grow_rows { run_end } else { limit };
             } else {
                 break;
             }
@@ -451,7 +500,9 @@ impl Iterator for Slabs {
             return None;
         }
         let k = plan.k;
-        let (s, e) = (self.pos, plan.segment_end(self.pos));
+        let done = self.prefix.saturating_mul(plan.lens[k]).saturating_add(self.pos);
+        let (max_rows, grow_rows) = plan.rows_after(done);
+        let (s, e) = (self.pos, plan.segment_end(self.pos, max_rows, grow_rows));
         // The prefix position of each dimension before k.
         let mut prefix = vec![0u64; k];
         let mut rest = self.prefix;
@@ -1108,6 +1159,43 @@ mod tests {
         // Small units merge up to the budget and no further.
         let p = Arc::new(ReadPlan::clone_of(&plan(&[16, 4], &[2, 4], None, "", Basic, 24)).growing_to(1 << 20));
         assert_eq!(p.slabs().map(|s| s.len / 4).collect::<Vec<_>>(), vec![6, 6, 4]);
+    }
+
+    #[test]
+    fn ramping_slabs_start_small_and_double_up_to_the_plan() {
+        use SelectionMode::Basic;
+        let rows = |p: &Arc<ReadPlan>| p.slabs().map(|s| s.len / 4).collect::<Vec<_>>();
+        // 64 rows of 4 one-byte elements in units of 16 rows, slabs of 16
+        // rows (grown to whole units): from 2 rows, 2, 2, 4, 8, then whole
+        // units; every ramping slab ends on a multiple of the first's rows.
+        let base = plan(&[64, 4], &[16, 4], None, "", Basic, 64);
+        let p = Arc::new(ReadPlan::clone_of(&base).growing_to(128).ramping_from(8));
+        assert_eq!(rows(&p), vec![2, 2, 4, 8, 16, 16, 16]);
+        verify(&p, u64::MAX, u64::MAX, u64::MAX).unwrap();
+        assert_eq!(p.max_slab_bytes(), 64);
+        // Units of 12 rows: a ramping slab stops at a unit's end, then
+        // whole units, merged up to the budget's 16 rows (the last unit,
+        // cut by the array's end, with the one before it).
+        let p = Arc::new(ReadPlan::clone_of(&plan(&[64, 4], &[12, 4], None, "", Basic, 64)).ramping_from(8));
+        assert_eq!(rows(&p), vec![2, 2, 4, 4, 12, 12, 12, 16]);
+        verify(&p, u64::MAX, u64::MAX, u64::MAX).unwrap();
+        // A first slab as large as the plan's: unchanged.
+        let same = Arc::new(ReadPlan::clone_of(&base).ramping_from(64));
+        assert_eq!(rows(&same), rows(&base));
+        // Split after the first dimension (its rows over the budget): the
+        // ramp counts rows of the split dimension over the whole read.
+        let p = Arc::new(ReadPlan::clone_of(&plan(&[2, 32, 4], &[1, 8, 4], None, "", Basic, 64)).ramping_from(4));
+        assert_eq!(p.slabs().map(|s| s.len / 4).collect::<Vec<_>>(), vec![1, 1, 2, 4, 8, 16, 16, 16]);
+        verify(&p, u64::MAX, u64::MAX, u64::MAX).unwrap();
+        // Every case of the tiling test, ramping.
+        for (shape, unit, sel) in
+            [(&[10u64, 9][..], &[3u64, 4][..], "1:9:2,::-1"), (&[4, 5, 6], &[3, 2, 4], "1:,::-2,[5,0,1]")]
+        {
+            for budget in [3, 7, 16] {
+                let p = Arc::new(ReadPlan::clone_of(&plan(shape, unit, None, sel, Basic, budget)).ramping_from(1));
+                verify(&p, u64::MAX, u64::MAX, u64::MAX).unwrap_or_else(|e| panic!("{sel} {budget}: {e}"));
+            }
+        }
     }
 
     #[test]

@@ -44,9 +44,10 @@
 //! Concurrency: units (shards) are read at most
 //! [`RegionOptions::concurrency`] at a time on the calling task; decoding
 //! and copying are handed to the [`Offload`] one job per unit (per span
-//! index for a slab's group of whole blosc chunks), so the
-//! decoded unit is dropped as soon as its part is copied (unless cached).
-//! Copies into a slab of at most [`INLINE_SLAB_BYTES`] from units already
+//! index for a slab's group of whole blosc chunks), so the decoded unit
+//! is dropped as soon as its part is copied (unless cached); chunks read
+//! straight into the slab go one job per batch of them
+//! ([`super::direct`]). Copies into a slab of at most [`INLINE_SLAB_BYTES`] from units already
 //! decoded run inline (cheaper than the hand-off: a hot tile). Units that
 //! complete at once pass [`Offload::yield_point`] so a long slab lets other
 //! tasks run.
@@ -66,7 +67,7 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use futures::FutureExt;
 
 use super::copy::{copy_groups_span, copy_unit, fill_unit, needs_fill, slab_over, strided_groups, SlabData};
-use super::direct::{direct_runs, read_direct, Run};
+use super::direct::{direct_runs, read_batch, DirectBatch, DirectRead, Run};
 use super::partial::{copy_parts, needed_ranges};
 use super::plan::{plan_read, ReadPlan, Slab, Strided, Unit, UnitCopy, Units};
 use super::ranged::ranged_span;
@@ -304,6 +305,16 @@ impl<'a> ReadCtx<'a> {
             partial_min_chunk: options.partial_min_chunk,
             concurrency: options.concurrency.max(1),
         }
+    }
+
+    /// Whether this read takes the parts of chunks it needs straight into
+    /// the slab ([`super::direct`]) from a store that opens files: chunks
+    /// (not sharded) stored as their elements, and a cache that would not
+    /// keep them. Such a read's slabs may cut chunks at no cost beyond
+    /// the bytes they hold ([`ReadPlan::ramping_from`]).
+    #[must_use]
+    pub fn reads_parts_directly(&self, store_opens_files: bool) -> bool {
+        store_opens_files && self.direct.is_some() && !self.cache.keeps_units()
     }
 
     /// The array.
@@ -549,14 +560,22 @@ async fn slab_units(
     match ctx.desc().sharding.clone() {
         None => {
             // Chunks the slab copies whole, decoded together (see
-            // `decode_group`) once every unit is read.
-            let group = ctx.spans().then(|| Mutex::new(Vec::new()));
+            // `decode_group`), and direct reads in batches, once every
+            // unit is read.
+            let deferred =
+                Deferred { group: ctx.spans().then(|| Mutex::new(Vec::new())), batch: DirectBatch::default() };
             stream::iter(slab.units())
-                .map(|unit| read_chunk_unit(ctx, source, unit, data.clone(), missing.clone(), inline, group.as_ref()))
+                .map(|unit| read_chunk_unit(ctx, source, unit, data.clone(), missing.clone(), inline, &deferred))
                 .buffer_unordered(ctx.concurrency)
                 .try_for_each(|()| async { Ok(()) })
                 .await?;
-            if let Some(group) = group {
+            // The direct reads of a batch not full ([`super::direct`]).
+            let rest = deferred.batch.take();
+            if !rest.is_empty() {
+                let slab = data.clone();
+                ctx.run_io(inline, move || read_batch(rest, &slab)).await??;
+            }
+            if let Some(group) = deferred.group {
                 let group = group.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
                 decode_group(ctx, group, data.clone()).await?;
             }
@@ -708,6 +727,16 @@ async fn fetch_direct(ctx: &ReadCtx<'_>, source: &dyn ChunkSource, key: &str) ->
     })
 }
 
+/// Work a slab's chunk units leave to be done together once they are all
+/// read: whole blosc chunks decoded as a group ([`decode_group`]), chunks
+/// read straight into the slab in batches ([`super::direct`]).
+struct Deferred {
+    /// The group (`None`: the read takes no group, see `ReadCtx::spans`).
+    group: Option<Mutex<Vec<Grouped>>>,
+    /// Direct reads not yet handed on.
+    batch: DirectBatch,
+}
+
 async fn read_chunk_unit(
     ctx: &ReadCtx<'_>,
     source: &dyn ChunkSource,
@@ -715,7 +744,7 @@ async fn read_chunk_unit(
     slab: Arc<Mutex<SlabData>>,
     missing: Arc<Missing>,
     inline: bool,
-    group: Option<&Mutex<Vec<Grouped>>>,
+    deferred: &Deferred,
 ) -> Result<(), RegionError> {
     // Units that complete at once (cached, missing, in memory) would let a
     // slab of many of them run in one poll.
@@ -731,7 +760,9 @@ async fn read_chunk_unit(
     if let Some((swap, runs)) = ctx.direct_runs(&copy) {
         match fetch_direct(ctx, source, &key).await? {
             DirectFetch::Open(unit) => {
-                return ctx.run_io(inline, move || read_direct(&*unit, &runs, &slab, swap, &key)).await?;
+                // Read with the slab's other chunks ([`super::direct`]).
+                let Some(full) = deferred.batch.push(DirectRead { unit, runs, swap, key }) else { return Ok(()) };
+                return ctx.run_io(inline, move || read_batch(full, &slab)).await?;
             }
             DirectFetch::Fetched(fetched) => direct = Some(fetched),
             DirectFetch::Ordinary => {}
@@ -775,7 +806,7 @@ async fn read_chunk_unit(
                     })
                     .await?;
             }
-            if let Some(group) = group.filter(|_| grouped(ctx, &stored, &copy)) {
+            if let Some(group) = deferred.group.as_ref().filter(|_| grouped(ctx, &stored, &copy)) {
                 let unit = Grouped { job: DecodeJob { cache: ctx.cache.clone(), key, stored, ticket }, copy };
                 group.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(unit);
                 return Ok(());

@@ -209,6 +209,22 @@ fn small_parts_and_short_runs_take_the_ordinary_paths() {
 }
 
 #[test]
+fn a_part_of_a_chunk_in_long_runs_is_read_directly() {
+    // A quarter of each chunk of 4 x 2 x 1024 elements it touches (one row
+    // of the first dimension: 2 KiB or more, back to back in the chunk and
+    // in the slab): only those bytes, straight into the slab.
+    for desc in layouts(&[8, 4, 1024], &[4, 2, 1024]) {
+        let store = Store::direct();
+        write_all(&desc, &store);
+        for start in [[0, 0, 0], [3, 0, 0], [5, 0, 0]] {
+            let got = read(&desc, &store, &start, &[1, 4, 1024]).unwrap();
+            assert_eq!(got, ChunkData::Fixed(expected(&desc, &pattern(&desc), &start, &[1, 4, 1024], &[])));
+            assert_eq!(store.take(), Counts { direct: 2, whole: 0 }, "{start:?}");
+        }
+    }
+}
+
+#[test]
 fn a_stored_value_of_the_wrong_size_fails_as_an_ordinary_read_does() {
     let desc = &layouts(&[4, 4, 1024], &[2, 2, 1024])[0];
     let direct = Store::direct();
