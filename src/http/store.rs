@@ -130,7 +130,10 @@ pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Opt
         None => (StatusCode::OK, meta.size),
     };
     let body = match tail {
-        Some(tail) => Body::new(FileBody { head: body, tail }),
+        Some(tail) => {
+            let left = body.len() as u64 + tail.remaining();
+            Body::new(FileBody { head: body, tail: Some(tail), reading: None, left })
+        }
         None => Body::from(body),
     };
     let mut resp = Response::new(body);
@@ -163,16 +166,24 @@ pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Opt
 }
 
 /// An answer whose bytes after `head` are read from their file a frame at a
-/// time as hyper asks for them ([`crate::storage::direct::FileSpan`]): a
-/// frame is written while it is still in the CPU's cache, and the answer
-/// holds a frame or two, not the whole object. A read failing midway (the
-/// file truncated in place since it was opened) ends the answer short, and
-/// hyper closes the connection: the client sees a body shorter than its
-/// `Content-Length`, never other bytes.
+/// time as hyper asks for them ([`crate::storage::direct::FileSpan`]), each
+/// frame on the blocking pool (a cold file on a slow disk never holds an
+/// async worker): the answer holds a frame or two, not the whole object. A
+/// read failing midway (the file truncated or changed since it was opened)
+/// ends the answer short, and hyper closes the connection: the client sees
+/// a body shorter than its `Content-Length`, never other bytes.
 struct FileBody {
     head: bytes::Bytes,
-    tail: FileSpan,
+    /// The rest of the file (`None` while a frame of it is being read).
+    tail: Option<FileSpan>,
+    /// The frame being read, and the span it gives back.
+    reading: Option<tokio::task::JoinHandle<FrameRead>>,
+    /// Bytes not yet handed to hyper.
+    left: u64,
 }
+
+/// A frame read on the blocking pool, and the span it was read from.
+type FrameRead = (FileSpan, Result<Option<bytes::Bytes>, StorageError>);
 
 impl http_body::Body for FileBody {
     type Data = bytes::Bytes;
@@ -180,24 +191,52 @@ impl http_body::Body for FileBody {
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
+        cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, StorageError>>> {
+        use std::future::Future as _;
+        use std::task::Poll;
         let this = &mut *self;
-        let next = if this.head.is_empty() {
-            // Read inline, as the local store's reads are (src/storage/local.rs).
-            this.tail.next_frame(STREAM_FRAME_BYTES).transpose()
-        } else {
-            Some(Ok(std::mem::take(&mut this.head)))
+        if !this.head.is_empty() {
+            let head = std::mem::take(&mut this.head);
+            this.left -= head.len() as u64;
+            return Poll::Ready(Some(Ok(http_body::Frame::data(head))));
+        }
+        if this.reading.is_none() {
+            let Some(mut span) = this.tail.take().filter(|t| t.remaining() > 0) else { return Poll::Ready(None) };
+            this.reading = Some(tokio::task::spawn_blocking(move || {
+                let frame = span.next_frame(STREAM_FRAME_BYTES);
+                (span, frame)
+            }));
+        }
+        let Some(reading) = this.reading.as_mut() else { return Poll::Ready(None) };
+        let (span, frame) = match std::pin::Pin::new(reading).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(done)) => done,
+            Poll::Ready(Err(e)) => {
+                this.reading = None;
+                return Poll::Ready(Some(Err(StorageError::Unavailable {
+                    reason: format!("a file read stopped: {e}"),
+                })));
+            }
         };
-        std::task::Poll::Ready(next.map(|r| r.map(http_body::Frame::data)))
+        this.reading = None;
+        this.tail = Some(span);
+        match frame {
+            Ok(Some(data)) => {
+                this.left = this.left.saturating_sub(data.len() as u64);
+                Poll::Ready(Some(Ok(http_body::Frame::data(data))))
+            }
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.head.is_empty() && self.tail.remaining() == 0
+        self.left == 0
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        http_body::SizeHint::with_exact(self.head.len() as u64 + self.tail.remaining())
+        http_body::SizeHint::with_exact(self.left)
     }
 }
 

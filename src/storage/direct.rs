@@ -52,21 +52,56 @@ pub fn read_span(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8
 
 /// Bytes of an open local file still to be sent, read a frame at a time as
 /// an answer is written ([`super::ReadOutcome::tail`]): the answer never
-/// holds more than a frame or two of them, and each frame is written while
-/// it is still in the CPU's cache.
+/// holds more than a frame or two of them.
+///
+/// The file's size and change times are noted at the open and checked
+/// again before the last frame is handed on: a file truncated, or
+/// rewritten in place by another writer (zarrd's own writes replace files
+/// by renaming), while the answer was being sent fails it, so the client
+/// sees a body shorter than its `Content-Length`, never a mix of two
+/// versions under the first one's ETag.
 #[derive(Debug, Clone)]
 pub struct FileSpan {
     file: Arc<File>,
     next: u64,
     end: u64,
     key: Arc<str>,
+    /// Size, modification and change times at the open.
+    stamp: Option<Stamp>,
+    /// The mount's storage figures, where failed reads are counted.
+    metrics: Option<Arc<StorageMetrics>>,
+}
+
+/// What says a file is the one that was opened: size, mtime and ctime.
+type Stamp = (u64, i64, i64, i64, i64);
+
+fn stamp(file: &File) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().ok()?;
+    Some((m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
 }
 
 impl FileSpan {
     /// `range` of `file`, read for `key`.
     #[must_use]
     pub fn new(file: File, range: std::ops::Range<u64>, key: &str) -> Self {
-        Self { file: Arc::new(file), next: range.start, end: range.end.max(range.start), key: key.into() }
+        let stamp = stamp(&file);
+        Self {
+            file: Arc::new(file),
+            next: range.start,
+            end: range.end.max(range.start),
+            key: key.into(),
+            stamp,
+            metrics: None,
+        }
+    }
+
+    /// The same span, its failed reads counted in `metrics` (as errors of
+    /// [`StorageOp::Read`], the operation its open counted as).
+    #[must_use]
+    pub fn measured(mut self, metrics: Arc<StorageMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Bytes still to be read.
@@ -75,22 +110,38 @@ impl FileSpan {
         self.end - self.next
     }
 
-    /// The next frame: up to `max` bytes (`None` at the end).
+    /// The next frame: up to `max` bytes (`None` at the end). A blocking
+    /// read: run it on the blocking pool.
     ///
     /// # Errors
-    /// The file ending early (truncated in place since it was opened):
-    /// [`StorageError::Unavailable`]; an I/O failure.
+    /// The file ending early, or changed since it was opened (the check
+    /// comes with the last frame): [`StorageError::Unavailable`]; an I/O
+    /// failure. Either is counted in the mount's figures when measured,
+    /// and ends the span.
     pub fn next_frame(&mut self, max: usize) -> StorageResult<Option<Bytes>> {
+        let result = self.read_frame(max);
+        if let Err(e) = &result {
+            self.next = self.end;
+            if let Some(m) = &self.metrics {
+                m.op(StorageOp::Read).error(e.kind());
+            }
+        }
+        result
+    }
+
+    fn read_frame(&mut self, max: usize) -> StorageResult<Option<Bytes>> {
         let len = usize::try_from(self.remaining()).unwrap_or(usize::MAX).min(max.max(1));
         if len == 0 {
             return Ok(None);
         }
         let buf = read_span(&self.file, self.next, len).map_err(|e| StorageError::from_io(&self.key, &e))?;
         if buf.len() != len {
-            self.next = self.end;
             return Err(StorageError::Unavailable { reason: format!("{} was truncated while being read", self.key) });
         }
         self.next += len as u64;
+        if self.next == self.end && stamp(&self.file) != self.stamp {
+            return Err(StorageError::Unavailable { reason: format!("{} changed while being read", self.key) });
+        }
         Ok(Some(Bytes::from(buf)))
     }
 }

@@ -61,6 +61,8 @@ impl Storage for Measured {
     async fn read(&self, key: &StoreKey, request: &ReadRequest) -> StorageResult<ReadOutcome> {
         let start = Instant::now();
         let result = self.inner.read(key, request).await.and_then(|out| complete(key, request, out));
+        // A streamed answer's later reads count their failures here too.
+        let result = result.map(|out| ReadOutcome { tail: out.tail.map(|t| t.measured(self.metrics.clone())), ..out });
         self.record(StorageOp::Read, start, result)
     }
 

@@ -162,9 +162,11 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     /// that part of [`decode`](Self::decode)'s output, so a caller can
     /// decode a value in pieces that stay in the core's cache, in any order
     /// or on several threads. Every span of a value together checks what
-    /// the whole decode checks. `None` (the default; past the end; and for
-    /// anything doubtful in the span): decode the value whole, which
-    /// reports the error exactly as a whole read does.
+    /// the whole decode checks, or one of them answers `None`. `None` (the
+    /// default; past the end; and for anything doubtful in the span):
+    /// decode the value whole, which reports the error exactly as a whole
+    /// read does (spans already decoded are then decoded again: time, not
+    /// bytes).
     fn decode_span(&self, bytes: &[u8], size: usize, index: usize, out: &mut Vec<u8>) -> Option<usize> {
         let _ = (bytes, size, index, out);
         None

@@ -478,19 +478,25 @@ const FIRST_SLAB: u64 = 1 << 20;
 /// [`MIN_DIRECT_RUN`](crate::zarr::region::direct::MIN_DIRECT_RUN) bytes
 /// from each chunk it touches in full (elements of `es` bytes, chunks of
 /// `chunk`): contiguous step-1 slices from the last dimension on, each
-/// dimension counting while the ones after it cover whole chunk extents.
-/// Chunks read in shorter runs (a plane across the last dimension) are
+/// dimension counting while the ones after it cover whole chunk extents
+/// from a chunk's start (a slice starting inside a chunk counts that
+/// chunk's part, the shortest). Chunks read in shorter runs (a plane across the last dimension) are
 /// read whole, not directly: their slabs must not cut them.
 fn long_runs(plan: &ReadPlan, chunk: &[u64], es: usize) -> bool {
     let dims = &plan.selection().dims;
     let mut run = es as u64;
     for (ix, &c) in dims.iter().zip(chunk).rev() {
-        let n = match ix {
-            crate::zarr::selection::DimIndexer::Slice { step: 1, len, .. } => (*len).min(c),
-            _ => 1,
+        // The elements a run takes in this dimension, and whether they are
+        // whole chunk extents (the run goes on into the next dimension).
+        let (n, whole) = match ix {
+            // From a start inside a chunk, that chunk gives the shortest.
+            crate::zarr::selection::DimIndexer::Slice { start, step: 1, len } if c > 0 => {
+                ((*len).min(c - start % c), *len >= c && start % c == 0)
+            }
+            _ => (1, c == 1),
         };
         run = run.saturating_mul(n);
-        if n < c {
+        if !whole {
             break;
         }
     }
@@ -800,6 +806,15 @@ mod tests {
         assert!(!runs(":,:,7") && !runs("100:1100,200:1200,3:50") && !runs(":,:,0:16") && !runs(":,::2,:"));
         // A step-1 run of 16 whole last dimensions (16 x 256 bytes): 4 KiB.
         assert!(runs("0,0:16,:") && !runs("0,0:15,:"));
+        // Last dimensions not starting on a chunk's start: each chunk gives
+        // runs of part of it, not whole extents.
+        let shape = [4096u64, 4096];
+        let chunk = [1024u64, 1024];
+        let runs2 = |sel: &str| {
+            let sel = SelectionSpec::parse(sel, SelectionMode::Basic).unwrap().resolve(&shape, None).unwrap();
+            long_runs(&ReadPlan::new(sel, chunk.to_vec(), None, 4, 1 << 20).unwrap(), &chunk, 4)
+        };
+        assert!(!runs2(":,512:1536") && runs2(":,1024:3072") && runs2(":,:"));
     }
 
     #[test]

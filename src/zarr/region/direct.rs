@@ -27,10 +27,11 @@
 //! stored value, which this never holds.
 //!
 //! The chunks of one slab are opened as the slab reaches them and read
-//! together, [`DIRECT_BATCH`] at a time, by one job under one lock of the
-//! slab ([`DirectBatch`], [`read_batch`]): one hand-off per batch rather
-//! than per chunk, and no thread waiting on the lock while another reads
-//! (a slab's chunks were read one after another anyway). A slab holds at
+//! together, [`DIRECT_BATCH`] at a time, by one job ([`DirectBatch`],
+//! [`read_batch`]): one hand-off per batch rather than per chunk. The job
+//! locks the slab for each file's read in turn, so other units' copies
+//! into the slab (missing chunks' fills, chunks decoded the ordinary way)
+//! wait for one file's read at most, not a batch's. A slab holds at
 //! most [`DIRECT_BATCH`] files open for this, plus those being opened.
 //! The job runs on the caller's I/O threads ([`super::Offload::spawn_io`]:
 //! the service's blocking pool, never the CPU pool, since it waits on the
@@ -149,8 +150,10 @@ impl DirectBatch {
 /// # Errors
 /// See [`read_direct`].
 pub fn read_batch(reads: Vec<DirectRead>, slab: &Mutex<SlabData>) -> Result<(), RegionError> {
-    let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // The lock is taken per file, so a CPU job copying another unit into
+    // the slab waits for one file's read at most.
     for r in reads {
+        let mut guard = slab.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         read_direct(&*r.unit, &r.runs, &mut guard, r.swap, &r.key)?;
     }
     Ok(())

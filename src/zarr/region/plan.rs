@@ -595,6 +595,31 @@ impl Strided {
 }
 
 impl UnitCopy {
+    /// The unit elements this copy takes: for an outer slab, the product
+    /// of the elements picked in each dimension (one short list of runs
+    /// per dimension, not a walk over the runs of the copy).
+    #[must_use]
+    pub fn elements(&self) -> u64 {
+        let slab = &self.slab;
+        match &slab.kind {
+            SlabKind::Outer { head, .. } => {
+                let mut runs = Vec::new();
+                let mut total = 1u64;
+                for (d, &g) in self.pick.iter().enumerate() {
+                    runs.clear();
+                    slab.axis(d, head).runs(g, &mut runs);
+                    total = total.saturating_mul(runs.iter().map(|r| r.len).sum());
+                }
+                total
+            }
+            SlabKind::Points { .. } => {
+                let mut n = 0u64;
+                self.each(&mut |_, _, k| n = n.saturating_add(k));
+                n
+            }
+        }
+    }
+
     /// Calls `f` for every group of equally spaced runs to copy from the
     /// unit (C order, flat) into the slab (flat): the same copies as
     /// [`UnitCopy::each`], in the same order, but a plane's single elements
@@ -1232,6 +1257,7 @@ mod tests {
                             }
                         });
                         assert_eq!(one, grouped, "{sel} {shape:?} {budget}");
+                        assert_eq!(c.elements(), one.len() as u64, "{sel} {shape:?} {budget}");
                     }
                 }
             }

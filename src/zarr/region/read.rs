@@ -77,6 +77,7 @@ use super::{
 use crate::zarr::array::ArrayDescription;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::codec::array_to_bytes::sharding::{coalesce_ranges, ShardIndex, ShardingCodec};
+use crate::zarr::codec::bytes_to_bytes::blosc::SPAN_BYTES;
 use crate::zarr::codec::{ArrayToBytesCodec, RangeDecode};
 use crate::zarr::selection::{DimIndexer, Selection, SelectionMode};
 use crate::zarr::subset::{ArraySubset, SubsetError};
@@ -420,10 +421,14 @@ impl<'a> ReadCtx<'a> {
     /// chunks of their slab ([`decode_group`]): fixed-size elements stored
     /// as they are under one compressor that decodes by blocks (blosc), and
     /// a cache that would not keep the whole unit.
+    /// Only chunks of at least [`SPAN_BYTES`] per core decoded: a group's
+    /// jobs are one per span index, so smaller chunks would leave cores
+    /// idle (each takes its own job instead, as any chunk).
     fn spans(&self) -> bool {
         !self.variable
             && matches!(self.ranged, Some((unit, RangeDecode::Blocks)) if unit <= 1)
             && !self.cache.keeps_units()
+            && self.unit_elems.saturating_mul(self.es as u64) >= (SPAN_BYTES as u64).saturating_mul(cores())
     }
 
     /// The swap unit and byte runs of a chunk to read straight into the
@@ -562,8 +567,9 @@ async fn slab_units(
             // Chunks the slab copies whole, decoded together (see
             // `decode_group`), and direct reads in batches, once every
             // unit is read.
-            let deferred =
-                Deferred { group: ctx.spans().then(|| Mutex::new(Vec::new())), batch: DirectBatch::default() };
+            let cap = group_cap(n.saturating_mul(ctx.es) as u64);
+            let group = ctx.spans().then(|| Mutex::new(Group { units: Vec::new(), bytes: 0, cap }));
+            let deferred = Deferred { group, batch: DirectBatch::default() };
             stream::iter(slab.units())
                 .map(|unit| read_chunk_unit(ctx, source, unit, data.clone(), missing.clone(), inline, &deferred))
                 .buffer_unordered(ctx.concurrency)
@@ -577,7 +583,7 @@ async fn slab_units(
             }
             if let Some(group) = deferred.group {
                 let group = group.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-                decode_group(ctx, group, data.clone()).await?;
+                decode_group(ctx, group.units, data.clone()).await?;
             }
         }
         Some(sharding) => {
@@ -732,7 +738,7 @@ async fn fetch_direct(ctx: &ReadCtx<'_>, source: &dyn ChunkSource, key: &str) ->
 /// read straight into the slab in batches ([`super::direct`]).
 struct Deferred {
     /// The group (`None`: the read takes no group, see `ReadCtx::spans`).
-    group: Option<Mutex<Vec<Grouped>>>,
+    group: Option<Mutex<Group>>,
     /// Direct reads not yet handed on.
     batch: DirectBatch,
 }
@@ -806,10 +812,15 @@ async fn read_chunk_unit(
                     })
                     .await?;
             }
-            if let Some(group) = deferred.group.as_ref().filter(|_| grouped(ctx, &stored, &copy)) {
-                let unit = Grouped { job: DecodeJob { cache: ctx.cache.clone(), key, stored, ticket }, copy };
-                group.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(unit);
-                return Ok(());
+            if let Some(group) = &deferred.group {
+                let mut group = group.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if grouped(ctx, &stored, &copy, &group) {
+                    group.bytes = group.bytes.saturating_add(stored.bytes.len() as u64);
+                    group
+                        .units
+                        .push(Grouped { job: DecodeJob { cache: ctx.cache.clone(), key, stored, ticket }, copy });
+                    return Ok(());
+                }
             }
             let job = DecodeJob { cache: ctx.cache.clone(), key, stored, ticket };
             ctx.run_with_desc(false, (job, copy, slab, es, unit_elems), |desc, (job, copy, slab, es, unit_elems)| {
@@ -829,16 +840,42 @@ struct Grouped {
     copy: UnitCopy,
 }
 
+/// A slab's chunks to decode together ([`decode_group`]) and the stored
+/// bytes they hold, which may not pass `cap` ([`group_cap`]).
+struct Group {
+    units: Vec<Grouped>,
+    bytes: u64,
+    cap: u64,
+}
+
+/// What a slab of `slab_bytes` decoded bytes lets its group hold of
+/// stored bytes: what valid encodings of that much take (blosc adds at
+/// most a header and 1/8 besides), so a read holds its slab's chunks
+/// stored once more at most, whatever the stored files claim.
+fn group_cap(slab_bytes: u64) -> u64 {
+    slab_bytes.saturating_add(slab_bytes / 8).saturating_add(64 << 10)
+}
+
+/// The cores the offload's jobs spread over (the machine's; read once; 2
+/// in unit tests, so they take the same paths on every machine).
+fn cores() -> u64 {
+    if cfg!(test) {
+        return 2;
+    }
+    static CORES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
+}
+
 /// Whether a stored chunk joins its slab's group ([`decode_group`]): the
 /// read decodes by spans ([`ReadCtx::spans`]), the slab copies every
-/// element of the chunk, and its stored bytes are no more than a valid
-/// encoding of it can take (what the group holds is bounded by the slab).
-fn grouped(ctx: &ReadCtx<'_>, stored: &Versioned, copy: &UnitCopy) -> bool {
+/// element of the chunk, its stored bytes are no more than a valid
+/// encoding of it can take, and the group has room for them (what the
+/// group holds is bounded by its slab, [`group_cap`]). Others are decoded
+/// one job each, as any chunk.
+fn grouped(ctx: &ReadCtx<'_>, stored: &Versioned, copy: &UnitCopy, group: &Group) -> bool {
     let unit_bytes = ctx.unit_elems.saturating_mul(ctx.es as u64);
-    let mut copied = 0u64;
-    copy.each_strided(&mut |g| copied = copied.saturating_add(g.count.saturating_mul(g.n)));
-    copied == ctx.unit_elems
-        && (stored.bytes.len() as u64) <= unit_bytes.saturating_add(unit_bytes / 8).saturating_add(64 << 10)
+    let len = stored.bytes.len() as u64;
+    len <= group_cap(unit_bytes) && group.bytes.saturating_add(len) <= group.cap && copy.elements() == ctx.unit_elems
 }
 
 /// Decodes the chunks of a slab that the slab copies whole, span by span
@@ -854,7 +891,9 @@ fn grouped(ctx: &ReadCtx<'_>, stored: &Versioned, copy: &UnitCopy) -> bool {
 /// copies all of it over what spans were copied).
 ///
 /// Memory: the stored bytes of the group (at most about the slab's size,
-/// see [`grouped`]) until the slab is done, plus a span's scratch per job.
+/// [`group_cap`]) until the slab is done, plus a span's scratch per job.
+/// The decode starts once the slab's chunks are all read (reading the
+/// next slab overlaps it: the service reads one slab ahead).
 async fn decode_group(ctx: &ReadCtx<'_>, group: Vec<Grouped>, slab: Arc<Mutex<SlabData>>) -> Result<(), RegionError> {
     if group.is_empty() {
         return Ok(());
