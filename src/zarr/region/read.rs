@@ -36,7 +36,8 @@
 //!   decodes whole (damage after the part goes unseen, see there).
 //!
 //! - whole blosc chunks (not sharded; decoded-chunk cache off for the read,
-//!   elements stored as they are): the chunks the slab copies whole are
+//!   elements stored as they are; chunks of at least a span per core; a
+//!   slab that copies every chunk whole): the chunks the slab copies whole are
 //!   read first and then decoded together, span by span across the chunks
 //!   (`decode_group`), so each job writes whole cache lines of a few MiB
 //!   of the slab while the spans are still in the core's cache.
@@ -567,8 +568,13 @@ async fn slab_units(
             // Chunks the slab copies whole, decoded together (see
             // `decode_group`), and direct reads in batches, once every
             // unit is read.
+            // Only slabs that copy every chunk whole (whole arrays, boxes on
+            // chunk bounds): where some are cut, waiting for every read
+            // before decoding cost more than the grouped copies saved
+            // (bench/README, round 8).
             let cap = group_cap(n.saturating_mul(ctx.es) as u64);
-            let group = ctx.spans().then(|| Mutex::new(Group { units: Vec::new(), bytes: 0, cap }));
+            let whole = || slab.units().all(|u| u.copy.elements() == ctx.unit_elems);
+            let group = (ctx.spans() && whole()).then(|| Mutex::new(Group { units: Vec::new(), bytes: 0, cap }));
             let deferred = Deferred { group, batch: DirectBatch::default() };
             stream::iter(slab.units())
                 .map(|unit| read_chunk_unit(ctx, source, unit, data.clone(), missing.clone(), inline, &deferred))
