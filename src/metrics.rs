@@ -163,7 +163,7 @@ impl StorageOp {
 }
 
 /// The error kinds counted per storage operation: [`crate::storage::StorageError::kind`].
-pub const STORAGE_ERROR_KINDS: [&str; 12] = [
+pub const STORAGE_ERROR_KINDS: [&str; 13] = [
     "not_found",
     "is_prefix",
     "already_exists",
@@ -176,6 +176,7 @@ pub const STORAGE_ERROR_KINDS: [&str; 12] = [
     "not_supported",
     "unavailable",
     "timeout",
+    "too_large",
 ];
 
 /// One storage operation's figures.

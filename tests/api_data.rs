@@ -451,6 +451,89 @@ async fn corrupt_chunks(backend: Backend) {
     assert!(body.is_err(), "the body must not arrive whole: {:?}", body.map(|b| b.len()));
 }
 
+/// A stored chunk larger than any encoding of its chunk (a 1 MiB file behind
+/// a 100-byte zstd chunk, whose most is 100 + 100/8 + 64 KiB) is damage: a
+/// 502 naming the key and both sizes, for reads, decoded chunk reads and
+/// writes into the chunk, decided from the object's size before it is read.
+/// A shard index claiming more bytes for an inner chunk than any encoding of
+/// it can take is refused the same way. The store protocol still serves the
+/// object as it is.
+async fn oversized_chunks(backend: Backend) {
+    let mut config = common::test_config();
+    config.limits.max_put_bytes = 4 << 20;
+    let Some(s) = TestServer::start_with(backend, "oversized", config).await else { return };
+    let meta = r#"{"zarr_format":3,"node_type":"array","shape":[10,10],"data_type":"uint8",
+     "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[10,10]}},
+     "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+     "fill_value":0,"codecs":[{"name":"bytes"},{"name":"zstd","configuration":{"level":1,"checksum":false}}]}"#;
+    s.put("/zarr/data/z/zarr.json", meta).await.expect_status(201);
+    let big = vec![7u8; 1 << 20];
+    s.put("/zarr/data/z/c/0/0", big.clone()).await.expect_status(201);
+    let most = 100 + 100 / 8 + 64 * 1024;
+    let r = s.get("/api/v1/data/data/z?sel=0:2,0:2&format=json").await;
+    r.expect_error(502, "corrupt_chunk");
+    let m = r.error_message();
+    assert!(
+        m.contains(&format!(
+            "z/c/0/0: stored data is corrupt: 1048576 bytes, more than any encoding of its chunk can take ({most})"
+        )),
+        "{m}"
+    );
+    s.get("/api/v1/chunks/data/z?coords=0,0").await.expect_error(502, "corrupt_chunk");
+    let w =
+        s.request("PUT", "/api/v1/data/data/z?sel=0:1,0:1").header("content-type", "application/json").body("[[1]]");
+    s.send(w).await.expect_error(502, "corrupt_chunk");
+    let r = s.get("/zarr/data/z/c/0/0").await;
+    r.expect_status(200);
+    assert_eq!(r.body, big);
+    // At the bound, the chunk is decoded (and found not to be zstd).
+    s.put("/zarr/data/z/c/0/0", vec![7u8; most as usize]).await.expect_status(204);
+    let r = s.get("/api/v1/data/data/z?sel=0:2,0:2&format=json").await;
+    r.expect_error(502, "corrupt_chunk");
+    assert!(!r.error_message().contains("more than"), "{}", r.error_message());
+
+    // Shards of two 1×4 uint8 inner chunks (4 bytes each, no compression),
+    // index (no checksum) at the end.
+    let meta = r#"{"zarr_format":3,"node_type":"array","shape":[2,4],"data_type":"uint8",
+     "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[2,4]}},
+     "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+     "fill_value":0,"codecs":[{"name":"sharding_indexed","configuration":{"chunk_shape":[1,4],
+       "codecs":[{"name":"bytes"}],"index_codecs":[{"name":"bytes","configuration":{"endian":"little"}}],
+       "index_location":"end"}}]}"#;
+    s.put("/zarr/data/s/zarr.json", meta).await.expect_status(201);
+    let shard = |second: u64| -> Vec<u8> {
+        let mut b = vec![1u8, 2, 3, 4, 5, 6, 7, 8];
+        for v in [0u64, 4, 4, second] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b
+    };
+    s.put("/zarr/data/s/c/0/0", shard(4)).await.expect_status(201);
+    let r = s.get("/api/v1/data/data/s?format=json").await;
+    r.expect_status(200);
+    assert_eq!(r.body, b"[[1,2,3,4],[5,6,7,8]]");
+    s.put("/zarr/data/s/c/0/0", shard(1 << 40)).await.expect_status(204);
+    let r = s.get("/api/v1/data/data/s?sel=0,0:4&format=json").await;
+    r.expect_error(502, "corrupt_chunk");
+    let m = r.error_message();
+    assert!(m.contains("s/c/0/0") && m.contains("inner chunk [1, 0]: nbytes 1099511627776 is more than"), "{m}");
+}
+
+#[tokio::test]
+async fn oversized_chunks_memory() {
+    oversized_chunks(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn oversized_chunks_file() {
+    oversized_chunks(Backend::File).await;
+}
+
+#[tokio::test]
+async fn oversized_chunks_s3() {
+    oversized_chunks(Backend::S3).await;
+}
+
 #[tokio::test]
 async fn corrupt_chunks_memory() {
     corrupt_chunks(Backend::Memory).await;

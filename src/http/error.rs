@@ -286,6 +286,12 @@ impl From<StorageError> for ApiError {
                 tracing::error!(error = %message, "storage unavailable");
                 C::StorageUnavailable.error("the storage backend is unavailable").with_header(header::RETRY_AFTER, "1")
             }
+            // Only reads that bound what they take ask for it (a stored
+            // chunk larger than any encoding of it): damaged stored data.
+            StorageError::TooLarge { .. } => {
+                tracing::error!(error = %message, "corrupt stored data");
+                C::CorruptChunk.error(message)
+            }
             StorageError::Timeout { .. } => {
                 tracing::error!(error = %message, "storage timed out");
                 C::StorageTimeout

@@ -538,14 +538,21 @@ async fn head(
 
 /// Reads one key whole in bulk (filling no cache: a pyramid reads every
 /// chunk of level 0 once); `None` when it does not exist.
+/// A stored value larger than `max_len` (more than any encoding of its
+/// chunk can take) is damage, refused from its size before it is read.
 async fn read_bulk(
     mount: &crate::storage::Mount,
     key: &crate::storage::StoreKey,
+    max_len: u64,
 ) -> ServiceResult<Option<bytes::Bytes>> {
-    let req = crate::storage::ReadRequest { bulk: true, ..crate::storage::ReadRequest::default() };
+    let req = crate::storage::ReadRequest { bulk: true, max_len: Some(max_len), ..Default::default() };
     match mount.storage().read(key, &req).await {
         Ok(outcome) => Ok(Some(outcome.body)),
         Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+        Err(StorageError::TooLarge { size, limit, .. }) => Err(ServiceError::CorruptChunk {
+            key: key.to_string(),
+            reason: super::array::source::too_large(size, limit),
+        }),
         Err(e) => Err(e.into()),
     }
 }
@@ -596,6 +603,7 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
     let level0 = ensure_level(app, mount_name, &path0, &level_document(source, 0, plan), 0).await?;
     let budget_kib = u32::try_from(COPY_BUDGET / 1024).unwrap_or(u32::MAX);
     let budget = Arc::new(tokio::sync::Semaphore::new(budget_kib as usize));
+    let max_stored = source.desc.max_stored_chunk_bytes();
     stream::iter(grid_coords(&plan.shapes[0], &chunk0))
         .map(|coords| {
             let (mount, source, level0, budget) = (&mount, source, &level0, budget.clone());
@@ -605,13 +613,17 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
                 if exists(mount, &to).await? {
                     job.skipped.fetch_add(1, Ordering::Relaxed);
                 } else if let Some(meta) = head(mount, &from).await? {
+                    if meta.size > max_stored {
+                        let reason = super::array::source::too_large(meta.size, max_stored);
+                        return Err(ServiceError::CorruptChunk { key: from.to_string(), reason });
+                    }
                     // Large shards are copied fewer at a time.
                     let kib = u32::try_from(meta.size.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, budget_kib);
                     let _held = budget
                         .acquire_many_owned(kib)
                         .await
                         .map_err(|_| ServiceError::Internal("the copy budget is closed".into()))?;
-                    let Some(bytes) = read_bulk(mount, &from).await? else {
+                    let Some(bytes) = read_bulk(mount, &from, max_stored).await? else {
                         return Err(ServiceError::Conflict(format!("`{from}` vanished while the pyramid copied it")));
                     };
                     job.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);

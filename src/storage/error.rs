@@ -47,6 +47,10 @@ pub enum StorageError {
     /// The backend did not answer in time.
     #[error("storage timed out: {reason}")]
     Timeout { reason: String },
+    /// The object (or range) is larger than the read allows
+    /// ([`super::ReadRequest::max_len`]): refused before it is read.
+    #[error("{key} is {size} bytes, more than the {limit} bytes a read of it may take")]
+    TooLarge { key: String, size: u64, limit: u64 },
 }
 
 impl StorageError {
@@ -66,6 +70,7 @@ impl StorageError {
             Self::NotSupported { .. } => "not_supported",
             Self::Unavailable { .. } => "unavailable",
             Self::Timeout { .. } => "timeout",
+            Self::TooLarge { .. } => "too_large",
         }
     }
 

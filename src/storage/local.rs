@@ -557,6 +557,9 @@ impl LocalBackend {
     fn serve_cached(key: &StoreKey, hit: &CachedObject, req: &ReadRequest) -> StorageResult<Inline> {
         let meta = hit.meta.clone();
         let range = request::evaluate(key.as_str(), &meta, req)?;
+        if !req.head_only {
+            req.check_len(key.as_str(), range.as_ref().map_or(meta.size, |r| r.end - r.start))?;
+        }
         let body = match (&range, req.head_only) {
             (_, true) => Bytes::new(),
             (None, false) => hit.body.clone(),
@@ -579,6 +582,7 @@ impl LocalBackend {
         if req.head_only {
             return Ok(ReadOutcome { meta, range, body: Bytes::new(), tail: None });
         }
+        req.check_len(key.as_str(), range.as_ref().map_or(meta.size, |r| r.end - r.start))?;
         let cacheable = cache.filter(|(_, max)| meta.size <= *max);
         let span = if cacheable.is_some() { 0..meta.size } else { range.clone().unwrap_or(0..meta.size) };
         let len = to_usize(span.end - span.start)?;

@@ -147,6 +147,9 @@ impl Storage for ObjectBackend {
             let options = GetOptions { head: req.head_only, ..Default::default() };
             let got = self.store.get_opts(&path, options).await.map_err(err)?;
             let meta = Self::meta(&got.meta);
+            if !req.head_only {
+                req.check_len(key.as_str(), meta.size)?;
+            }
             let body = if req.head_only { Bytes::new() } else { got.bytes().await.map_err(err)? };
             return Ok(ReadOutcome { meta, range: None, body, tail: None });
         }
@@ -157,6 +160,7 @@ impl Storage for ObjectBackend {
             if req.head_only {
                 return Ok(ReadOutcome { meta, range, body: Bytes::new(), tail: None });
             }
+            req.check_len(key.as_str(), range.as_ref().map_or(meta.size, |r| r.end - r.start))?;
             let options = GetOptions {
                 if_match: head.e_tag.clone(),
                 range: range.clone().map(GetRange::Bounded),
@@ -177,6 +181,8 @@ impl Storage for ObjectBackend {
         let got = self.store.get_opts(&path, GetOptions::default()).await.map_err(err)?;
         let meta = Self::meta(&got.meta);
         let range = request::evaluate(key.as_str(), &meta, req)?;
+        // The whole object is read here, whatever the range.
+        req.check_len(key.as_str(), meta.size)?;
         let body = got.bytes().await.map_err(err)?;
         let body = match &range {
             Some(r) => {

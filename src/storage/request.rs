@@ -137,6 +137,24 @@ pub struct ReadRequest {
     /// ([`super::ReadOutcome::tail`]), read frame by frame as the answer
     /// is written, instead of read whole first.
     pub stream: bool,
+    /// The most bytes the answer may have (the object, or the range):
+    /// larger is [`super::StorageError::TooLarge`], decided from the
+    /// object's size before any byte is read (a stored chunk of gigabytes
+    /// behind a small chunk is refused, never allocated).
+    pub max_len: Option<u64>,
+}
+
+impl ReadRequest {
+    /// Refuses an answer of `len` bytes for `key` above [`Self::max_len`].
+    ///
+    /// # Errors
+    /// [`super::StorageError::TooLarge`].
+    pub fn check_len(&self, key: &str, len: u64) -> Result<(), super::StorageError> {
+        match self.max_len {
+            Some(limit) if len > limit => Err(super::StorageError::TooLarge { key: key.to_owned(), size: len, limit }),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn opaque(tag: &str) -> &str {

@@ -227,6 +227,14 @@ impl ArrayDescription {
         })
     }
 
+    /// The most bytes a stored chunk (a shard, for a sharded array) can
+    /// take ([`CodecChain::max_stored_size`]): a reader refuses a larger
+    /// stored value as damaged before reading it.
+    #[must_use]
+    pub fn max_stored_chunk_bytes(&self) -> u64 {
+        self.codecs.max_stored_size(&self.chunk_repr())
+    }
+
     /// The representation of one decoded chunk.
     #[must_use]
     pub fn chunk_repr(&self) -> ChunkRepr {

@@ -69,6 +69,12 @@ pub trait ArrayToBytesCodec: Send + Sync + Debug {
     fn name(&self) -> &str;
     /// The exact encoded size for `decoded`, when it does not depend on the values.
     fn encoded_size(&self, decoded: &ChunkRepr) -> Option<u64>;
+    /// The most bytes a valid encoding of a chunk of `decoded` can take
+    /// (the default: [`encoded_size`](Self::encoded_size)); `None` when
+    /// the values decide (variable-length data).
+    fn max_encoded_size(&self, decoded: &ChunkRepr) -> Option<u64> {
+        self.encoded_size(decoded)
+    }
     /// Encodes a chunk.
     ///
     /// # Errors
@@ -248,6 +254,21 @@ impl CodecChain {
         caps
     }
 
+    /// The most bytes a stored chunk of `decoded` can take: the array→bytes
+    /// codec's most (for variable-length data, the variable decode cap its
+    /// decoder reads at most), then every bytes→bytes codec's worst case.
+    /// A reader refuses a stored value larger than this before reading it
+    /// (a chunk file of gigabytes behind a 100-byte chunk is damage, never
+    /// an allocation); `u64::MAX` when the chain cannot say (its
+    /// array→array codecs refuse `decoded`, which decoding reports).
+    #[must_use]
+    pub fn max_stored_size(&self, decoded: &ChunkRepr) -> u64 {
+        let Ok(reprs) = self.reprs(decoded) else { return u64::MAX };
+        let a2b_input = reprs.last().expect("non-empty");
+        let first = self.array_to_bytes.max_encoded_size(a2b_input).unwrap_or(self.variable_decode_cap as u64);
+        self.bytes_to_bytes.iter().fold(first, |bound, codec| codec.max_encoded_size(bound))
+    }
+
     /// The exact size of the bytes entering each bytes→bytes codec (index 0:
     /// what the array→bytes codec produces), where known.
     fn byte_sizes(&self, a2b_input: &ChunkRepr) -> Vec<Option<u64>> {
@@ -340,6 +361,11 @@ impl ArrayToBytesCodec for CodecChain {
     fn encoded_size(&self, decoded: &ChunkRepr) -> Option<u64> {
         let reprs = self.reprs(decoded).ok()?;
         *self.byte_sizes(reprs.last()?).last()?
+    }
+
+    /// Nested in a shard: a chain's most is [`CodecChain::max_stored_size`].
+    fn max_encoded_size(&self, decoded: &ChunkRepr) -> Option<u64> {
+        Some(self.max_stored_size(decoded))
     }
 
     fn encode(&self, data: ChunkData, decoded: &ChunkRepr) -> CodecResult<Vec<u8>> {

@@ -138,6 +138,10 @@ pub enum SourceError {
     /// The store did not answer in time.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// The stored value is larger than any encoding of its unit can take
+    /// ([`ChunkSource::get_versioned_within`]): damaged stored data.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// Reads stored values by key (relative to the array), whole or by range.
@@ -159,6 +163,25 @@ pub trait ChunkSource: Send + Sync {
     /// A store failure.
     async fn get_versioned(&self, key: &str) -> Result<Option<Versioned>, SourceError> {
         Ok(self.get(key, None).await?.map(|bytes| Versioned { bytes, version: None }))
+    }
+
+    /// [`get_versioned`](Self::get_versioned) of a value that may take at
+    /// most `max` bytes (a chunk's [`CodecChain::max_stored_size`]): a
+    /// larger one is [`SourceError::TooLarge`]. A store that can tell the
+    /// size first refuses it before reading a byte (the mount's store
+    /// does); the default reads it, then checks.
+    ///
+    /// # Errors
+    /// As `get_versioned`, and the value being too large.
+    async fn get_versioned_within(&self, key: &str, max: u64) -> Result<Option<Versioned>, SourceError> {
+        let got = self.get_versioned(key).await?;
+        match &got {
+            Some(v) if v.bytes.len() as u64 > max => Err(SourceError::TooLarge(format!(
+                "{} bytes, more than any encoding of its chunk can take ({max})",
+                v.bytes.len()
+            ))),
+            _ => Ok(got),
+        }
     }
 
     /// The part `range` of `key` with the version of the value it was read
@@ -842,6 +865,7 @@ async fn write_chunk(
     let key = desc.chunk_key(&chunk);
     let origin: Vec<u64> = chunk.iter().zip(&desc.chunk_shape).map(|(c, s)| c * s).collect();
     let store_empty_chunks = options.store_empty_chunks;
+    let max_stored = desc.max_stored_chunk_bytes();
     if desc.sharding.is_none() && ctx.plan().placement.covers(&area) {
         // Whole chunk: built from the data alone, nothing read. (A shard is
         // always written per inner chunk, never built whole in memory.)
@@ -851,7 +875,7 @@ async fn write_chunk(
     }
     if desc.sharding.is_some() {
         return with_retries(sink, &key, options, || async {
-            let existing = source.get_versioned(&key).await.map_err(source_err(&key))?;
+            let existing = source.get_versioned_within(&key, max_stored).await.map_err(source_err(&key))?;
             let expected = expected_of(existing.as_ref());
             let job = ChunkJob {
                 key: key.clone(),
@@ -865,7 +889,7 @@ async fn write_chunk(
         .await;
     }
     with_retries(sink, &key, options, || async {
-        let current = source.get_versioned(&key).await.map_err(source_err(&key))?;
+        let current = source.get_versioned_within(&key, max_stored).await.map_err(source_err(&key))?;
         let expected = expected_of(current.as_ref());
         let job = ChunkJob {
             key: key.clone(),

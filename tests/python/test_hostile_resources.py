@@ -153,6 +153,42 @@ def test_chain_bomb_stops_near_the_chunk_size(server):
     bound(rss, 4 * 2 * 64 * MIB + 64 * MIB, "four concurrent zstd bombs in 64 MiB chunks")
 
 
+def test_oversized_stored_chunks_are_refused_before_they_are_read(server):
+    # Round 9: a 3 GiB (sparse) file behind a 100-byte zstd chunk was read whole before zstd
+    # refused it (peak RSS 3.1 GB, 14 s); a shard index claiming 3 GiB for a 4-byte inner
+    # chunk, likewise. A stored chunk larger than any encoding of it is refused from its size.
+    zstd = [{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1, "checksum": False}}]
+    behind(server, "oversized/zarr.json", v3([10, 10], [10, 10], codecs=zstd))
+    chunk = server.root / "oversized/c/0/0"
+    chunk.parent.mkdir(parents=True, exist_ok=True)
+    with open(chunk, "wb") as f:
+        f.truncate(3 << 30)
+    sharded = [{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [1, 4], "codecs": [{"name": "bytes"}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}], "index_location": "end"}}]
+    behind(server, "oversized_shard/zarr.json", v3([2, 4], [2, 4], codecs=sharded))
+    shard = server.root / "oversized_shard/c/0/0"
+    shard.parent.mkdir(parents=True, exist_ok=True)
+    data_end = 3 << 30
+    with open(shard, "wb") as f:
+        f.write(bytes([1, 2, 3, 4]))
+        f.seek(data_end)
+        for v in (0, 4, 4, data_end - 4):
+            f.write(v.to_bytes(8, "little"))
+    with PeakRss(server) as rss:
+        r = requests.get(f"{server.url}/api/v1/data/data/oversized?format=json", timeout=HTTP_TIMEOUT_S)
+        s = requests.get(f"{server.url}/api/v1/data/data/oversized_shard?sel=1,0:4&format=json",
+                         timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "corrupt_chunk", r.text
+    assert "oversized/c/0/0: stored data is corrupt: 3221225472 bytes, more than" in r.text, r.text
+    assert s.status_code == 502 and "inner chunk [1, 0]: nbytes 3221225468 is more than" in s.text, s.text
+    bound(rss, 32 * MIB, "a 3 GiB file behind a 100-byte chunk, and a shard index claiming 3 GiB")
+    # The store protocol serves the object as it is (streamed, never held whole).
+    with requests.get(f"{server.url}/zarr/data/oversized/c/0/0", headers={"Range": "bytes=-16"},
+                      timeout=HTTP_TIMEOUT_S) as got:
+        assert got.status_code == 206 and got.content == bytes(16)
+
+
 def test_shard_index_limit(server):
     # Finding 10: 2^24 inner chunks per shard (a 256 MiB index) cost 1.3 GB per write.
     sharded = [

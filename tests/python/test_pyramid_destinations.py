@@ -16,7 +16,7 @@ import pytest
 import zarr
 
 from test_pyramid import make_source, request, wait
-from zarrd_harness import start_zarrd
+from zarrd_harness import PeakRss, start_zarrd
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +99,21 @@ def test_a_source_written_during_the_job_fails_it(served):
     failed = wait(server, again)
     assert failed["state"] == "failed" and "changed while its pyramid was built" in failed["error"], failed
     assert "delete `moving`" in failed["error"]
+
+
+def test_a_stored_chunk_larger_than_any_encoding_of_it_fails_the_job_unread(served):
+    # Round 9: level 0's copy read every source chunk whole: a 3 GiB (sparse) file behind one
+    # 4x16x16 uint16 chunk took the process to gigabytes. Now its size alone fails the job.
+    server, root = served
+    make_source(root, "bloated", "uint16", (8, 32, 32), [4, 16, 16])
+    chunk = root / "bloated" / "c" / "1" / "1" / "0"
+    assert chunk.is_file()
+    with open(chunk, "wb") as f:
+        f.truncate(3 << 30)
+    with PeakRss(server) as rss:
+        code, _, status = post(server, "bloated", {"levels": 2, "destination": "bloated_pyramid"})
+        assert code == 202, status
+        failed = wait(server, status)
+    assert failed["state"] == "failed", failed
+    assert "bloated/c/1/1/0: stored data is corrupt: 3221225472 bytes, more than" in failed["error"], failed
+    rss.assert_below(64 * 1024, "a pyramid over a 3 GiB chunk file")

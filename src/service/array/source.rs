@@ -86,6 +86,12 @@ impl MountChunkStore {
     }
 }
 
+/// Why a stored value of `size` bytes, above `limit`, is refused.
+#[must_use]
+pub fn too_large(size: u64, limit: u64) -> String {
+    format!("{size} bytes, more than any encoding of its chunk can take ({limit})")
+}
+
 /// A storage error as the engine's, by meaning.
 #[must_use]
 pub fn classify(e: StorageError) -> SourceError {
@@ -101,6 +107,7 @@ pub fn classify(e: StorageError) -> SourceError {
         StorageError::NotSupported { reason } => SourceError::NotSupported(reason),
         StorageError::Unavailable { reason } => SourceError::Unavailable(reason),
         StorageError::Timeout { reason } => SourceError::Timeout(reason),
+        StorageError::TooLarge { size, limit, .. } => SourceError::TooLarge(too_large(size, limit)),
     }
 }
 
@@ -115,6 +122,8 @@ pub fn storage_error(key: String, e: SourceError) -> StorageError {
         SourceError::InvalidKey(reason) => StorageError::InvalidKey { reason },
         SourceError::NotSupported(reason) => StorageError::NotSupported { reason },
         SourceError::Timeout(reason) => StorageError::Timeout { reason },
+        // Reported as damaged data by `region_error` before it gets here.
+        SourceError::TooLarge(reason) => StorageError::Unavailable { reason },
         SourceError::Unavailable(reason) => StorageError::Unavailable { reason },
         // A range the engine asked for that the value does not have: the
         // engine reports shards that are too short as corrupt itself.
@@ -139,6 +148,10 @@ pub fn region_error(path: &NodePath, e: RegionError) -> ServiceError {
         // The message names the key already (`invalid key `a/c/0`: ...`),
         // as a read that checks its key before the store does answers.
         RegionError::Source { source: SourceError::InvalidKey(reason), .. } => ServiceError::BadRequest(reason),
+        // A stored value larger than any encoding of its chunk: damage.
+        RegionError::Source { key, source: SourceError::TooLarge(reason) } => {
+            ServiceError::CorruptChunk { key: full(key), reason }
+        }
         RegionError::Source { key, source } => ServiceError::Storage(storage_error(full(key), source)),
         RegionError::Codec { key, source } => ServiceError::CorruptChunk { key: full(key), reason: source.to_string() },
         RegionError::Corrupt { key, reason } => ServiceError::CorruptChunk { key: full(key), reason },
@@ -190,8 +203,15 @@ impl ChunkSource for MountChunkStore {
     }
 
     async fn get_versioned(&self, key: &str) -> Result<Option<Versioned>, SourceError> {
+        self.get_versioned_within(key, u64::MAX).await
+    }
+
+    /// The bound goes to the store with the read, which refuses a larger
+    /// object from its size before reading any of it.
+    async fn get_versioned_within(&self, key: &str, max: u64) -> Result<Option<Versioned>, SourceError> {
         let key = self.key(key)?;
-        match self.mount.storage().read(&key, &self.request(None)).await {
+        let request = ReadRequest { max_len: (max < u64::MAX).then_some(max), ..self.request(None) };
+        match self.mount.storage().read(&key, &request).await {
             Ok(outcome) => Ok(Some(Versioned { bytes: outcome.body, version: Some(outcome.meta.etag) })),
             Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
             Err(e) => Err(classify(e)),

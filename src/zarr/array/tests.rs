@@ -191,3 +191,32 @@ fn v2_filters_and_errors() {
     let e = v2(v2_doc(json!("|O"), json!(null), "C", json!([{"id": "json2"}]))).unwrap_err();
     assert!(matches!(e, ArrayError::Unsupported(_)), "{e}");
 }
+
+/// A stored chunk larger than any encoding of its chunk is refused before it
+/// is read: the bound is the exact size where the codecs fix it, a
+/// compressor's worst case on top, the index and every inner chunk at its
+/// most (twice) for a shard, and the variable decode cap for strings.
+#[test]
+fn max_stored_chunk_bytes_follow_the_codecs() {
+    // 2×3 uint16 chunks: 12 bytes decoded.
+    let plain = v3(v3_doc(json!("uint16"), json!(0), le())).unwrap();
+    assert_eq!(plain.max_stored_chunk_bytes(), 12);
+    let crc = v3(v3_doc(json!("uint16"), json!(0), json!([le()[0], {"name": "crc32c"}]))).unwrap();
+    assert_eq!(crc.max_stored_chunk_bytes(), 16);
+    let zstd = v3(v3_doc(json!("uint16"), json!(0), json!([le()[0], {"name": "zstd", "configuration": {"level": 1}}])))
+        .unwrap();
+    assert_eq!(zstd.max_stored_chunk_bytes(), 12 + 1 + 64 * 1024);
+    // Two compressors: the second's worst case of the first's.
+    let two = v3(v3_doc(json!("uint16"), json!(0), json!([le()[0], {"name": "gzip", "configuration": {"level": 1}}, {"name": "zstd", "configuration": {"level": 1}}])))
+        .unwrap();
+    let first: u64 = 12 + 1 + 64 * 1024;
+    assert_eq!(two.max_stored_chunk_bytes(), first + first / 8 + 64 * 1024);
+    // A shard of two 1×3 inner chunks of 6 bytes with a 32-byte index.
+    let sharded = v3(v3_doc(json!("uint16"), json!(0), json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [1, 3], "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}], "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}])))
+        .unwrap();
+    assert_eq!(sharded.sharding.as_ref().unwrap().max_inner_stored_size(), 6);
+    assert_eq!(sharded.max_stored_chunk_bytes(), 2 * 2 * 6 + 32);
+    // Strings: what the decoder reads at most.
+    let strings = v2(v2_doc(json!("|O"), json!(""), "C", json!([{"id": "vlen-utf8"}]))).unwrap();
+    assert_eq!(strings.max_stored_chunk_bytes(), crate::zarr::codec::DEFAULT_VARIABLE_DECODE_CAP as u64);
+}

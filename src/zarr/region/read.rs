@@ -224,6 +224,10 @@ pub struct ReadCtx<'a> {
     /// Chunks (not sharded) stored as their elements, which a store may
     /// read straight into a slab ([`super::direct`]): the layout's swap unit.
     direct: Option<usize>,
+    /// The most bytes a stored chunk (or shard) can take
+    /// ([`ArrayDescription::max_stored_chunk_bytes`]): a larger one is
+    /// refused before it is read.
+    max_stored: u64,
 }
 
 /// The array a read goes by: shared (CPU work may run on other threads),
@@ -292,6 +296,7 @@ impl<'a> ReadCtx<'a> {
             Some(s) => s.inner_codecs().range_layout(s.inner_chunk_repr()),
         };
         Self {
+            max_stored: d.max_stored_chunk_bytes(),
             direct: if d.sharding.is_none() { layout } else { None },
             layout,
             ranged,
@@ -646,7 +651,7 @@ async fn fetch_chunk(ctx: &ReadCtx<'_>, source: &dyn ChunkSource, key: &str) -> 
         return Ok(Fetched::Ready(data));
     }
     let ticket = ctx.cache.ticket();
-    match source.get_versioned(key).await.map_err(source_err(key))? {
+    match source.get_versioned_within(key, ctx.max_stored).await.map_err(source_err(key))? {
         Some(stored) => Ok(Fetched::Stored(stored, ticket)),
         None => {
             ctx.cache.insert_chunk(key, None, None, ticket);
@@ -696,7 +701,7 @@ async fn fetch_partial(
             Err(e) => return Err(source_err(key)(e)),
         }
     }
-    match source.get_versioned(key).await.map_err(source_err(key))? {
+    match source.get_versioned_within(key, ctx.max_stored).await.map_err(source_err(key))? {
         Some(stored) => Ok(Partial::Whole(Fetched::Stored(stored, ticket))),
         None => {
             ctx.cache.insert_chunk(key, None, None, ticket);

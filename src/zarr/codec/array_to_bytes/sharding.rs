@@ -511,8 +511,9 @@ impl ShardingCodec {
     /// # Errors
     /// Wrong length, index codec failure (a crc32c mismatch), and entries
     /// that cannot be right whatever the shard's size: one of offset/nbytes
-    /// `2^64 - 1` but not both, `offset + nbytes` overflowing, an inner chunk
-    /// overlapping an index at the start. Errors name the inner chunk.
+    /// `2^64 - 1` but not both, `offset + nbytes` overflowing, an `nbytes`
+    /// above [`Self::max_inner_stored_size`], an inner chunk overlapping an
+    /// index at the start. Errors name the inner chunk.
     pub fn decode_index(&self, bytes: Vec<u8>) -> CodecResult<ShardIndex> {
         self.decode_index_with(&self.layout, bytes)
     }
@@ -535,6 +536,7 @@ impl ShardingCodec {
         }
         let entries: Vec<u64> =
             raw.chunks_exact(8).map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])).collect();
+        let max_inner = self.inner.max_stored_size(&layout.inner_repr);
         for (i, e) in entries.chunks_exact(2).enumerate() {
             let (offset, nbytes) = (e[0], e[1]);
             let at = || unravel(i as u64, &layout.chunks_per_shard);
@@ -551,6 +553,12 @@ impl ShardingCodec {
             if offset.checked_add(nbytes).is_none() {
                 return Err(err(format!("inner chunk {:?}: offset {offset} + nbytes {nbytes} overflows", at())));
             }
+            if nbytes > max_inner {
+                return Err(err(format!(
+                    "inner chunk {:?}: nbytes {nbytes} is more than any encoding of it can take ({max_inner})",
+                    at()
+                )));
+            }
             if self.index_location == IndexLocation::Start && offset < layout.index_size {
                 return Err(err(format!(
                     "inner chunk {:?}: offset {offset} overlaps the shard index (its first {} bytes)",
@@ -560,6 +568,14 @@ impl ShardingCodec {
             }
         }
         Ok(ShardIndex { chunks_per_shard: layout.chunks_per_shard.clone(), entries })
+    }
+
+    /// The most bytes an inner chunk's stored value can take
+    /// ([`CodecChain::max_stored_size`] of the inner codecs): an index entry
+    /// claiming more is damage, refused before its range is read.
+    #[must_use]
+    pub fn max_inner_stored_size(&self) -> u64 {
+        self.inner.max_stored_size(&self.layout.inner_repr)
     }
 
     /// Decodes one inner chunk from its stored bytes (the range
@@ -742,6 +758,16 @@ impl ArrayToBytesCodec for ShardingCodec {
     /// Shards omit empty inner chunks, so their size depends on the values.
     fn encoded_size(&self, _decoded: &ChunkRepr) -> Option<u64> {
         None
+    }
+
+    /// The index and every inner chunk at its most, twice over: room for
+    /// the unused bytes a writer that appends changed inner chunks leaves
+    /// behind (the format allows gaps), while a shard file of gigabytes
+    /// behind a small shard is still refused before it is read.
+    fn max_encoded_size(&self, decoded: &ChunkRepr) -> Option<u64> {
+        let layout = self.layout_for(decoded).ok()?;
+        let inner = self.inner.max_stored_size(&layout.inner_repr);
+        Some(inner.saturating_mul(layout.num_inner as u64).saturating_mul(2).saturating_add(layout.index_size))
     }
 
     fn encode(&self, data: ChunkData, decoded: &ChunkRepr) -> CodecResult<Vec<u8>> {

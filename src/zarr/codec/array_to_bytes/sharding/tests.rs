@@ -195,6 +195,7 @@ fn hostile_shards_are_errors_naming_the_inner_chunk() {
         (shard(&[(0, 4), (u64::MAX - 1, 4)]), "inner chunk [1]: offset 18446744073709551614 + nbytes 4 overflows"),
         (shard(&[(u64::MAX, 4), (4, 4)]), "inner chunk [0]: offset 18446744073709551615 and nbytes 4"),
         (shard(&[(0, 3), (4, 4)]), "inner chunk [0]: bytes: expected 4 bytes"),
+        (shard(&[(0, 4), (4, 5)]), "inner chunk [1]: nbytes 5 is more than any encoding of it can take (4)"),
     ];
     for (bytes, want) in cases {
         let e = c.decode(bytes, &repr).unwrap_err();
@@ -211,6 +212,10 @@ fn hostile_shards_are_errors_naming_the_inner_chunk() {
     assert_eq!(c.decode(shard(&[(32, 4), (36, 4)]), &repr).unwrap(), u16s(&[1, 2, 3, 4]));
     let e = c.decode(shard(&[(32, 4), (30, 4)]), &repr).unwrap_err();
     assert!(e.reason.contains("inner chunk [1]: offset 30 overlaps the shard index"), "{e}");
+    // An index alone (a suffix read) claiming a terabyte for a 4-byte inner
+    // chunk: refused before any range of it is read.
+    let e = c.decode_index(index_bytes(&[(32, 4), (36, 1 << 40)])).unwrap_err();
+    assert!(e.reason.contains("inner chunk [1]: nbytes 1099511627776 is more than"), "{e}");
     let e = c.decode_index(index_bytes(&[(0, 4), (36, 4)])).unwrap_err();
     assert!(e.reason.contains("inner chunk [0]"), "{e}");
     assert!(c.decode_index(vec![0; 31]).is_err());
