@@ -21,6 +21,7 @@ pub mod mount;
 pub mod object;
 pub mod request;
 pub mod retry;
+pub mod tail;
 
 use std::time::SystemTime;
 
@@ -49,7 +50,7 @@ pub struct ObjectMeta {
 }
 
 /// The answer to a read.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ReadOutcome {
     pub meta: ObjectMeta,
     /// The byte range served, when the request asked for one; `None` means
@@ -57,16 +58,17 @@ pub struct ReadOutcome {
     pub range: Option<std::ops::Range<u64>>,
     /// The bytes (empty for `HEAD`), or their first part when `tail` is set.
     pub body: Bytes,
-    /// The bytes after `body`, still in their file, read as the answer is
-    /// written: only for a request with [`ReadRequest::stream`].
-    pub tail: Option<direct::FileSpan>,
+    /// The bytes after `body`, still in their file or still arriving from
+    /// the store, handed on as the answer is written: only for a request
+    /// with [`ReadRequest::stream`].
+    pub tail: Option<tail::Tail>,
 }
 
 impl ReadOutcome {
     /// The answer's length: `body` and `tail` together.
     #[must_use]
     pub fn len(&self) -> u64 {
-        self.body.len() as u64 + self.tail.as_ref().map_or(0, direct::FileSpan::remaining)
+        self.body.len() as u64 + self.tail.as_ref().map_or(0, tail::Tail::remaining)
     }
 
     /// True when the answer has no bytes.

@@ -34,6 +34,7 @@ use crate::service::{App, ServiceError};
 use crate::storage::direct::FileSpan;
 use crate::storage::local::STREAM_FRAME_BYTES;
 use crate::storage::request::{IfRange, RangeHeader};
+use crate::storage::tail::{ObjectStream, Tail};
 use crate::storage::{
     ByteRange, KeyPrefix, Preconditions, PutCondition, ReadOutcome, ReadRequest, StorageError, StoreKey,
 };
@@ -130,10 +131,11 @@ pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Opt
         None => (StatusCode::OK, meta.size),
     };
     let body = match tail {
-        Some(tail) => {
+        Some(Tail::File(tail)) => {
             let left = body.len() as u64 + tail.remaining();
             Body::new(FileBody { head: body, tail: Some(tail), reading: None, left })
         }
+        Some(Tail::Stream(stream)) => Body::new(StreamBody { head: body, stream }),
         None => Body::from(body),
     };
     let mut resp = Response::new(body);
@@ -163,6 +165,39 @@ pub(crate) fn read_response(key: &StoreKey, out: ReadOutcome, cache_control: Opt
         }
     }
     resp
+}
+
+/// An answer whose bytes after `head` arrive from an object store as hyper
+/// asks for them ([`ObjectStream`]): the answer holds the piece the store's
+/// client received last, not the whole object. A store answer failing or
+/// ending early ends the answer short (hyper closes the connection).
+struct StreamBody {
+    head: bytes::Bytes,
+    stream: ObjectStream,
+}
+
+impl http_body::Body for StreamBody {
+    type Data = bytes::Bytes;
+    type Error = StorageError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, StorageError>>> {
+        let this = &mut *self;
+        if !this.head.is_empty() {
+            return std::task::Poll::Ready(Some(Ok(http_body::Frame::data(std::mem::take(&mut this.head)))));
+        }
+        this.stream.poll_piece(cx).map(|piece| piece.map(|r| r.map(http_body::Frame::data)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.is_empty() && self.stream.remaining() == 0
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.head.len() as u64 + self.stream.remaining())
+    }
 }
 
 /// An answer whose bytes after `head` are read from their file a frame at a

@@ -84,6 +84,7 @@ use rustix::io::Errno;
 use super::beneath::{self, Root};
 use super::direct::{read_span, FileSpan};
 use super::request::etag_matches;
+use super::tail::Tail;
 use super::{
     request, KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage,
     StorageError, StorageResult, StoreKey,
@@ -587,7 +588,7 @@ impl LocalBackend {
         let span = if cacheable.is_some() { 0..meta.size } else { range.clone().unwrap_or(0..meta.size) };
         let len = to_usize(span.end - span.start)?;
         if req.stream && cacheable.is_none() && len as u64 > INLINE_READ_MAX {
-            let tail = FileSpan::new(file, span, key.as_str());
+            let tail = Tail::File(FileSpan::new(file, span, key.as_str()));
             return Ok(ReadOutcome { meta, range, body: Bytes::new(), tail: Some(tail) });
         }
         let buf = read_span(&file, span.start, len).map_err(io)?;
@@ -1203,7 +1204,7 @@ mod tests {
     /// The bytes of a read, `body` and `tail` together.
     fn all_bytes(mut out: ReadOutcome) -> Vec<u8> {
         let mut bytes = out.body.to_vec();
-        if let Some(tail) = out.tail.as_mut() {
+        if let Some(Tail::File(tail)) = out.tail.as_mut() {
             while let Some(frame) = tail.next_frame(100_000).unwrap() {
                 assert!(frame.len() <= 100_000);
                 bytes.extend_from_slice(&frame);
@@ -1259,7 +1260,7 @@ mod tests {
         let b = LocalBackend::new(dir.path().to_path_buf()).unwrap();
         std::fs::write(dir.path().join("big"), vec![3u8; 5_000_000]).unwrap();
         let stream = ReadRequest { stream: true, ..ReadRequest::default() };
-        let mut tail = b.read(&key("big"), &stream).await.unwrap().tail.unwrap();
+        let Some(Tail::File(mut tail)) = b.read(&key("big"), &stream).await.unwrap().tail else { panic!("a file") };
         assert_eq!(tail.next_frame(1_000_000).unwrap().unwrap().len(), 1_000_000);
         std::fs::OpenOptions::new().write(true).open(dir.path().join("big")).unwrap().set_len(1_500_000).unwrap();
         assert!(matches!(tail.next_frame(1_000_000), Err(StorageError::Unavailable { .. })));

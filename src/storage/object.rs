@@ -9,6 +9,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 
 use super::request::{self, etag_matches};
+use super::tail::{ObjectStream, Tail};
 use super::{
     http_etag, KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage,
     StorageError, StorageResult, StoreKey,
@@ -17,6 +18,11 @@ use super::{
 /// How often a ranged read retries when the object changes between its
 /// metadata read and its byte read.
 const CHANGED_RETRIES: usize = 3;
+
+/// Streamed reads ([`ReadRequest::stream`]) of more bytes than this hand
+/// them on as they arrive instead of collecting them first (the local
+/// backend's threshold, [`super::local::INLINE_READ_MAX`]).
+pub const STREAM_ABOVE: u64 = super::local::INLINE_READ_MAX;
 
 /// A mount backed by any `object_store` implementation, under a key prefix.
 #[derive(Debug, Clone)]
@@ -138,6 +144,28 @@ impl ObjectBackend {
     }
 }
 
+impl ObjectBackend {
+    /// The body of `got` (`len` bytes of the answer, after its first
+    /// `skip`): whole, or for a streamed read over [`STREAM_ABOVE`] left to
+    /// arrive as the answer is written ([`ObjectStream`]).
+    async fn body(
+        got: object_store::GetResult,
+        req: &ReadRequest,
+        key: &StoreKey,
+        skip: u64,
+        len: u64,
+    ) -> StorageResult<(Bytes, Option<Tail>)> {
+        if req.stream && len > STREAM_ABOVE {
+            return Ok((
+                Bytes::new(),
+                Some(Tail::Stream(ObjectStream::new(got.into_stream(), skip, len, key.as_str()))),
+            ));
+        }
+        let body = got.bytes().await.map_err(|e| StorageError::from_object_store(key.as_str(), e))?;
+        Ok((body, None))
+    }
+}
+
 #[async_trait]
 impl Storage for ObjectBackend {
     async fn read(&self, key: &StoreKey, req: &ReadRequest) -> StorageResult<ReadOutcome> {
@@ -150,8 +178,11 @@ impl Storage for ObjectBackend {
             if !req.head_only {
                 req.check_len(key.as_str(), meta.size)?;
             }
-            let body = if req.head_only { Bytes::new() } else { got.bytes().await.map_err(err)? };
-            return Ok(ReadOutcome { meta, range: None, body, tail: None });
+            if req.head_only {
+                return Ok(ReadOutcome { meta, range: None, body: Bytes::new(), tail: None });
+            }
+            let (body, tail) = Self::body(got, req, key, 0, meta.size).await?;
+            return Ok(ReadOutcome { meta, range: None, body, tail });
         }
         for _ in 0..CHANGED_RETRIES {
             let head = self.store.head(&path).await.map_err(err)?;
@@ -168,8 +199,9 @@ impl Storage for ObjectBackend {
             };
             match self.store.get_opts(&path, options).await {
                 Ok(got) => {
-                    let body = got.bytes().await.map_err(err)?;
-                    return Ok(ReadOutcome { meta, range, body, tail: None });
+                    let len = range.as_ref().map_or(meta.size, |r| r.end - r.start);
+                    let (body, tail) = Self::body(got, req, key, 0, len).await?;
+                    return Ok(ReadOutcome { meta, range, body, tail });
                 }
                 // Changed between head and get: evaluate again against the new version.
                 Err(object_store::Error::Precondition { .. }) => {}
@@ -183,6 +215,13 @@ impl Storage for ObjectBackend {
         let range = request::evaluate(key.as_str(), &meta, req)?;
         // The whole object is read here, whatever the range.
         req.check_len(key.as_str(), meta.size)?;
+        if req.stream {
+            let (skip, len) = range.as_ref().map_or((0, meta.size), |r| (r.start, r.end - r.start));
+            if len > STREAM_ABOVE {
+                let tail = Tail::Stream(ObjectStream::new(got.into_stream(), skip, len, key.as_str()));
+                return Ok(ReadOutcome { meta, range, body: Bytes::new(), tail: Some(tail) });
+            }
+        }
         let body = got.bytes().await.map_err(err)?;
         let body = match &range {
             Some(r) => {
@@ -278,5 +317,69 @@ impl Storage for ObjectBackend {
 pub fn entry_name(e: &ListEntry) -> &str {
     match e {
         ListEntry::Prefix { name } | ListEntry::Object { name, .. } => name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    fn key(k: &str) -> StoreKey {
+        StoreKey::new(k).unwrap()
+    }
+
+    async fn all_bytes(mut out: ReadOutcome) -> Vec<u8> {
+        let mut bytes = out.body.to_vec();
+        if let Some(Tail::Stream(stream)) = out.tail.as_mut() {
+            while let Some(piece) = std::future::poll_fn(|cx| stream.poll_piece(cx)).await {
+                bytes.extend_from_slice(&piece.unwrap());
+            }
+        }
+        bytes
+    }
+
+    /// A streamed GET of an object or range over 4 MiB hands its bytes on as
+    /// they arrive (never collected whole first); smaller ones, unstreamed
+    /// reads and HEAD come whole or empty as before; preconditions and the
+    /// size bound are decided before any byte.
+    #[tokio::test]
+    async fn streamed_reads_leave_large_bodies_arriving() {
+        let b = ObjectBackend::new(Arc::new(InMemory::new()), "p").unwrap();
+        let data: Vec<u8> = (0..6_000_000u32).map(|i| (i % 251) as u8).collect();
+        b.put(&key("big"), Bytes::from(data.clone()), &PutCondition::default()).await.unwrap();
+        b.put(&key("small"), Bytes::from(data[..1000].to_vec()), &PutCondition::default()).await.unwrap();
+        let stream = ReadRequest { stream: true, ..ReadRequest::default() };
+        let out = b.read(&key("big"), &stream).await.unwrap();
+        assert!(out.body.is_empty() && matches!(out.tail, Some(Tail::Stream(_))));
+        assert_eq!(out.len(), data.len() as u64);
+        assert_eq!(all_bytes(out).await, data);
+        // A range over 4 MiB: only its bytes, arriving.
+        let ranged =
+            ReadRequest { range: Some(request::ByteRange::Bounded { first: 5, last: 4_500_004 }), ..stream.clone() };
+        let out = b.read(&key("big"), &ranged).await.unwrap();
+        assert_eq!(out.range, Some(5..4_500_005));
+        assert!(out.tail.is_some() && out.len() == 4_500_000);
+        assert_eq!(all_bytes(out).await, &data[5..4_500_005]);
+        // Up to 4 MiB, whole.
+        let ranged =
+            ReadRequest { range: Some(request::ByteRange::Bounded { first: 5, last: 2_500_004 }), ..stream.clone() };
+        let out = b.read(&key("big"), &ranged).await.unwrap();
+        assert!(out.tail.is_none() && out.body == data[5..2_500_005]);
+        let out = b.read(&key("small"), &stream).await.unwrap();
+        assert!(out.tail.is_none() && out.body.len() == 1000);
+        let head = ReadRequest { head_only: true, ..stream.clone() };
+        let out = b.read(&key("big"), &head).await.unwrap();
+        assert!(out.tail.is_none() && out.body.is_empty() && out.meta.size == data.len() as u64);
+        let mut not_modified = stream.clone();
+        not_modified.preconditions.if_none_match = Some(vec![out.meta.etag.clone()]);
+        assert!(matches!(b.read(&key("big"), &not_modified).await, Err(StorageError::NotModified { .. })));
+        let bounded = ReadRequest { max_len: Some(5_999_999), ..stream.clone() };
+        let e = b.read(&key("big"), &bounded).await.unwrap_err();
+        assert!(matches!(e, StorageError::TooLarge { size: 6_000_000, limit: 5_999_999, .. }), "{e}");
+        // Without `stream`, the same read is whole in `body`.
+        let out = b.read(&key("big"), &ReadRequest::default()).await.unwrap();
+        assert!(out.tail.is_none() && out.body.len() == data.len());
     }
 }

@@ -183,8 +183,10 @@ fn whole_shard_is_its_index_and_one_data_read() {
             ("c/0".to_owned(), Some(ByteRangeRequest::Bounded(0..32)))
         ]
     );
-    // An edge shard covered in its in-array part: its one stored inner chunk.
+    // An edge shard covered in its in-array part: its one stored inner chunk
+    // (in a store of its own: `c/0` above is a shard of another layout).
     let a = array(&[10], &[8], Some(&[2]), "end");
+    let store = MemoryStore::default();
     block_on(write_region(&a, &store, &store, &region(&[0], &[10]), &u16s(&[1; 10]))).unwrap();
     store.take_reads();
     let got = block_on(read_region(&a, &store, &region(&[8], &[2]))).unwrap();
