@@ -421,8 +421,9 @@ async fn check_source_unchanged(app: &App, mount_name: &str, plan: &Plan, source
         ZarrFormat::V3 => "zarr.json",
         ZarrFormat::V2 => ".zarray",
     };
-    let now = match node::read_optional(mount, &source.path.key(doc_name)?).await? {
-        Some(bytes) => serde_json::from_slice::<Value>(&bytes).map_err(|e| changed(format!("{doc_name}: {e}")))?,
+    let max = node::documents::DocumentGate::of(app).max_bytes();
+    let now = match node::read_document(mount, &source.path.key(doc_name)?, max).await? {
+        Some(read) => serde_json::from_slice::<Value>(&read.body).map_err(|e| changed(format!("{doc_name}: {e}")))?,
         None => return Err(changed(format!("{doc_name} was deleted"))),
     };
     if strip(&now) != strip(&source.metadata) {

@@ -189,6 +189,26 @@ def test_oversized_stored_chunks_are_refused_before_they_are_read(server):
         assert got.status_code == 206 and got.content == bytes(16)
 
 
+def test_oversized_consolidated_metadata_is_refused_unread(server):
+    # Round 9: describing a v2 group's children and deleting a node under it read `.zmetadata`
+    # whole, whatever its size (the parse limit came after the read): a 3 GiB (sparse) file
+    # took the process to gigabytes. Now its size alone refuses it.
+    behind(server, "consolidated/.zgroup", {"zarr_format": 2})
+    behind(server, "consolidated/child/.zgroup", {"zarr_format": 2})
+    with open(server.root / "consolidated/.zmetadata", "wb") as f:
+        f.truncate(3 << 30)
+    with PeakRss(server) as rss:
+        r = requests.get(f"{server.url}/api/v1/nodes/data/consolidated", params={"depth": 1}, timeout=HTTP_TIMEOUT_S)
+        d = requests.delete(f"{server.url}/api/v1/nodes/data/consolidated/child", timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_metadata", r.text
+    assert "consolidated/.zmetadata" in r.text and "the document is 3221225472 bytes, more than" in r.text, r.text
+    # The delete goes ahead and leaves the unreadable consolidated document as it is.
+    assert d.status_code == 204, d.text
+    assert not (server.root / "consolidated/child/.zgroup").exists()
+    assert (server.root / "consolidated/.zmetadata").stat().st_size == 3 << 30
+    bound(rss, 32 * MIB, "a 3 GiB .zmetadata, described and under a delete")
+
+
 def test_shard_index_limit(server):
     # Finding 10: 2^24 inner chunks per shard (a 256 MiB index) cost 1.3 GB per write.
     sharded = [

@@ -9,7 +9,7 @@ use super::open::{existing, existing_versioned};
 use super::versioned::retry;
 use super::Node;
 use crate::service::{NodeRef, ServiceError, ServiceResult};
-use crate::storage::{KeyPrefix, Mount, ReadRequest, StorageError};
+use crate::storage::{KeyPrefix, Mount};
 use crate::zarr::array::ZarrFormat;
 
 /// Deletes keys (relative to `prefix`), in batches of [`DELETE_CONCURRENCY`].
@@ -105,14 +105,16 @@ async fn forget_in_consolidated(node: &NodeRef<'_>, mount: &Mount) -> ServiceRes
             }
             ZarrFormat::V2 => {
                 let key = a.path().key(".zmetadata")?;
-                let read = match mount.storage().read(&key, &ReadRequest::default()).await {
-                    Ok(read) => read,
-                    Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => continue,
-                    Err(e) => return Err(e.into()),
+                let gate = DocumentGate::of(node.app());
+                // An unreadable (or oversized) consolidated document is left as it is.
+                let read = match super::read_document(mount, &key, gate.max_bytes()).await {
+                    Ok(Some(read)) => read,
+                    Ok(None) | Err(ServiceError::InvalidMetadata { .. }) => continue,
+                    Err(e) => return Err(e),
                 };
                 versions.record(key.clone(), Some(read.meta.etag));
                 let bytes = read.body;
-                let Ok(mut doc) = DocumentGate::of(node.app()).parse(&key, bytes).await else { continue };
+                let Ok(mut doc) = gate.parse(&key, bytes).await else { continue };
                 let Some(docs) = doc.get_mut("metadata").and_then(Value::as_object_mut) else { continue };
                 let before = docs.len();
                 docs.retain(|k, _| !k.starts_with(&format!("{rel}/")));

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::{open_in_with, read_optional, ArrayNode, GroupNode, Node};
+use super::{open_in_with, read_document, ArrayNode, GroupNode, Node};
 use crate::service::{ServiceError, ServiceResult};
 use crate::zarr::array::ZarrFormat;
 use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
@@ -152,8 +152,8 @@ async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult
         }
         ZarrFormat::V2 => {
             let key = group.path.key(".zmetadata")?;
-            let Some(bytes) = read_optional(&group.mount, &key).await? else { return Ok(None) };
-            let value = group.gate.parse(&key, bytes).await?;
+            let Some(read) = read_document(&group.mount, &key, group.gate.max_bytes()).await? else { return Ok(None) };
+            let value = group.gate.parse(&key, read.body).await?;
             let Some(docs) = value.get("metadata").and_then(Value::as_object) else { return Ok(None) };
             let mut out = Vec::new();
             for (k, doc) in docs {

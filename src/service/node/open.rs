@@ -127,15 +127,35 @@ impl Node {
     }
 }
 
-/// Reads one key whole; `None` when it does not exist (or is a prefix).
+/// Reads one stored document whole; `None` when it does not exist (or is a
+/// prefix). A document over `max` bytes (the gate's
+/// [`DocumentGate::max_bytes`](super::documents::DocumentGate::max_bytes))
+/// is refused from its size, unread.
 ///
 /// # Errors
-/// Storage failures.
-pub async fn read_optional(mount: &Mount, key: &StoreKey) -> ServiceResult<Option<Bytes>> {
-    match mount.storage().read(key, &ReadRequest::default()).await {
-        Ok(outcome) => Ok(Some(outcome.body)),
+/// Storage failures; a document over `max` bytes.
+pub async fn read_document(
+    mount: &Mount,
+    key: &StoreKey,
+    max: u64,
+) -> ServiceResult<Option<crate::storage::ReadOutcome>> {
+    match mount.storage().read(key, &ReadRequest { max_len: Some(max), ..ReadRequest::default() }).await {
+        Ok(outcome) => Ok(Some(outcome)),
         Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+        Err(StorageError::TooLarge { size, .. }) => Err(document_too_large(key, size, max)),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// A stored document of `size` bytes, over the `max` stored documents may
+/// have.
+fn document_too_large(key: &StoreKey, size: u64, max: u64) -> ServiceError {
+    ServiceError::InvalidMetadata {
+        key: key.to_string(),
+        source: MetadataError::new(
+            "",
+            format!("the document is {size} bytes, more than the {max} stored documents may have (twice limits.max_body_bytes)"),
+        ),
     }
 }
 
@@ -157,17 +177,7 @@ async fn read_validated(mount: &Mount, key: &StoreKey, max: u64) -> ServiceResul
         other => other,
     };
     match read {
-        Ok(outcome) if outcome.meta.size > max => Err(ServiceError::InvalidMetadata {
-            key: key.to_string(),
-            source: MetadataError::new(
-                "",
-                format!(
-                    "the document is {} bytes, more than the {max} stored documents may have (twice \
-                     limits.max_body_bytes)",
-                    outcome.meta.size
-                ),
-            ),
-        }),
+        Ok(outcome) if outcome.meta.size > max => Err(document_too_large(key, outcome.meta.size, max)),
         Ok(outcome) => Ok((Some(outcome.body), (key.clone(), Some(outcome.meta.etag)))),
         Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok((None, (key.clone(), None))),
         Err(e) => Err(e.into()),
