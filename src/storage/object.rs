@@ -145,21 +145,20 @@ impl ObjectBackend {
 }
 
 impl ObjectBackend {
-    /// The body of `got` (`len` bytes of the answer, after its first
-    /// `skip`): whole, or for a streamed read over [`STREAM_ABOVE`] left to
-    /// arrive as the answer is written ([`ObjectStream`]).
+    /// The body of `got` (`len` bytes, read from `path`): whole, or for a
+    /// streamed read over [`STREAM_ABOVE`] left to arrive as the answer is
+    /// written ([`ObjectStream::resumable`]).
     async fn body(
+        &self,
         got: object_store::GetResult,
+        path: &Path,
         req: &ReadRequest,
         key: &StoreKey,
-        skip: u64,
         len: u64,
     ) -> StorageResult<(Bytes, Option<Tail>)> {
         if req.stream && len > STREAM_ABOVE {
-            return Ok((
-                Bytes::new(),
-                Some(Tail::Stream(ObjectStream::new(got.into_stream(), skip, len, key.as_str()))),
-            ));
+            let stream = ObjectStream::resumable(got, self.store.clone(), path.clone(), 0, len, key.as_str());
+            return Ok((Bytes::new(), Some(Tail::Stream(stream))));
         }
         let body = got.bytes().await.map_err(|e| StorageError::from_object_store(key.as_str(), e))?;
         Ok((body, None))
@@ -181,7 +180,7 @@ impl Storage for ObjectBackend {
             if req.head_only {
                 return Ok(ReadOutcome { meta, range: None, body: Bytes::new(), tail: None });
             }
-            let (body, tail) = Self::body(got, req, key, 0, meta.size).await?;
+            let (body, tail) = self.body(got, &path, req, key, meta.size).await?;
             return Ok(ReadOutcome { meta, range: None, body, tail });
         }
         for _ in 0..CHANGED_RETRIES {
@@ -200,7 +199,7 @@ impl Storage for ObjectBackend {
             match self.store.get_opts(&path, options).await {
                 Ok(got) => {
                     let len = range.as_ref().map_or(meta.size, |r| r.end - r.start);
-                    let (body, tail) = Self::body(got, req, key, 0, len).await?;
+                    let (body, tail) = self.body(got, &path, req, key, len).await?;
                     return Ok(ReadOutcome { meta, range, body, tail });
                 }
                 // Changed between head and get: evaluate again against the new version.
@@ -218,7 +217,8 @@ impl Storage for ObjectBackend {
         if req.stream {
             let (skip, len) = range.as_ref().map_or((0, meta.size), |r| (r.start, r.end - r.start));
             if len > STREAM_ABOVE {
-                let tail = Tail::Stream(ObjectStream::new(got.into_stream(), skip, len, key.as_str()));
+                let stream = ObjectStream::resumable(got, self.store.clone(), path.clone(), skip, len, key.as_str());
+                let tail = Tail::Stream(stream);
                 return Ok(ReadOutcome { meta, range, body: Bytes::new(), tail: Some(tail) });
             }
         }

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::Stream;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStore};
 
 use super::direct::FileSpan;
 use super::{StorageError, StorageResult};
@@ -51,12 +53,46 @@ impl Tail {
 /// the whole object). A body that ends short, or fails midway, is an error
 /// (the answer ends short of its `Content-Length`; the client never gets
 /// other bytes); bytes past `left` are dropped.
+///
+/// The upstream GET lasts as long as the client takes to read, and a slow
+/// client outlasts the store client's request timeout and retry budget
+/// (`object_store`'s `timeout`, 30 s, and `retry.timeout_ms`, 3 min, by
+/// default). So a stream made [`ObjectStream::resumable`] answers a body
+/// that fails or ends short with a fresh GET of the bytes still to come,
+/// conditional on the ETag the answer started with: the rest comes from
+/// the same version or not at all (a replaced object ends the answer
+/// short). Resumes need progress: after [`RESUMES_WITHOUT_PROGRESS`]
+/// failures in a row with no byte between them, the error stands.
 pub struct ObjectStream {
-    stream: BoxStream<'static, object_store::Result<Bytes>>,
+    state: State,
     skip: u64,
     left: u64,
     key: Arc<str>,
     metrics: Option<Arc<StorageMetrics>>,
+    resume: Option<Box<Resume>>,
+}
+
+/// Failed upstream reads in a row, with no byte between them, after which
+/// a resumable stream gives up.
+pub const RESUMES_WITHOUT_PROGRESS: u32 = 3;
+
+enum State {
+    /// Reading a GET's body.
+    Body(BoxStream<'static, object_store::Result<Bytes>>),
+    /// Waiting for the answer to a resuming GET.
+    Resuming(BoxFuture<'static, object_store::Result<object_store::GetResult>>),
+}
+
+/// Where a resuming GET asks, and for which version.
+struct Resume {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    /// The `object_store` ETag of the version being sent.
+    etag: String,
+    /// The object offset just past the last byte to send.
+    end: u64,
+    /// Failures since the last byte that came.
+    failures: u32,
 }
 
 impl std::fmt::Debug for ObjectStream {
@@ -65,6 +101,7 @@ impl std::fmt::Debug for ObjectStream {
             .field("key", &self.key)
             .field("skip", &self.skip)
             .field("left", &self.left)
+            .field("resumable", &self.resume.is_some())
             .finish()
     }
 }
@@ -73,7 +110,25 @@ impl ObjectStream {
     /// `left` bytes of `stream` after its first `skip`, read for `key`.
     #[must_use]
     pub fn new(stream: BoxStream<'static, object_store::Result<Bytes>>, skip: u64, left: u64, key: &str) -> Self {
-        Self { stream, skip, left, key: key.into(), metrics: None }
+        Self { state: State::Body(stream), skip, left, key: key.into(), metrics: None, resume: None }
+    }
+
+    /// `left` bytes of `got`'s body after its first `skip`, read for `key`
+    /// from `path` of `store`; resumed by conditional GETs when it fails
+    /// midway (when the store gave the version's ETag; else as
+    /// [`ObjectStream::new`]).
+    #[must_use]
+    pub fn resumable(
+        got: object_store::GetResult,
+        store: Arc<dyn ObjectStore>,
+        path: Path,
+        skip: u64,
+        left: u64,
+        key: &str,
+    ) -> Self {
+        let end = got.range.start + skip + left;
+        let resume = got.meta.e_tag.clone().map(|etag| Box::new(Resume { store, path, etag, end, failures: 0 }));
+        Self { resume, ..Self::new(got.into_stream(), skip, left, key) }
     }
 
     /// Bytes still to come.
@@ -100,15 +155,35 @@ impl ObjectStream {
 
     fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<Option<StorageResult<Bytes>>> {
         while self.left > 0 {
-            let piece = match std::pin::Pin::new(&mut self.stream).poll_next(cx) {
+            let stream = match &mut self.state {
+                State::Body(stream) => stream,
+                State::Resuming(get) => {
+                    match get.as_mut().poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(got)) => self.state = State::Body(got.into_stream()),
+                        Poll::Ready(Err(e)) => {
+                            // A replaced object answers Precondition: the answer ends short.
+                            if let Some(error) = self.resume_after(e) {
+                                return Poll::Ready(Some(Err(error)));
+                            }
+                        }
+                    }
+                    continue;
+                }
+            };
+            let piece = match stream.as_mut().poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => {
                     let reason = format!("{}: the store's answer ended {} bytes early", self.key, self.left);
-                    return Poll::Ready(Some(Err(StorageError::Unavailable { reason })));
+                    match self.resume_after_short(reason) {
+                        Some(error) => return Poll::Ready(Some(Err(error))),
+                        None => continue,
+                    }
                 }
-                Poll::Ready(Some(Err(e))) => {
-                    return Poll::Ready(Some(Err(StorageError::from_object_store(&self.key, e))));
-                }
+                Poll::Ready(Some(Err(e))) => match self.resume_after(e) {
+                    Some(error) => return Poll::Ready(Some(Err(error))),
+                    None => continue,
+                },
                 Poll::Ready(Some(Ok(piece))) => piece,
             };
             let mut piece = piece;
@@ -120,9 +195,59 @@ impl ObjectStream {
             }
             let take = self.left.min(piece.len() as u64);
             self.left -= take;
+            if let Some(resume) = &mut self.resume {
+                resume.failures = 0;
+            }
             return Poll::Ready(Some(Ok(piece.slice(..take as usize))));
         }
         Poll::Ready(None)
+    }
+
+    /// After the upstream read failed with `e`: starts a resuming GET
+    /// (`None`), or the error that ends the stream.
+    fn resume_after(&mut self, e: object_store::Error) -> Option<StorageError> {
+        let gives_up = matches!(
+            e,
+            object_store::Error::NotFound { .. }
+                | object_store::Error::Precondition { .. }
+                | object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }
+        );
+        if gives_up || !self.start_resume() {
+            return Some(StorageError::from_object_store(&self.key, e));
+        }
+        None
+    }
+
+    /// As [`Self::resume_after`], for a body that ended early (`reason`).
+    fn resume_after_short(&mut self, reason: String) -> Option<StorageError> {
+        if self.start_resume() {
+            None
+        } else {
+            Some(StorageError::Unavailable { reason })
+        }
+    }
+
+    /// Starts a GET of the bytes still to come, of the version being sent;
+    /// `false` when the stream is not resumable or has failed too often
+    /// without progress.
+    fn start_resume(&mut self) -> bool {
+        let Some(resume) = &mut self.resume else { return false };
+        if resume.failures >= RESUMES_WITHOUT_PROGRESS {
+            return false;
+        }
+        resume.failures += 1;
+        let from = resume.end - self.left;
+        self.skip = 0;
+        let options = GetOptions {
+            if_match: Some(resume.etag.clone()),
+            range: Some(GetRange::Bounded(from..resume.end)),
+            ..GetOptions::default()
+        };
+        let (store, path) = (resume.store.clone(), resume.path.clone());
+        tracing::debug!(key = %self.key, from, end = resume.end, "resuming a streamed object read");
+        self.state = State::Resuming(Box::pin(async move { store.get_opts(&path, options).await }));
+        true
     }
 }
 
@@ -149,6 +274,62 @@ mod tests {
 
     fn ok(b: &[u8]) -> object_store::Result<Bytes> {
         Ok(Bytes::copy_from_slice(b))
+    }
+
+    /// An in-memory store holding `k` = bytes 0..100, and a GET of it
+    /// (`range`) whose body fails after its first `fail_after` bytes.
+    async fn failing_get(
+        range: Option<std::ops::Range<u64>>,
+        fail_after: usize,
+    ) -> (Arc<dyn ObjectStore>, object_store::GetResult) {
+        use object_store::ObjectStoreExt;
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let data: Vec<u8> = (0..100).collect();
+        store.put(&Path::from("k"), data.into()).await.unwrap();
+        let options = GetOptions { range: range.map(GetRange::Bounded), ..GetOptions::default() };
+        let mut got = store.get_opts(&Path::from("k"), options).await.unwrap();
+        let start = usize::try_from(got.range.start).unwrap();
+        let first = Bytes::from((start..start + fail_after).map(|b| b as u8).collect::<Vec<_>>());
+        let cut = object_store::Error::Generic { store: "test", source: "connection reset".into() };
+        got.payload = object_store::GetResultPayload::Stream(pieces(vec![Ok(first), Err(cut)]));
+        (store, got)
+    }
+
+    #[tokio::test]
+    async fn a_body_failing_midway_is_resumed_from_the_same_version() {
+        use object_store::ObjectStoreExt;
+        // A ranged GET (10..90) cut after 20 bytes: the rest is asked again.
+        let (store, got) = failing_get(Some(10..90), 20).await;
+        let s = ObjectStream::resumable(got, store, Path::from("k"), 0, 80, "k");
+        let (out, e) = drain(s).await;
+        assert!(e.is_none(), "{e:?}");
+        assert_eq!(out, (10..90).collect::<Vec<u8>>());
+        // A range cut from a whole-object GET (skip 5, take 50), cut after
+        // 3 bytes, before the range began.
+        let (store, got) = failing_get(None, 3).await;
+        let s = ObjectStream::resumable(got, store, Path::from("k"), 5, 50, "k");
+        let (out, e) = drain(s).await;
+        assert!(e.is_none(), "{e:?}");
+        assert_eq!(out, (5..55).collect::<Vec<u8>>());
+        // The object replaced before the resume: the answer ends short with
+        // the bytes of the version it started with, never the new one's.
+        let (store, got) = failing_get(None, 30).await;
+        store.put(&Path::from("k"), vec![7u8; 100].into()).await.unwrap();
+        let s = ObjectStream::resumable(got, store, Path::from("k"), 0, 100, "k");
+        let (out, e) = drain(s).await;
+        assert_eq!(out, (0..30).collect::<Vec<u8>>());
+        assert!(matches!(e, Some(StorageError::PreconditionFailed { .. })), "{e:?}");
+        // Deleted: the same.
+        let (store, got) = failing_get(None, 30).await;
+        store.delete(&Path::from("k")).await.unwrap();
+        let (out, e) = drain(ObjectStream::resumable(got, store, Path::from("k"), 0, 100, "k")).await;
+        assert_eq!(out.len(), 30);
+        assert!(matches!(e, Some(StorageError::NotFound { .. })), "{e:?}");
+        // Not resumable (no store handed over): the failure ends the answer.
+        let (_, got) = failing_get(None, 30).await;
+        let (out, e) = drain(ObjectStream::new(got.into_stream(), 0, 100, "k")).await;
+        assert_eq!(out.len(), 30);
+        assert!(matches!(e, Some(StorageError::Unavailable { .. })), "{e:?}");
     }
 
     #[tokio::test]
