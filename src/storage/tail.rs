@@ -61,8 +61,15 @@ impl Tail {
 /// that fails or ends short with a fresh GET of the bytes still to come,
 /// conditional on the ETag the answer started with: the rest comes from
 /// the same version or not at all (a replaced object ends the answer
-/// short). Resumes need progress: after [`RESUMES_WITHOUT_PROGRESS`]
-/// failures in a row with no byte between them, the error stands.
+/// short; so does an answer to the resuming GET with another ETag or range,
+/// from a store that ignores `If-Match`). Resumes are bounded: after
+/// [`FAILURES_IN_A_ROW`] failures with no byte between them, after
+/// [`RESUME_WAIT`] without an answer to a resuming GET, or after
+/// `FAILURES_IN_A_ROW + len / RESUME_EVERY` resumes in all (so a store
+/// cutting every answer short costs one GET per 4 MiB, and a client
+/// trickling bytes holds the answer for at most that many store timeouts),
+/// the error stands. Each resuming GET counts as a read in the mount's
+/// figures.
 pub struct ObjectStream {
     state: State,
     skip: u64,
@@ -72,15 +79,24 @@ pub struct ObjectStream {
     resume: Option<Box<Resume>>,
 }
 
-/// Failed upstream reads in a row, with no byte between them, after which
-/// a resumable stream gives up.
-pub const RESUMES_WITHOUT_PROGRESS: u32 = 3;
+/// Failed upstream reads in a row, with no byte between them, that end a
+/// resumable stream.
+pub const FAILURES_IN_A_ROW: u32 = 3;
+
+/// A resumable stream may resume once per this many bytes of its length
+/// (plus [`FAILURES_IN_A_ROW`]).
+pub const RESUME_EVERY: u64 = 4 << 20;
+
+/// The longest wait for the answer to a resuming GET (the client is
+/// waiting for bytes meanwhile; the store client's own retries may take
+/// minutes).
+pub const RESUME_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 enum State {
     /// Reading a GET's body.
     Body(BoxStream<'static, object_store::Result<Bytes>>),
-    /// Waiting for the answer to a resuming GET.
-    Resuming(BoxFuture<'static, object_store::Result<object_store::GetResult>>),
+    /// Waiting for the answer to a resuming GET of these bytes.
+    Resuming(BoxFuture<'static, object_store::Result<object_store::GetResult>>, std::ops::Range<u64>),
 }
 
 /// Where a resuming GET asks, and for which version.
@@ -93,6 +109,8 @@ struct Resume {
     end: u64,
     /// Failures since the last byte that came.
     failures: u32,
+    /// Resumes still allowed.
+    resumes_left: u64,
 }
 
 impl std::fmt::Debug for ObjectStream {
@@ -127,7 +145,9 @@ impl ObjectStream {
         key: &str,
     ) -> Self {
         let end = got.range.start + skip + left;
-        let resume = got.meta.e_tag.clone().map(|etag| Box::new(Resume { store, path, etag, end, failures: 0 }));
+        let resumes_left = u64::from(FAILURES_IN_A_ROW) + left / RESUME_EVERY;
+        let resume =
+            got.meta.e_tag.clone().map(|etag| Box::new(Resume { store, path, etag, end, failures: 0, resumes_left }));
         Self { resume, ..Self::new(got.into_stream(), skip, left, key) }
     }
 
@@ -157,10 +177,16 @@ impl ObjectStream {
         while self.left > 0 {
             let stream = match &mut self.state {
                 State::Body(stream) => stream,
-                State::Resuming(get) => {
+                State::Resuming(get, asked) => {
+                    let asked = asked.clone();
                     match get.as_mut().poll(cx) {
                         Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Ok(got)) => self.state = State::Body(got.into_stream()),
+                        Poll::Ready(Ok(got)) => {
+                            if let Some(error) = self.check_resumed(&got, &asked) {
+                                return Poll::Ready(Some(Err(error)));
+                            }
+                            self.state = State::Body(got.into_stream());
+                        }
                         Poll::Ready(Err(e)) => {
                             // A replaced object answers Precondition: the answer ends short.
                             if let Some(error) = self.resume_after(e) {
@@ -203,15 +229,36 @@ impl ObjectStream {
         Poll::Ready(None)
     }
 
+    /// The error that ends the stream when a resuming GET's answer is not
+    /// the `asked` bytes of the version being sent (a store that ignores
+    /// `If-Match`).
+    fn check_resumed(&self, got: &object_store::GetResult, asked: &std::ops::Range<u64>) -> Option<StorageError> {
+        let resume = self.resume.as_ref()?;
+        let same = got.meta.e_tag.as_deref() == Some(resume.etag.as_str()) && got.range == *asked;
+        (!same).then(|| StorageError::PreconditionFailed {
+            key: self.key.to_string(),
+            reason: format!(
+                "the object changed while it was sent (resumed bytes {}..{} came as {}..{} of ETag {:?}, not {:?})",
+                asked.start, asked.end, got.range.start, got.range.end, got.meta.e_tag, resume.etag
+            ),
+        })
+    }
+
     /// After the upstream read failed with `e`: starts a resuming GET
     /// (`None`), or the error that ends the stream.
     fn resume_after(&mut self, e: object_store::Error) -> Option<StorageError> {
+        use object_store::Error as E;
+        // Errors a second asking does not change.
         let gives_up = matches!(
             e,
-            object_store::Error::NotFound { .. }
-                | object_store::Error::Precondition { .. }
-                | object_store::Error::PermissionDenied { .. }
-                | object_store::Error::Unauthenticated { .. }
+            E::NotFound { .. }
+                | E::Precondition { .. }
+                | E::NotModified { .. }
+                | E::PermissionDenied { .. }
+                | E::Unauthenticated { .. }
+                | E::InvalidPath { .. }
+                | E::NotSupported { .. }
+                | E::NotImplemented { .. }
         );
         if gives_up || !self.start_resume() {
             return Some(StorageError::from_object_store(&self.key, e));
@@ -233,20 +280,35 @@ impl ObjectStream {
     /// without progress.
     fn start_resume(&mut self) -> bool {
         let Some(resume) = &mut self.resume else { return false };
-        if resume.failures >= RESUMES_WITHOUT_PROGRESS {
+        resume.failures += 1;
+        if resume.failures >= FAILURES_IN_A_ROW || resume.resumes_left == 0 {
             return false;
         }
-        resume.failures += 1;
-        let from = resume.end - self.left;
+        resume.resumes_left -= 1;
+        let asked = resume.end - self.left..resume.end;
         self.skip = 0;
         let options = GetOptions {
             if_match: Some(resume.etag.clone()),
-            range: Some(GetRange::Bounded(from..resume.end)),
+            range: Some(GetRange::Bounded(asked.clone())),
             ..GetOptions::default()
         };
-        let (store, path) = (resume.store.clone(), resume.path.clone());
-        tracing::debug!(key = %self.key, from, end = resume.end, "resuming a streamed object read");
-        self.state = State::Resuming(Box::pin(async move { store.get_opts(&path, options).await }));
+        let (store, path, metrics) = (resume.store.clone(), resume.path.clone(), self.metrics.clone());
+        tracing::debug!(key = %self.key, from = asked.start, end = asked.end, "resuming a streamed object read");
+        let get = async move {
+            let started = std::time::Instant::now();
+            let got = match tokio::time::timeout(RESUME_WAIT, store.get_opts(&path, options)).await {
+                Ok(got) => got,
+                Err(_) => Err(object_store::Error::Generic {
+                    store: "zarrd",
+                    source: format!("no answer to a resuming GET within {} s", RESUME_WAIT.as_secs()).into(),
+                }),
+            };
+            if let Some(m) = metrics {
+                m.op(StorageOp::Read).latency.observe(started.elapsed());
+            }
+            got
+        };
+        self.state = State::Resuming(Box::pin(get), asked);
         true
     }
 }
@@ -330,6 +392,132 @@ mod tests {
         let (out, e) = drain(ObjectStream::new(got.into_stream(), 0, 100, "k")).await;
         assert_eq!(out.len(), 30);
         assert!(matches!(e, Some(StorageError::Unavailable { .. })), "{e:?}");
+    }
+
+    /// An in-memory store whose GETs ignore `If-Match` and whose bodies
+    /// end after `cut` bytes: a store no resume can trust, or one that
+    /// cuts every answer short.
+    #[derive(Debug)]
+    struct Unreliable {
+        inner: object_store::memory::InMemory,
+        cut: usize,
+        gets: std::sync::atomic::AtomicUsize,
+    }
+
+    impl std::fmt::Display for Unreliable {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Unreliable")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Unreliable {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: object_store::PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let options = GetOptions { if_match: None, ..options };
+            let got = self.inner.get_opts(location, options).await?;
+            let range = got.range.clone();
+            let body = got.bytes().await?;
+            let cut = object_store::Error::Generic { store: "test", source: "connection reset".into() };
+            let mut parts = vec![Ok(body.slice(..self.cut.min(body.len())))];
+            if body.len() > self.cut {
+                parts.push(Err(cut));
+            }
+            let mut got = self.inner.get_opts(location, GetOptions { head: true, ..GetOptions::default() }).await?;
+            got.range = range;
+            got.payload = object_store::GetResultPayload::Stream(pieces(parts));
+            Ok(got)
+        }
+
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, object_store::Result<Path>>,
+        ) -> BoxStream<'static, object_store::Result<Path>> {
+            self.inner.delete_stream(locations)
+        }
+
+        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    #[tokio::test]
+    async fn resumes_trust_only_the_same_version_and_are_bounded() {
+        use object_store::ObjectStoreExt;
+        let unreliable =
+            |cut| Arc::new(Unreliable { inner: object_store::memory::InMemory::new(), cut, gets: 0.into() });
+        let k = Path::from("k");
+        // A store that ignores If-Match: the object replaced before the
+        // resume is caught by its ETag, and none of its bytes is sent.
+        let store = unreliable(30);
+        store.put(&k, (0..100).collect::<Vec<u8>>().into()).await.unwrap();
+        let got = store.get_opts(&k, GetOptions::default()).await.unwrap();
+        store.put(&k, vec![7u8; 100].into()).await.unwrap();
+        let (out, e) = drain(ObjectStream::resumable(got, store.clone(), k.clone(), 0, 100, "k")).await;
+        assert_eq!(out, (0..30).collect::<Vec<u8>>());
+        assert!(
+            matches!(e, Some(StorageError::PreconditionFailed { ref reason, .. }) if reason.contains("changed while it was sent")),
+            "{e:?}"
+        );
+        // A store cutting every answer after 1 MiB: a 4 MiB object needs 3
+        // resumes of the 3 + 1 allowed and arrives whole; a 20 MiB one
+        // would need 19 and ends short after 3 + 5, not one GET per MiB
+        // for as long as the object goes on.
+        for (mib, whole) in [(4u64, true), (20, false)] {
+            let store = unreliable(1 << 20);
+            let len = mib << 20;
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            store.put(&k, data.clone().into()).await.unwrap();
+            let got = store.get_opts(&k, GetOptions::default()).await.unwrap();
+            let (out, e) = drain(ObjectStream::resumable(got, store.clone(), k.clone(), 0, len, "k")).await;
+            let gets = store.gets.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(out, data[..out.len()], "{mib} MiB: the bytes that came are the object's");
+            assert_eq!(e.is_none(), whole, "{mib} MiB: {e:?} after {} bytes and {gets} GETs", out.len());
+            let allowed = u64::from(FAILURES_IN_A_ROW) + len / RESUME_EVERY;
+            assert!(gets as u64 <= 1 + allowed, "{mib} MiB: {gets} GETs, more than 1 + {allowed}");
+        }
+        // Three failures in a row with no byte between them end the stream:
+        // the first GET and two resumes, each cut before a byte.
+        let store = unreliable(0);
+        store.put(&k, vec![1u8; 100].into()).await.unwrap();
+        let got = store.get_opts(&k, GetOptions::default()).await.unwrap();
+        let (out, e) = drain(ObjectStream::resumable(got, store.clone(), k.clone(), 0, 100, "k")).await;
+        assert!(out.is_empty() && e.is_some());
+        assert_eq!(store.gets.load(std::sync::atomic::Ordering::Relaxed), 1 + 2);
     }
 
     #[tokio::test]
