@@ -275,6 +275,16 @@ pub struct Connections {
     handshake_timeout: Duration,
     /// `limits.send_stall_timeout_seconds` ([`SendStall`]).
     send_stall: Duration,
+    /// One permit per connection that may be open ([`Connections::max`]),
+    /// held by each connection's task until it closes: the accept loops of
+    /// every worker wait for one before accepting.
+    slots: Arc<tokio::sync::Semaphore>,
+    /// `limits.max_connections`, at most half the open-file limit.
+    max: usize,
+    /// When the server last logged that every connection slot was taken
+    /// (seconds since `started`), so a flood logs once a minute.
+    full_logged: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
 }
 
 impl std::fmt::Debug for Connections {
@@ -301,7 +311,48 @@ impl Connections {
             .keep_alive_timeout(header_timeout);
         let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;
         let send_stall = Duration::from_secs(config.limits.send_stall_timeout_seconds);
-        Ok(Self { http1, http2, tls, handshake_timeout: header_timeout, send_stall })
+        let max = connection_cap(config.limits.max_connections, open_file_limit());
+        Ok(Self {
+            http1,
+            http2,
+            tls,
+            handshake_timeout: header_timeout,
+            send_stall,
+            slots: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+            full_logged: std::sync::atomic::AtomicU64::new(u64::MAX),
+            started: std::time::Instant::now(),
+        })
+    }
+
+    /// Connections that may be open at once.
+    #[must_use]
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// A connection slot, waited for when every one is taken (`None` once
+    /// `stop` resolved first).
+    async fn slot(
+        &self,
+        stop: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+            return Some(permit);
+        }
+        let now = self.started.elapsed().as_secs();
+        let last = self.full_logged.load(std::sync::atomic::Ordering::Relaxed);
+        if last == u64::MAX || now >= last + 60 {
+            self.full_logged.store(now, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                max_connections = self.max,
+                "every connection slot is taken (limits.max_connections): new connections wait to be accepted"
+            );
+        }
+        tokio::select! {
+            permit = Arc::clone(&self.slots).acquire_owned() => permit.ok(),
+            () = stop => None,
+        }
     }
 
     /// `https` or `http`.
@@ -313,6 +364,29 @@ impl Connections {
             "http"
         }
     }
+}
+
+/// The process's open-file limit (`RLIMIT_NOFILE`, soft); `None` when
+/// unlimited or unknown.
+fn open_file_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
+/// `configured` connections, at most half of `open_files` (and at least
+/// one): the rest of the descriptors are for files, sockets to stores and
+/// the listener.
+fn connection_cap(configured: usize, open_files: Option<u64>) -> usize {
+    let half = open_files.map_or(usize::MAX, |n| usize::try_from(n / 2).unwrap_or(usize::MAX));
+    let cap = configured.min(half).max(1);
+    if cap < configured {
+        tracing::warn!(
+            max_connections = configured,
+            open_file_limit = open_files,
+            using = cap,
+            "limits.max_connections is more than half the open-file limit (ulimit -n): serving at most {cap} connections"
+        );
+    }
+    cap
 }
 
 /// A rustls acceptor offering HTTP/2 and HTTP/1.1 by ALPN.
@@ -379,6 +453,9 @@ async fn serve_seated(
                 () = &mut stop => break,
             }
         }
+        // A slot first: past limits.max_connections new connections wait
+        // in the kernel's accept queue, holding nothing here.
+        let Some(slot) = connections.slot(&mut stop).await else { break };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut stop => break,
@@ -409,7 +486,7 @@ async fn serve_seated(
         let (connections, stop, open) = (Arc::clone(&connections), stop_rx.clone(), open_tx.clone());
         let counted = seat.as_ref().map(Seat::opened);
         tokio::spawn(async move {
-            let _open = (open, counted);
+            let _open = (open, counted, slot);
             serve_connection(&connections, tcp, service, stop).await;
         });
     }
@@ -661,6 +738,14 @@ mod tests {
     use super::*;
     use crate::config::{Scope, TokenHash, TokenSpec};
     use crate::http::auth::Authenticator;
+
+    #[test]
+    fn connections_take_at_most_half_the_open_file_limit() {
+        assert_eq!(super::connection_cap(8192, Some(1024)), 512);
+        assert_eq!(super::connection_cap(8192, Some(1_048_576)), 8192);
+        assert_eq!(super::connection_cap(8192, None), 8192);
+        assert_eq!(super::connection_cap(10, Some(1)), 1);
+    }
 
     #[test]
     fn start_up_says_who_may_do_what() {

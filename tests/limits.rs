@@ -236,3 +236,38 @@ async fn two_hundred_slow_clients_do_not_stop_a_normal_one_and_are_cut_off() {
     assert_eq!(open, 0, "{open} slow connections still open 15 s after the header timeout");
     assert!(started.elapsed() >= Duration::from_millis(1800), "closed before the timeout: {:?}", started.elapsed());
 }
+
+/// Sends a keep-alive `GET /healthz` and reads the start of its answer.
+async fn health_on(conn: &mut TcpStream, within: Duration) -> Option<String> {
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 1024];
+    match tokio::time::timeout(within, conn.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn connections_past_max_connections_wait_to_be_accepted() {
+    let mut config = common::test_config();
+    config.limits.max_connections = 2;
+    config.limits.header_read_timeout_seconds = 30;
+    let (addr, _task) = start(config).await;
+    // Two idle keep-alive connections take both slots.
+    let mut a = TcpStream::connect(addr).await.unwrap();
+    let mut b = TcpStream::connect(addr).await.unwrap();
+    for conn in [&mut a, &mut b] {
+        let head = health_on(conn, Duration::from_secs(5)).await.expect("answered");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
+    // A third connects (the kernel's queue) but is not served...
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(health_on(&mut c, Duration::from_millis(800)).await, None, "served past max_connections");
+    // ... until one of the two closes.
+    drop(a);
+    let mut buf = [0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await.expect("served once a slot freed");
+    assert!(String::from_utf8_lossy(&buf[..n.unwrap()]).starts_with("HTTP/1.1 200"));
+    // The open connection is still served.
+    assert!(health_on(&mut b, Duration::from_secs(5)).await.is_some_and(|h| h.starts_with("HTTP/1.1 200")));
+}
