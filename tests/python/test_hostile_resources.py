@@ -115,8 +115,9 @@ def test_huge_stored_document_is_not_parsed(server):
         r = requests.get(f"{server.url}/api/v1/nodes/data/bigdoc", timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 422, r.text
     assert "limits.max_body_bytes" in r.json()["error"]["message"]
-    # Only the first 2 x max_body_bytes + 1 of it are read, and nothing is parsed.
-    bound(rss, 48 * MIB, "describing an 86 MiB zarr.json")
+    # Refused from its size: none of it is read (round 9; the first 2 x max_body_bytes + 1
+    # were read before), nothing is parsed.
+    bound(rss, 16 * MIB, "describing an 86 MiB zarr.json")
     with PeakRss(server) as rss:
         r = requests.put(f"{server.url}/zarr/data/bigdoc2/zarr.json", data=doc, timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 413, r.text
@@ -207,6 +208,28 @@ def test_oversized_consolidated_metadata_is_refused_unread(server):
     assert not (server.root / "consolidated/child/.zgroup").exists()
     assert (server.root / "consolidated/.zmetadata").stat().st_size == 3 << 30
     bound(rss, 32 * MIB, "a 3 GiB .zmetadata, described and under a delete")
+
+
+def test_oversized_node_documents_are_refused_unread_by_concurrent_describes(server):
+    # Round 9 (found by an attack on main): a node's own documents were read up to
+    # 2 x max_body_bytes + 1 (32 MiB) before their size was checked, so 32 concurrent
+    # describes of a v2 array with a 3 GiB `.zarray` and `.zattrs` took the process from
+    # 43 MB to 1.23 GB. Now each is refused from its stored size.
+    (server.root / "v2big").mkdir(exist_ok=True)
+    for name in (".zarray", ".zattrs"):
+        with open(server.root / "v2big" / name, "wb") as f:
+            f.truncate(3 << 30)
+
+    def describe(_):
+        return requests.get(f"{server.url}/api/v1/nodes/data/v2big", timeout=HTTP_TIMEOUT_S)
+
+    with PeakRss(server) as rss:
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(describe, range(32)))
+    for r in answers:
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_metadata", r.text
+        assert "the document is 3221225472 bytes, more than" in r.text, r.text
+    bound(rss, 16 * MIB, "32 describes of a v2 array with 3 GiB documents")
 
 
 def test_shard_index_limit(server):

@@ -163,24 +163,13 @@ fn unsupported(key: &StoreKey, e: &crate::zarr::array::ArrayError) -> ServiceErr
     ServiceError::UnsupportedArray { key: key.to_string(), reason: e.to_string() }
 }
 
-/// Reads one key whole with its ETag; `None` when it does not exist.
-/// Reads at most `max` bytes of it (plus one): a larger document is refused
-/// without being read whole.
+/// Reads one key whole with its ETag; `None` when it does not exist. A
+/// document over `max` bytes is refused from its stored size, before any of
+/// it is read ([`read_document`]).
 async fn read_validated(mount: &Mount, key: &StoreKey, max: u64) -> ServiceResult<(Option<Bytes>, Validator)> {
-    let bounded = ReadRequest {
-        range: Some(crate::storage::ByteRange::Bounded { first: 0, last: max }),
-        ..ReadRequest::default()
-    };
-    let read = match mount.storage().read(key, &bounded).await {
-        // An empty object has no byte 0: read it as it is.
-        Err(StorageError::RangeNotSatisfiable { .. }) => mount.storage().read(key, &ReadRequest::default()).await,
-        other => other,
-    };
-    match read {
-        Ok(outcome) if outcome.meta.size > max => Err(document_too_large(key, outcome.meta.size, max)),
-        Ok(outcome) => Ok((Some(outcome.body), (key.clone(), Some(outcome.meta.etag)))),
-        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok((None, (key.clone(), None))),
-        Err(e) => Err(e.into()),
+    match read_document(mount, key, max).await? {
+        Some(outcome) => Ok((Some(outcome.body), (key.clone(), Some(outcome.meta.etag)))),
+        None => Ok((None, (key.clone(), None))),
     }
 }
 
