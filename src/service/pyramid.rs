@@ -51,6 +51,7 @@ use super::{App, ServiceError, ServiceResult};
 use crate::storage::{PutCondition, StorageError};
 use crate::zarr::array::ZarrFormat;
 use crate::zarr::downsample::Method;
+use crate::zarr::region::SourceError;
 
 mod onepass;
 mod options;
@@ -550,12 +551,15 @@ async fn read_bulk(
     match mount.storage().read(key, &req).await {
         Ok(outcome) => Ok(Some(outcome.body)),
         Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
-        Err(StorageError::TooLarge { size, limit, .. }) => Err(ServiceError::CorruptChunk {
-            key: key.to_string(),
-            reason: super::array::source::too_large(size, limit),
-        }),
+        Err(StorageError::TooLarge { size, limit, .. }) => Err(too_large(key, size, limit)),
         Err(e) => Err(e.into()),
     }
+}
+
+/// A stored chunk at `key` of `size` bytes, above the `limit` any encoding
+/// of it can take: damage.
+fn too_large(key: &crate::storage::StoreKey, size: u64, limit: u64) -> ServiceError {
+    ServiceError::CorruptChunk { key: key.to_string(), reason: SourceError::too_large(size, limit).to_string() }
 }
 
 async fn exists(mount: &crate::storage::Mount, key: &crate::storage::StoreKey) -> ServiceResult<bool> {
@@ -615,8 +619,7 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
                     job.skipped.fetch_add(1, Ordering::Relaxed);
                 } else if let Some(meta) = head(mount, &from).await? {
                     if meta.size > max_stored {
-                        let reason = super::array::source::too_large(meta.size, max_stored);
-                        return Err(ServiceError::CorruptChunk { key: from.to_string(), reason });
+                        return Err(too_large(&from, meta.size, max_stored));
                     }
                     // Large shards are copied fewer at a time.
                     let kib = u32::try_from(meta.size.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, budget_kib);

@@ -145,23 +145,25 @@ impl ObjectBackend {
 }
 
 impl ObjectBackend {
-    /// The body of `got` (`len` bytes, read from `path`): whole, or for a
-    /// streamed read over [`STREAM_ABOVE`] left to arrive as the answer is
-    /// written ([`ObjectStream::resumable`]).
+    /// The answer's bytes from `got` (read from `path`): `len` bytes after
+    /// its first `skip` (a range cut from a GET of the whole object), whole,
+    /// or for a streamed read over [`STREAM_ABOVE`] left to arrive as the
+    /// answer is written ([`ObjectStream::resumable`]).
     async fn body(
         &self,
         got: object_store::GetResult,
         path: &Path,
         req: &ReadRequest,
         key: &StoreKey,
-        len: u64,
+        (skip, len): (u64, u64),
     ) -> StorageResult<(Bytes, Option<Tail>)> {
         if req.stream && len > STREAM_ABOVE {
-            let stream = ObjectStream::resumable(got, self.store.clone(), path.clone(), 0, len, key.as_str());
+            let stream = ObjectStream::resumable(got, self.store.clone(), path.clone(), skip, len, key.as_str());
             return Ok((Bytes::new(), Some(Tail::Stream(stream))));
         }
         let body = got.bytes().await.map_err(|e| StorageError::from_object_store(key.as_str(), e))?;
-        Ok((body, None))
+        let at = |n: u64| usize::try_from(n).unwrap_or(usize::MAX).min(body.len());
+        Ok((body.slice(at(skip)..at(skip.saturating_add(len))), None))
     }
 }
 
@@ -174,13 +176,11 @@ impl Storage for ObjectBackend {
             let options = GetOptions { head: req.head_only, ..Default::default() };
             let got = self.store.get_opts(&path, options).await.map_err(err)?;
             let meta = Self::meta(&got.meta);
-            if !req.head_only {
-                req.check_len(key.as_str(), meta.size)?;
-            }
             if req.head_only {
                 return Ok(ReadOutcome { meta, range: None, body: Bytes::new(), tail: None });
             }
-            let (body, tail) = self.body(got, &path, req, key, meta.size).await?;
+            req.check_len(key.as_str(), meta.size)?;
+            let (body, tail) = self.body(got, &path, req, key, (0, meta.size)).await?;
             return Ok(ReadOutcome { meta, range: None, body, tail });
         }
         for _ in 0..CHANGED_RETRIES {
@@ -190,7 +190,8 @@ impl Storage for ObjectBackend {
             if req.head_only {
                 return Ok(ReadOutcome { meta, range, body: Bytes::new(), tail: None });
             }
-            req.check_len(key.as_str(), range.as_ref().map_or(meta.size, |r| r.end - r.start))?;
+            let len = range.as_ref().map_or(meta.size, |r| r.end - r.start);
+            req.check_len(key.as_str(), len)?;
             let options = GetOptions {
                 if_match: head.e_tag.clone(),
                 range: range.clone().map(GetRange::Bounded),
@@ -198,8 +199,7 @@ impl Storage for ObjectBackend {
             };
             match self.store.get_opts(&path, options).await {
                 Ok(got) => {
-                    let len = range.as_ref().map_or(meta.size, |r| r.end - r.start);
-                    let (body, tail) = self.body(got, &path, req, key, len).await?;
+                    let (body, tail) = self.body(got, &path, req, key, (0, len)).await?;
                     return Ok(ReadOutcome { meta, range, body, tail });
                 }
                 // Changed between head and get: evaluate again against the new version.
@@ -214,25 +214,9 @@ impl Storage for ObjectBackend {
         let range = request::evaluate(key.as_str(), &meta, req)?;
         // The whole object is read here, whatever the range.
         req.check_len(key.as_str(), meta.size)?;
-        if req.stream {
-            let (skip, len) = range.as_ref().map_or((0, meta.size), |r| (r.start, r.end - r.start));
-            if len > STREAM_ABOVE {
-                let stream = ObjectStream::resumable(got, self.store.clone(), path.clone(), skip, len, key.as_str());
-                let tail = Tail::Stream(stream);
-                return Ok(ReadOutcome { meta, range, body: Bytes::new(), tail: Some(tail) });
-            }
-        }
-        let body = got.bytes().await.map_err(err)?;
-        let body = match &range {
-            Some(r) => {
-                let (Ok(start), Ok(end)) = (usize::try_from(r.start), usize::try_from(r.end)) else {
-                    return Err(StorageError::Unavailable { reason: format!("{key} is too large to read") });
-                };
-                body.slice(start..end.min(body.len()))
-            }
-            None => body,
-        };
-        Ok(ReadOutcome { meta, range, body, tail: None })
+        let cut = range.as_ref().map_or((0, meta.size), |r| (r.start, r.end - r.start));
+        let (body, tail) = self.body(got, &path, req, key, cut).await?;
+        Ok(ReadOutcome { meta, range, body, tail })
     }
 
     async fn head(&self, key: &StoreKey) -> StorageResult<ObjectMeta> {

@@ -144,6 +144,15 @@ pub enum SourceError {
     TooLarge(String),
 }
 
+impl SourceError {
+    /// A stored value of `size` bytes, more than the `limit` any encoding
+    /// of its chunk can take.
+    #[must_use]
+    pub fn too_large(size: u64, limit: u64) -> Self {
+        Self::TooLarge(format!("{size} bytes, more than any encoding of its chunk can take ({limit})"))
+    }
+}
+
 /// Reads stored values by key (relative to the array), whole or by range.
 #[async_trait]
 pub trait ChunkSource: Send + Sync {
@@ -176,10 +185,7 @@ pub trait ChunkSource: Send + Sync {
     async fn get_versioned_within(&self, key: &str, max: u64) -> Result<Option<Versioned>, SourceError> {
         let got = self.get_versioned(key).await?;
         match &got {
-            Some(v) if v.bytes.len() as u64 > max => Err(SourceError::TooLarge(format!(
-                "{} bytes, more than any encoding of its chunk can take ({max})",
-                v.bytes.len()
-            ))),
+            Some(v) if v.bytes.len() as u64 > max => Err(SourceError::too_large(v.bytes.len() as u64, max)),
             _ => Ok(got),
         }
     }

@@ -86,12 +86,6 @@ impl MountChunkStore {
     }
 }
 
-/// Why a stored value of `size` bytes, above `limit`, is refused.
-#[must_use]
-pub fn too_large(size: u64, limit: u64) -> String {
-    format!("{size} bytes, more than any encoding of its chunk can take ({limit})")
-}
-
 /// A storage error as the engine's, by meaning.
 #[must_use]
 pub fn classify(e: StorageError) -> SourceError {
@@ -107,7 +101,7 @@ pub fn classify(e: StorageError) -> SourceError {
         StorageError::NotSupported { reason } => SourceError::NotSupported(reason),
         StorageError::Unavailable { reason } => SourceError::Unavailable(reason),
         StorageError::Timeout { reason } => SourceError::Timeout(reason),
-        StorageError::TooLarge { size, limit, .. } => SourceError::TooLarge(too_large(size, limit)),
+        StorageError::TooLarge { size, limit, .. } => SourceError::too_large(size, limit),
     }
 }
 
