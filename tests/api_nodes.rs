@@ -251,6 +251,29 @@ async fn describes_stats_and_children(s: TestServer) {
     let want = [("g", 1), ("g/a", 2), ("g/sub", 2), ("g/sub/b", 3)].map(|(p, d)| (p.to_string(), d));
     assert_eq!(got, want);
     assert_eq!(s.get("/api/v1/nodes/data?depth=0").await.json()["children"], json!([]));
+
+    // A child whose documents do not open is listed as unreadable, with
+    // the reason a describe of it gives, and its siblings still are.
+    let odd = json!({"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "float64",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0.0,
+        "codecs": [{"name": "numcodecs.zfpy", "configuration": {"mode": 4, "tolerance": -1}}]});
+    s.put("/zarr/data/g/odd/zarr.json", odd.to_string()).await.expect_status(201);
+    let why = s.get("/api/v1/nodes/data/g/odd").await.expect_error(422, "unsupported_array").error_message();
+    let j = s.get("/api/v1/nodes/data?depth=3").await.json();
+    let listed: Vec<(&str, &str)> = j["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap(), c["node_type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        listed,
+        [("g", "group"), ("g/a", "array"), ("g/odd", "unreadable"), ("g/sub", "group"), ("g/sub/b", "array")]
+    );
+    let odd = &j["children"][2];
+    assert_eq!((odd["error"].as_str(), odd.get("zarr_format")), (Some(why.as_str()), None), "{odd}");
+    assert!(why.contains("zfpy"), "{why}");
     s.get("/api/v1/nodes/data?depth=65").await.expect_error(400, "invalid_query");
     s.get("/api/v1/nodes/data?stats=perhaps").await.expect_error(400, "invalid_query");
 }

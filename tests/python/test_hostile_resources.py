@@ -232,6 +232,31 @@ def test_oversized_node_documents_are_refused_unread_by_concurrent_describes(ser
     bound(rss, 16 * MIB, "32 describes of a v2 array with 3 GiB documents")
 
 
+def test_one_oversized_child_leaves_its_group_describable(server):
+    # A 3 GiB `zarr.json` under a group (anyone who can write below it can leave one) made
+    # the group's description, its listing of children, a 422 naming that child: the mount's
+    # root too when it is a group. Now the child is listed as unreadable with the reason,
+    # its siblings as they are, and nothing of the large document is read.
+    (server.root / "holder").mkdir(exist_ok=True)
+    (server.root / "holder" / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group"}))
+    behind(server, "holder/fine/zarr.json", v3([4], [2]))
+    (server.root / "holder" / "huge").mkdir(exist_ok=True)
+    with open(server.root / "holder" / "huge" / "zarr.json", "wb") as f:
+        f.truncate(3 << 30)
+    with PeakRss(server) as rss:
+        r = requests.get(f"{server.url}/api/v1/nodes/data/holder", timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 200, r.text
+    children = {c["name"]: c for c in r.json()["children"]}
+    assert children["fine"]["node_type"] == "array" and children["fine"]["shape"] == [4], children
+    huge = children["huge"]
+    assert huge["node_type"] == "unreadable" and "zarr_format" not in huge, huge
+    assert "holder/huge/zarr.json" in huge["error"] and "the document is 3221225472 bytes" in huge["error"], huge
+    bound(rss, 16 * MIB, "describing a group with a 3 GiB child document")
+    # The child itself still answers its 422.
+    r = requests.get(f"{server.url}/api/v1/nodes/data/holder/huge", timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 422 and r.json()["error"]["message"] == huge["error"], r.text
+
+
 def test_shard_index_limit(server):
     # Finding 10: 2^24 inner chunks per shard (a 256 MiB index) cost 1.3 GB per write.
     sharded = [

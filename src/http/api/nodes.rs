@@ -176,15 +176,22 @@ pub struct ChildInfo {
     /// Its path in the mount.
     #[schema(example = "climate/temperature")]
     pub path: String,
-    /// `array` or `group`.
+    /// `array`, `group`, or `unreadable` (its metadata does not open: a
+    /// document that does not parse, is over the size bound or describes
+    /// an unsupported array; see `error`).
     pub node_type: &'static str,
-    /// 2 or 3.
-    pub zarr_format: u8,
+    /// 2 or 3 (absent when unreadable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zarr_format: Option<u8>,
     /// Levels below the described group (1: a direct child).
     pub depth: usize,
     /// Arrays: the shape.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shape: Option<Vec<u64>>,
+    /// Unreadable children: why, naming the document (what describing the
+    /// child answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A plain directory: the mount's root, or a folder with something under
@@ -454,9 +461,10 @@ async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResul
                     name: c.relative.rsplit('/').next().unwrap_or_default().to_string(),
                     path: if base.is_empty() { c.relative.clone() } else { format!("{base}/{}", c.relative) },
                     node_type: c.node_type,
-                    zarr_format: format_number(c.format),
+                    zarr_format: c.format.map(format_number),
                     depth: c.depth,
                     shape: c.shape,
+                    error: c.error,
                 })
                 .collect(),
         );

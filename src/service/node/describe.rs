@@ -47,14 +47,18 @@ pub async fn stats(node: &Node) -> ServiceResult<Stats> {
 pub struct Child {
     /// Path relative to the group (`sub/arr`).
     pub relative: String,
-    /// `array` or `group`.
+    /// `array`, `group`, or `unreadable` (its documents do not open:
+    /// [`Child::error`]).
     pub node_type: &'static str,
-    /// Its metadata format.
-    pub format: ZarrFormat,
+    /// Its metadata format (`None` when unreadable).
+    pub format: Option<ZarrFormat>,
     /// Levels below the group (1 = a direct child).
     pub depth: usize,
     /// Arrays: the shape.
     pub shape: Option<Vec<u64>>,
+    /// Unreadable children: why (the error a describe of it answers, naming
+    /// the document).
+    pub error: Option<String>,
 }
 
 /// The descendants of a group.
@@ -71,6 +75,13 @@ pub struct Children {
 /// The descendants of a group down to `depth` levels, at most `limit`, from
 /// consolidated metadata when the group has it, else by listing (each
 /// candidate opened).
+///
+/// A child whose documents do not open (invalid, over the size bound,
+/// unsupported: anyone who can write below the group can leave one) is
+/// listed as `unreadable` with the reason, and not descended into: one
+/// bad document must not make its parent (the mount's root, say)
+/// undescribable. Storage failures still fail the listing (listing every
+/// child as unreadable would hide an outage).
 ///
 /// # Errors
 /// Storage failures, invalid consolidated metadata.
@@ -98,22 +109,43 @@ pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceR
             }
             let crate::storage::ListEntry::Prefix { name } = entry else { continue };
             let Ok(child_path) = path.child(&name) else { continue };
+            let relative = child_path.relative_to(&group.path).to_string();
             let child = match open_in_with(group.mount.clone(), &child_path, &group.gate).await {
                 Ok(n) => n,
                 Err(ServiceError::NodeNotFound { .. }) => continue,
+                Err(e @ (ServiceError::InvalidMetadata { .. } | ServiceError::UnsupportedArray { .. })) => {
+                    let error = Some(e.to_string());
+                    out.push(Child {
+                        relative,
+                        node_type: "unreadable",
+                        format: None,
+                        depth: level + 1,
+                        shape: None,
+                        error,
+                    });
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
-            let relative = child_path.relative_to(&group.path).to_string();
             match &child {
                 Node::Array(a) => out.push(Child {
                     relative,
                     node_type: "array",
-                    format: a.format(),
+                    format: Some(a.format()),
                     depth: level + 1,
                     shape: Some(a.desc.shape.clone()),
+                    error: None,
                 }),
                 Node::Group(g) => {
-                    out.push(Child { relative, node_type: "group", format: g.format, depth: level + 1, shape: None });
+                    let format = Some(g.format);
+                    out.push(Child {
+                        relative,
+                        node_type: "group",
+                        format,
+                        depth: level + 1,
+                        shape: None,
+                        error: None,
+                    });
                     frontier.push((child_path, level + 1));
                 }
             }
@@ -142,9 +174,10 @@ async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult
                 out.push(Child {
                     relative: rel.clone(),
                     node_type: if is_array { "array" } else { "group" },
-                    format: ZarrFormat::V3,
+                    format: Some(ZarrFormat::V3),
                     depth: d,
                     shape: if is_array { shape } else { None },
+                    error: None,
                 });
             }
             out.sort_by(|a, b| a.relative.cmp(&b.relative));
@@ -174,9 +207,10 @@ async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult
                 out.push(Child {
                     relative: rel.to_string(),
                     node_type,
-                    format: ZarrFormat::V2,
+                    format: Some(ZarrFormat::V2),
                     depth: d,
                     shape: if node_type == "array" { shape } else { None },
+                    error: None,
                 });
             }
             out.sort_by(|a, b| a.relative.cmp(&b.relative));
