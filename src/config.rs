@@ -271,6 +271,23 @@ pub struct Limits {
     /// Longest a request body may go without sending more bytes (408).
     #[serde(default = "default_body_timeout")]
     pub body_read_timeout_seconds: u64,
+    /// Slowest a request body may arrive on average, after a grace of
+    /// `body_read_timeout_seconds` (408 below it; 0: no minimum): a body
+    /// must have arrived whole by its start plus `body_read_timeout_seconds`
+    /// plus one second per this many bytes received (Apache's
+    /// `mod_reqtimeout` `MinRate`), so a client trickling bytes just fast
+    /// enough to dodge the idle timeout cannot hold an upload slot, and its
+    /// share of `upload_budget_bytes`, for the whole request timeout.
+    #[serde(default = "default_min_body_rate")]
+    pub min_body_bytes_per_second: u64,
+    /// Memory all request bodies of array data being received (store
+    /// protocol PUTs, slice writes) may hold at once: before its first byte
+    /// is read, a body takes a share of its `Content-Length` (`max_put_bytes`
+    /// when it has none), all of this at most, waiting for room within the
+    /// request timeout (a client sending `Expect: 100-continue` is asked
+    /// for the body only then), and keeps it until the body is dropped.
+    #[serde(default = "default_upload_budget")]
+    pub upload_budget_bytes: u64,
     /// Most chunks (inner chunks for sharded arrays) one slice read or write
     /// may touch (413 beyond): bounds a request's work before it starts.
     #[serde(default = "default_max_chunks_per_request")]
@@ -404,6 +421,12 @@ const fn default_document_budget() -> u64 {
 const fn default_read_answer_budget() -> u64 {
     1024 * 1024 * 1024
 }
+const fn default_upload_budget() -> u64 {
+    1024 * 1024 * 1024
+}
+const fn default_min_body_rate() -> u64 {
+    16 * 1024
+}
 const fn default_send_stall_timeout() -> u64 {
     60
 }
@@ -495,6 +518,8 @@ impl Default for Limits {
             max_connections: default_max_connections(),
             header_read_timeout_seconds: default_header_timeout(),
             body_read_timeout_seconds: default_body_timeout(),
+            min_body_bytes_per_second: default_min_body_rate(),
+            upload_budget_bytes: default_upload_budget(),
             max_chunks_per_request: default_max_chunks_per_request(),
             max_decoded_chunk_bytes: default_max_decoded_chunk(),
             max_concurrent_uploads: default_max_uploads(),
@@ -657,6 +682,7 @@ impl Config {
             ("decode_budget_bytes", l.decode_budget_bytes),
             ("document_parse_budget_bytes", l.document_parse_budget_bytes),
             ("read_answer_budget_bytes", l.read_answer_budget_bytes),
+            ("upload_budget_bytes", l.upload_budget_bytes),
             ("send_stall_timeout_seconds", l.send_stall_timeout_seconds),
             ("max_image_pixels", l.max_image_pixels),
             ("render_budget_bytes", l.render_budget_bytes),
@@ -886,6 +912,7 @@ mod tests {
             "decode_budget_bytes",
             "document_parse_budget_bytes",
             "read_answer_budget_bytes",
+            "upload_budget_bytes",
             "send_stall_timeout_seconds",
             "render_budget_bytes",
         ] {

@@ -49,6 +49,8 @@ async fn answer(mut conn: TcpStream) -> Reply {
 async fn a_stalled_body_is_408_and_a_steady_trickle_is_fine() {
     let mut config = common::test_config();
     config.limits.body_read_timeout_seconds = 1;
+    // The idle timeout alone (the trickle below is far under any minimum rate).
+    config.limits.min_body_bytes_per_second = 0;
     let (addr, _task) = start(config).await;
 
     let mut conn = put_waiting_for_body(addr, "stalled", 10).await;
@@ -69,6 +71,82 @@ async fn a_stalled_body_is_408_and_a_steady_trickle_is_fine() {
     answer(conn).await.expect_status(201);
     let r = client().get(format!("http://{addr}/zarr/data/trickle")).send().await.unwrap();
     assert_eq!(r.bytes().await.unwrap().as_ref(), b"xxxxxxxxxx");
+}
+
+/// A body that keeps arriving, but below `limits.min_body_bytes_per_second`
+/// on average after the grace (`body_read_timeout_seconds`), is 408 naming
+/// the limit; one above it is stored.
+#[tokio::test]
+async fn a_body_below_the_minimum_rate_is_408() {
+    let mut config = common::test_config();
+    config.limits.body_read_timeout_seconds = 1;
+    config.limits.min_body_bytes_per_second = 1000;
+    config.limits.max_put_bytes = 1 << 20;
+    let (addr, _task) = start(config).await;
+
+    // 100 bytes every 200 ms: 500 a second, never idle for 1 s. Due whole
+    // by 1 s + 1 ms a byte: fails at about 2 s.
+    let mut conn = put_waiting_for_body(addr, "slow", 100_000).await;
+    let started = Instant::now();
+    let feeding = async {
+        for _ in 0..50 {
+            if conn.write_all(&[7u8; 100]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        conn
+    };
+    let r = answer(feeding.await).await;
+    r.expect_error(408, "body_timeout");
+    assert!(r.error_message().contains("limits.min_body_bytes_per_second = 1000"), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let r = client().get(format!("http://{addr}/zarr/data/slow")).send().await.unwrap();
+    assert_eq!(r.status(), 404, "nothing stored");
+
+    // 2000 bytes every 100 ms (20,000 a second) for 1.5 s: stored.
+    let mut conn = put_waiting_for_body(addr, "steady", 30_000).await;
+    for _ in 0..15 {
+        conn.write_all(&[9u8; 2000]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    answer(conn).await.expect_status(201);
+    let r = client().get(format!("http://{addr}/zarr/data/steady")).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap().len(), 30_000);
+}
+
+/// Array-data bodies take their declared length from
+/// `limits.upload_budget_bytes` before they are read: while two uploads of
+/// 1 MiB hold a 2 MiB budget, a third waits (it is not even asked for its
+/// body: no `100 Continue`), and goes ahead once one of them is done.
+#[tokio::test]
+async fn uploads_wait_for_their_share_of_the_upload_budget() {
+    let mut config = common::test_config();
+    config.limits.upload_budget_bytes = 2 << 20;
+    config.limits.max_put_bytes = 1 << 20;
+    let (addr, _task) = start(config).await;
+    let a = put_waiting_for_body(addr, "a", 1 << 20).await;
+    let _b = put_waiting_for_body(addr, "b", 1 << 20).await;
+
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "PUT /zarr/data/c HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    );
+    c.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 256];
+    let early = tokio::time::timeout(Duration::from_millis(700), c.read(&mut buf)).await;
+    assert!(early.is_err(), "the third upload was answered while the budget was taken: {early:?}");
+
+    // The first upload sends its body and is stored: its share comes back.
+    let mut a = a;
+    a.write_all(&vec![1u8; 1 << 20]).await.unwrap();
+    answer(a).await.expect_status(201);
+    let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf)).await.expect("no answer").unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 100"), "{}", String::from_utf8_lossy(&buf[..n]));
+    c.write_all(b"hello").await.unwrap();
+    answer(c).await.expect_status(201);
+    let r = client().get(format!("http://{addr}/zarr/data/c")).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"hello");
 }
 
 #[tokio::test]

@@ -174,6 +174,15 @@ const BODY_ROOM_BYTES: usize = 8 << 20;
 /// there, which stalled every other connection of that worker, `/healthz`
 /// included, for seconds (`bench/write_health.py`). Memory is touched at
 /// most [`BODY_ROOM_BYTES`] ahead of what the client sent.
+///
+/// Array data: before its first byte is read, the body takes its share of
+/// `budget` (`limits.upload_budget_bytes`; documents are counted against
+/// the document parse budget instead, and pass `None`): its declared length, or `limit` when it
+/// declares none, waiting for room (within the request timeout); the
+/// returned bytes hold the share until they are dropped. So the bodies
+/// being received and held at once never exceed the budget, however many
+/// uploads run (each waits whole, never part-way, so waiting uploads
+/// cannot hold parts of the budget each other need).
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'static str) -> ApiResult<Bytes> {
     let too_large = || ApiError::from(ServiceError::PayloadTooLarge { limit, option });
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -201,6 +210,67 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'st
     Ok(buf.freeze())
 }
 
+/// [`read_body`] for array data (store protocol PUTs, slice writes): before
+/// its first byte is read, the body takes its share of `budget`
+/// (`limits.upload_budget_bytes`): its declared length, or `limit` when it
+/// declares none, waiting for room (within the request timeout; hyper
+/// sends `100 Continue` only then). The caller holds the share (the
+/// second value) until it is done with the body. So the bodies being
+/// received and worked on at once never exceed the budget, however many
+/// uploads run; each waits for its whole share, never part-way, so waiting
+/// uploads cannot hold parts of the budget that others need. (A memory
+/// mount keeps the bytes it stores: they are the mount's, not counted.)
+///
+/// # Errors
+/// As [`read_body`].
+pub async fn read_upload(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    option: &'static str,
+    budget: &UploadBudget,
+) -> ApiResult<(Bytes, tokio::sync::OwnedSemaphorePermit)> {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(ApiError::from(ServiceError::PayloadTooLarge { limit, option }));
+    }
+    let share = budget.share(declared.unwrap_or(limit)).await?;
+    Ok((read_body(headers, body, limit, option).await?, share))
+}
+
+/// `limits.upload_budget_bytes`: memory the array-data bodies being
+/// received may hold at once ([`read_body`]).
+#[derive(Debug, Clone)]
+pub struct UploadBudget {
+    permits: Arc<tokio::sync::Semaphore>,
+    kib: u64,
+}
+
+impl UploadBudget {
+    /// The budget of `app` (its configured limit).
+    #[must_use]
+    pub fn of(app: &App) -> Self {
+        Self::new(app.upload_budget().clone(), app.config().limits.upload_budget_bytes)
+    }
+
+    /// A budget of `bytes` held in `permits` (KiB each).
+    #[must_use]
+    pub fn new(permits: Arc<tokio::sync::Semaphore>, bytes: u64) -> Self {
+        Self { permits, kib: bytes.div_ceil(1024).max(1) }
+    }
+
+    /// Takes `bytes` of the budget (all of it at most), waiting for room.
+    async fn share(&self, bytes: u64) -> ApiResult<tokio::sync::OwnedSemaphorePermit> {
+        #[allow(clippy::cast_possible_truncation)] // clamped to u32
+        let kib = bytes.div_ceil(1024).clamp(1, self.kib.min(u64::from(u32::MAX))) as u32;
+        self.permits
+            .clone()
+            .acquire_many_owned(kib)
+            .await
+            .map_err(|_| ApiError::from(ServiceError::Internal("the upload budget is closed".into())))
+    }
+}
+
 /// `buf` with room for `ready` bytes in all, its pages touched, on the
 /// blocking pool; the first growth reserves the whole `declared` length.
 async fn prepare_room(mut buf: BytesMut, ready: usize, declared: Option<usize>) -> ApiResult<BytesMut> {
@@ -219,10 +289,19 @@ async fn prepare_room(mut buf: BytesMut, ready: usize, declared: Option<usize>) 
     .map_err(|e| ApiError::from(ServiceError::Internal(format!("receiving the request body: {e}"))))
 }
 
-/// A request body sent nothing for `limits.body_read_timeout_seconds`.
+/// A request body that stopped arriving, or arrives too slowly (408).
 #[derive(Debug, thiserror::Error)]
-#[error("the request body sent nothing for {0} s (limits.body_read_timeout_seconds)")]
-pub struct BodyTimeout(pub u64);
+pub enum BodyTimeout {
+    /// Nothing for `limits.body_read_timeout_seconds` (the seconds).
+    #[error("the request body sent nothing for {0} s (limits.body_read_timeout_seconds)")]
+    Idle(u64),
+    /// Less than `limits.min_body_bytes_per_second` on average, after the
+    /// grace of `limits.body_read_timeout_seconds`.
+    #[error(
+        "the request body arrived too slowly: {received} bytes in {seconds} s, less than limits.min_body_bytes_per_second = {min} on average after the first {grace} s (limits.body_read_timeout_seconds)"
+    )]
+    TooSlow { received: u64, seconds: u64, min: u64, grace: u64 },
+}
 
 /// A failed request-body read: 408 `body_timeout` when the body stopped
 /// arriving ([`BodyTimeout`] anywhere in the chain), else 400
@@ -243,6 +322,37 @@ pub fn body_error(e: &(dyn std::error::Error + 'static)) -> ApiError {
 mod tests {
     use super::*;
     use axum::http::{HeaderValue, StatusCode};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn uploads_take_their_declared_share_whole_before_reading() {
+        // A 4 KiB budget: a 3 KiB body holds it; a second waits, unread, until
+        // the first share is given back; a body declaring more than the whole
+        // budget takes all of it.
+        let budget = UploadBudget::new(Arc::new(tokio::sync::Semaphore::new(4)), 4096);
+        let declared = |n: usize| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+            h
+        };
+        let (first, share) =
+            read_upload(&declared(3072), Body::from(vec![1u8; 3072]), 1 << 20, "x", &budget).await.unwrap();
+        assert_eq!(first.len(), 3072);
+        let head = declared(3072);
+        let second = read_upload(&head, Body::from(vec![2u8; 3072]), 1 << 20, "x", &budget);
+        let mut second = std::pin::pin!(second);
+        assert!(tokio::time::timeout(Duration::from_millis(100), second.as_mut()).await.is_err());
+        drop(share);
+        let (got, share) = tokio::time::timeout(Duration::from_secs(5), second).await.unwrap().unwrap();
+        assert!(got.iter().all(|&b| b == 2) && got.len() == 3072);
+        drop(share);
+        let (big, _share) =
+            read_upload(&declared(9000), Body::from(vec![3u8; 9000]), 1 << 20, "x", &budget).await.unwrap();
+        assert_eq!(big.len(), 9000);
+        // Over the limit: 413 before any share is taken.
+        let e = read_upload(&declared(2 << 20), Body::empty(), 1 << 20, "x", &budget).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+    }
 
     fn pieces(total: usize, piece: usize) -> (Vec<u8>, Body) {
         #[allow(clippy::cast_possible_truncation)] // a pattern
@@ -294,7 +404,7 @@ mod tests {
 
     #[test]
     fn body_errors() {
-        let timeout = axum::Error::new(BodyTimeout(3));
+        let timeout = axum::Error::new(BodyTimeout::Idle(3));
         let e = body_error(&timeout);
         assert_eq!((e.status(), e.code.as_str()), (StatusCode::REQUEST_TIMEOUT, "body_timeout"));
         assert!(e.message.contains("limits.body_read_timeout_seconds"), "{}", e.message);

@@ -76,6 +76,8 @@ pub struct Guard {
     max_uploads: usize,
     request_timeout: Duration,
     body_timeout: Duration,
+    /// `limits.min_body_bytes_per_second` (0: none).
+    min_body_rate: u64,
     max_body: u64,
 }
 
@@ -119,6 +121,7 @@ impl Guard {
             max_uploads: limits.max_concurrent_uploads,
             request_timeout: Duration::from_secs(limits.request_timeout_seconds),
             body_timeout: Duration::from_secs(limits.body_read_timeout_seconds),
+            min_body_rate: limits.min_body_bytes_per_second,
             max_body: limits.max_body_bytes,
             app,
         }
@@ -225,13 +228,13 @@ impl Guard {
                     )));
                 }
             }
-            let timeout = self.body_timeout;
+            let (timeout, min_rate) = (self.body_timeout, self.min_body_rate);
             let slot = match &permit {
                 Some(Permit::Upload(slot)) => Some(Arc::clone(slot)),
                 _ => None,
             };
             req = req.map(|body| {
-                let body = Body::new(TimeoutBody::new(body, timeout));
+                let body = Body::new(TimeoutBody::new(body, timeout, min_rate));
                 match slot {
                     Some(slot) => Body::new(AdmissionBody::new(body, slot, Arc::clone(&self.requests))),
                     None => body,
@@ -467,24 +470,46 @@ impl auth::Rule {
 
 pin_project! {
     /// A request body that fails with [`BodyTimeout`] when no data arrives
-    /// for `timeout`.
+    /// for `timeout`, or (with a `min_rate`) when it has not arrived whole
+    /// by its start + `timeout` + one second per `min_rate` bytes received.
     struct TimeoutBody {
         #[pin]
         inner: Body,
         #[pin]
         sleep: Sleep,
         timeout: Duration,
+        min_rate: u64,
         // The clock starts when the handler first asks for data (a client
         // waiting for `100 Continue` sends nothing before that).
-        started: bool,
+        started: Option<Instant>,
+        received: u64,
         timed_out: bool,
     }
 }
 
 impl TimeoutBody {
-    fn new(inner: Body, timeout: Duration) -> Self {
-        Self { inner, sleep: tokio::time::sleep(timeout), timeout, started: false, timed_out: false }
+    fn new(inner: Body, timeout: Duration, min_rate: u64) -> Self {
+        Self {
+            inner,
+            sleep: tokio::time::sleep(timeout),
+            timeout,
+            min_rate,
+            started: None,
+            received: 0,
+            timed_out: false,
+        }
     }
+}
+
+/// When a body started at `start` that has sent `received` bytes must be
+/// whole at `min_rate` bytes a second after a grace of `timeout`; `None`
+/// without a minimum (or past the clock's range).
+fn rate_deadline(start: Instant, timeout: Duration, received: u64, min_rate: u64) -> Option<Instant> {
+    if min_rate == 0 {
+        return None;
+    }
+    let earned = Duration::from_millis(received.saturating_mul(1000) / min_rate);
+    start.checked_add(timeout)?.checked_add(earned)
 }
 
 impl HttpBody for TimeoutBody {
@@ -496,17 +521,36 @@ impl HttpBody for TimeoutBody {
         if *this.timed_out {
             return Poll::Ready(None);
         }
-        if !*this.started {
-            *this.started = true;
-            this.sleep.as_mut().reset(Instant::now() + *this.timeout);
+        let first = this.started.is_none();
+        let start = *this.started.get_or_insert_with(Instant::now);
+        let rate = |received: u64| rate_deadline(start, *this.timeout, received, *this.min_rate);
+        if first {
+            let idle = start + *this.timeout;
+            this.sleep.as_mut().reset(rate(0).map_or(idle, |r| r.min(idle)));
         }
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
-            this.sleep.as_mut().reset(Instant::now() + *this.timeout);
+            if let Some(Ok(f)) = &frame {
+                if let Some(data) = f.data_ref() {
+                    *this.received = this.received.saturating_add(data.len() as u64);
+                }
+            }
+            let idle = Instant::now() + *this.timeout;
+            this.sleep.as_mut().reset(rate(*this.received).map_or(idle, |r| r.min(idle)));
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
         if this.sleep.poll(cx).is_ready() {
             *this.timed_out = true;
-            return Poll::Ready(Some(Err(Box::new(BodyTimeout(this.timeout.as_secs())))));
+            let now = Instant::now();
+            let error = match rate(*this.received) {
+                Some(deadline) if deadline <= now => BodyTimeout::TooSlow {
+                    received: *this.received,
+                    seconds: now.duration_since(start).as_secs(),
+                    min: *this.min_rate,
+                    grace: this.timeout.as_secs(),
+                },
+                _ => BodyTimeout::Idle(this.timeout.as_secs()),
+            };
+            return Poll::Ready(Some(Err(Box::new(error))));
         }
         Poll::Pending
     }
@@ -538,7 +582,7 @@ mod tests {
     #[tokio::test]
     async fn the_idle_clock_starts_at_the_first_read_and_restarts_on_data() {
         let (tx, body) = channel_body();
-        let mut body = std::pin::pin!(TimeoutBody::new(body, Duration::from_millis(400)));
+        let mut body = std::pin::pin!(TimeoutBody::new(body, Duration::from_millis(400), 0));
         // The handler reads late: that is not the client's fault.
         tokio::time::sleep(Duration::from_millis(800)).await;
         // Each piece comes 200 ms after the body starts waiting for it: with
@@ -559,6 +603,56 @@ mod tests {
         assert!(err.downcast_ref::<BodyTimeout>().is_some(), "{err}");
         assert!(body.is_end_stream());
         assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_body_below_the_minimum_rate_fails_after_the_grace() {
+        // 400 ms of grace, then 1000 bytes a second on average: 10 bytes
+        // every 50 ms (200 bytes a second, never idle) fail once their
+        // 400 ms + 1 ms a byte is past: at about 500 ms.
+        let (tx, body) = channel_body();
+        let mut body = std::pin::pin!(TimeoutBody::new(body, Duration::from_millis(400), 1000));
+        let feeder = tokio::spawn(async move {
+            for _ in 0..40 {
+                if tx.send(b"0123456789").await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let started = std::time::Instant::now();
+        let mut received = 0;
+        let err = loop {
+            match body.frame().await.unwrap() {
+                Ok(frame) => received += frame.into_data().unwrap().len(),
+                Err(e) => break e,
+            }
+        };
+        let waited = started.elapsed();
+        let Some(BodyTimeout::TooSlow { received: counted, min: 1000, .. }) = err.downcast_ref::<BodyTimeout>() else {
+            panic!("{err}")
+        };
+        assert_eq!(*counted as usize, received);
+        assert!(waited >= Duration::from_millis(400) && waited < Duration::from_millis(1500), "{waited:?}");
+        assert!(err.to_string().contains("limits.min_body_bytes_per_second = 1000"), "{err}");
+        feeder.abort();
+
+        // 50 bytes every 5 ms (10,000 a second) for 1 s: ten times the
+        // minimum, fine (a loaded machine's late timers have 45 ms a step).
+        let (tx, body) = channel_body();
+        let mut body = std::pin::pin!(TimeoutBody::new(body, Duration::from_millis(400), 1000));
+        let feeder = tokio::spawn(async move {
+            for _ in 0..200 {
+                tx.send(b"01234567890123456789012345678901234567890123456789").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let mut received = 0;
+        while let Some(frame) = body.frame().await {
+            received += frame.unwrap().into_data().unwrap().len();
+        }
+        feeder.await.unwrap();
+        assert_eq!(received, 10_000);
     }
 
     fn guard(requests: usize, uploads: usize) -> Arc<Guard> {

@@ -138,7 +138,10 @@ fn secure(path: &str, method: &str, op: &mut Operation) {
         None => {}
     }
     if matches!(method, "PUT" | "POST" | "PATCH") {
-        responses.insert("408".into(), error("The body stopped arriving for `limits.body_read_timeout_seconds`"));
+        responses.insert(
+            "408".into(),
+            error("The body stopped arriving for `limits.body_read_timeout_seconds`, or arrived slower than `limits.min_body_bytes_per_second`"),
+        );
     }
     if need != Some(Need::Observer) {
         // Observers (`/metrics`) are not counted against the request limit.

@@ -27,7 +27,7 @@ use percent_encoding::percent_decode_str;
 
 use super::dav;
 use super::error::{key_not_found, ApiResult, ErrorBody, ErrorCode};
-use super::extract::read_body;
+use super::extract::{read_upload, UploadBudget};
 use super::openapi::Binary;
 use crate::service::keys as store;
 use crate::service::{App, ServiceError};
@@ -420,7 +420,9 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
     } else {
         PutCondition::None
     };
-    let bytes = read_body(&headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes").await?;
+    let (bytes, _share) =
+        read_upload(&headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes", &UploadBudget::of(&app))
+            .await?;
     let outcome = store::write(&app.mount_ref(&mount)?, &key, bytes, &condition).await?;
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::NO_CONTENT };
     let mut resp = status.into_response();

@@ -38,6 +38,8 @@ pub struct App {
     read_answers: Arc<tokio::sync::Semaphore>,
     /// `limits.render_budget_bytes`, in KiB (see [`super::render`]).
     renders: Arc<tokio::sync::Semaphore>,
+    /// `limits.upload_budget_bytes`, in KiB (see `http::extract::read_body`).
+    uploads: Arc<tokio::sync::Semaphore>,
     /// Rendered previews (see [`super::render::preview`]).
     previews: super::render::preview::PreviewCache,
     /// Background jobs (pyramid builds).
@@ -81,17 +83,33 @@ impl App {
             .into_iter()
             .map(|(name, mount)| (name, MountEntry { mount, locks: Arc::new(MountLocks::default()) }))
             .collect();
-        let kib = usize::try_from(config.limits.read_answer_budget_bytes.div_ceil(1024))
-            .unwrap_or(usize::MAX)
-            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
-        let read_answers = Arc::new(tokio::sync::Semaphore::new(kib));
-        let kib = usize::try_from(config.limits.render_budget_bytes.div_ceil(1024))
-            .unwrap_or(usize::MAX)
-            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
-        let renders = Arc::new(tokio::sync::Semaphore::new(kib));
+        let budget = |bytes: u64| {
+            let kib = usize::try_from(bytes.div_ceil(1024)).unwrap_or(usize::MAX);
+            Arc::new(tokio::sync::Semaphore::new(kib.clamp(1, tokio::sync::Semaphore::MAX_PERMITS)))
+        };
+        let read_answers = budget(config.limits.read_answer_budget_bytes);
+        let renders = budget(config.limits.render_budget_bytes);
+        let uploads = budget(config.limits.upload_budget_bytes);
         let previews = super::render::preview::PreviewCache::default();
         let jobs = Arc::default();
-        Self { config, mounts, metadata: MetadataCache::default(), chunk_cache, read_answers, renders, previews, jobs }
+        Self {
+            config,
+            mounts,
+            metadata: MetadataCache::default(),
+            chunk_cache,
+            read_answers,
+            renders,
+            uploads,
+            previews,
+            jobs,
+        }
+    }
+
+    /// The memory budget of array-data request bodies being received, in
+    /// KiB permits (`limits.upload_budget_bytes`).
+    #[must_use]
+    pub fn upload_budget(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.uploads
     }
 
     /// The memory budget of started read answers, in KiB permits

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use crate::http::error::{ApiResult, ErrorBody};
-use crate::http::extract::{read_body, ApiQuery, NodeTarget};
+use crate::http::extract::{read_upload, ApiQuery, NodeTarget, UploadBudget};
 use crate::http::openapi::Binary;
 use crate::http::params;
 use crate::service::array::write::{self, WriteRequest};
@@ -82,7 +82,9 @@ pub async fn put_data(
     // Refuse before reading the body.
     let at = app.node(&target.mount, &target.path)?;
     at.writable()?;
-    let body = read_body(&headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes").await?;
+    let (body, _share) =
+        read_upload(&headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes", &UploadBudget::of(&app))
+            .await?;
     let request = WriteRequest { selection, format, body, write_empty_chunks: query.write_empty_chunks };
     write::write(&at, request).await?;
     Ok(StatusCode::NO_CONTENT)
