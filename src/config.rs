@@ -275,17 +275,15 @@ pub struct Limits {
     /// `body_read_timeout_seconds` (408 below it; 0: no minimum): a body
     /// must have arrived whole by its start plus `body_read_timeout_seconds`
     /// plus one second per this many bytes received (Apache's
-    /// `mod_reqtimeout` `MinRate`), so a client trickling bytes just fast
-    /// enough to dodge the idle timeout cannot hold an upload slot, and its
-    /// share of `upload_budget_bytes`, for the whole request timeout.
+    /// `mod_reqtimeout` `MinRate`), so a client trickling bytes just often
+    /// enough to dodge the idle timeout is cut off after the grace.
     #[serde(default = "default_min_body_rate")]
     pub min_body_bytes_per_second: u64,
-    /// Memory all request bodies of array data being received (store
-    /// protocol PUTs, slice writes) may hold at once: before its first byte
-    /// is read, a body takes a share of its `Content-Length` (`max_put_bytes`
-    /// when it has none), all of this at most, waiting for room within the
-    /// request timeout (a client sending `Expect: 100-continue` is asked
-    /// for the body only then), and keeps it until the body is dropped.
+    /// Memory all request bodies of array data being received and stored
+    /// (store protocol PUTs, slice writes) may hold at once: a body counts
+    /// what its buffer holds as its bytes arrive (at most 8 MiB ahead of
+    /// them; all of this at most for one body) until its request is
+    /// answered; one that would go past it is 503 at once (nothing waits).
     #[serde(default = "default_upload_budget")]
     pub upload_budget_bytes: u64,
     /// Most chunks (inner chunks for sharded arrays) one slice read or write

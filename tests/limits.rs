@@ -115,38 +115,44 @@ async fn a_body_below_the_minimum_rate_is_408() {
     assert_eq!(r.bytes().await.unwrap().len(), 30_000);
 }
 
-/// Array-data bodies take their declared length from
-/// `limits.upload_budget_bytes` before they are read: while two uploads of
-/// 1 MiB hold a 2 MiB budget, a third waits (it is not even asked for its
-/// body: no `100 Continue`), and goes ahead once one of them is done.
+/// Array-data bodies count against `limits.upload_budget_bytes` as their
+/// bytes arrive: while one upload holds a 2 MiB budget, another is 503
+/// `overloaded` with `Retry-After` at once (nothing waits for room, so
+/// nothing can wait on anything else), an empty PUT and reads go on, and
+/// the refused upload goes through once the first is stored.
 #[tokio::test]
-async fn uploads_wait_for_their_share_of_the_upload_budget() {
+async fn uploads_past_the_upload_budget_are_shed_at_once() {
     let mut config = common::test_config();
     config.limits.upload_budget_bytes = 2 << 20;
-    config.limits.max_put_bytes = 1 << 20;
+    config.limits.max_put_bytes = 4 << 20;
+    config.limits.max_concurrent_requests = 2;
     let (addr, _task) = start(config).await;
-    let a = put_waiting_for_body(addr, "a", 1 << 20).await;
-    let _b = put_waiting_for_body(addr, "b", 1 << 20).await;
+    // Declares 3 MiB, sends 1.5 MiB: its buffer's room ahead takes the
+    // whole budget.
+    let mut a = put_waiting_for_body(addr, "a", 3 << 20).await;
+    a.write_all(&vec![1u8; 3 << 19]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let mut c = TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "PUT /zarr/data/c HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
-    );
-    c.write_all(head.as_bytes()).await.unwrap();
-    let mut buf = [0u8; 256];
-    let early = tokio::time::timeout(Duration::from_millis(700), c.read(&mut buf)).await;
-    assert!(early.is_err(), "the third upload was answered while the budget was taken: {early:?}");
+    let started = Instant::now();
+    let r = client().put(format!("http://{addr}/zarr/data/b")).body("hello").send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["retry-after"].to_str().unwrap()), (503, "1"));
+    let text = r.text().await.unwrap();
+    assert!(text.contains("overloaded") && text.contains("limits.upload_budget_bytes"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(5), "shed at once");
+    // Empty bodies hold nothing of it, and reads have their slots.
+    for key in ["z0", "z1", "z2"] {
+        let r = client().put(format!("http://{addr}/zarr/data/{key}")).body("").send().await.unwrap();
+        assert_eq!(r.status(), 201, "empty PUT {key}");
+    }
+    let r = client().get(format!("http://{addr}/api/v1/mounts")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
 
-    // The first upload sends its body and is stored: its share comes back.
-    let mut a = a;
-    a.write_all(&vec![1u8; 1 << 20]).await.unwrap();
+    a.write_all(&vec![2u8; 3 << 19]).await.unwrap();
     answer(a).await.expect_status(201);
-    let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf)).await.expect("no answer").unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 100"), "{}", String::from_utf8_lossy(&buf[..n]));
-    c.write_all(b"hello").await.unwrap();
-    answer(c).await.expect_status(201);
-    let r = client().get(format!("http://{addr}/zarr/data/c")).send().await.unwrap();
-    assert_eq!(r.bytes().await.unwrap().as_ref(), b"hello");
+    let r = client().put(format!("http://{addr}/zarr/data/b")).body("hello").send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let r = client().get(format!("http://{addr}/zarr/data/a")).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap().len(), 3 << 20);
 }
 
 #[tokio::test]

@@ -156,6 +156,9 @@ fn is_json_media_type(value: &str) -> bool {
 /// ones into room prepared by [`prepare_room`].
 const INLINE_BODY_BYTES: usize = 1 << 20;
 
+/// Room a body's buffer starts with (its declared length, up to this).
+const FIRST_ROOM_BYTES: usize = 64 << 10;
+
 /// Room a large body's buffer is prepared with ahead of the bytes that
 /// have arrived.
 const BODY_ROOM_BYTES: usize = 8 << 20;
@@ -184,6 +187,41 @@ const BODY_ROOM_BYTES: usize = 8 << 20;
 /// uploads run (each waits whole, never part-way, so waiting uploads
 /// cannot hold parts of the budget each other need).
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'static str) -> ApiResult<Bytes> {
+    Ok(receive(headers, body, limit, option, None).await?.0)
+}
+
+/// [`read_body`] for array data (store protocol PUTs, slice writes), whose
+/// memory counts against `budget` (`limits.upload_budget_bytes`) as it is
+/// taken: the buffer's bytes made ready (at most [`BODY_ROOM_BYTES`] ahead
+/// of what arrived; the whole budget at most for one body). A body that
+/// would need more than is left is 503 `overloaded` (`Retry-After: 1`) at
+/// once, as every other load shedding: nothing waits for room, so an
+/// upload holding a request slot never waits on the uploads holding the
+/// budget, an HTTP/2 stream is never left unread while its siblings need
+/// the connection's window, and a client holds only as much of the budget
+/// as it has sent (an empty body takes none). The caller holds the share
+/// (the second value) until it is done with the body. (A memory mount
+/// keeps the bytes it stores: they are the mount's, not counted.)
+///
+/// # Errors
+/// As [`read_body`], and 503 when the budget has no room.
+pub async fn read_upload(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    option: &'static str,
+    budget: &UploadBudget,
+) -> ApiResult<(Bytes, UploadShare)> {
+    receive(headers, body, limit, option, Some(budget)).await
+}
+
+async fn receive(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    option: &'static str,
+    budget: Option<&UploadBudget>,
+) -> ApiResult<(Bytes, UploadShare)> {
     let too_large = || ApiError::from(ServiceError::PayloadTooLarge { limit, option });
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit) {
@@ -191,7 +229,15 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'st
     }
     let declared = declared.and_then(|n| usize::try_from(n).ok());
     let most = declared.unwrap_or_else(|| usize::try_from(limit).unwrap_or(usize::MAX));
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(INLINE_BODY_BYTES));
+    let mut share = UploadShare::default();
+    // Room for the first bytes at once only for a small body: a larger one
+    // grows as it arrives, so a client that declares much and sends
+    // nothing holds at most this of the budget.
+    let first = declared.unwrap_or(0).min(FIRST_ROOM_BYTES);
+    if let Some(b) = budget {
+        b.cover(&mut share, first)?;
+    }
+    let mut buf = BytesMut::with_capacity(first);
     // How much of the buffer is ready (grown and touched).
     let mut ready = buf.capacity();
     let mut stream = body.into_data_stream();
@@ -202,47 +248,34 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'st
         }
         let needed = buf.len() + chunk.len();
         if needed > ready && needed > INLINE_BODY_BYTES {
-            ready = needed.saturating_add(BODY_ROOM_BYTES).min(most.max(needed));
+            let grown = needed.saturating_add(BODY_ROOM_BYTES).min(most.max(needed));
+            if let Some(b) = budget {
+                b.cover(&mut share, grown)?;
+            }
+            ready = grown;
             buf = prepare_room(buf, ready, declared).await?;
+        } else if let Some(b) = budget {
+            // Within the first MiB the buffer grows as `BytesMut` likes (by
+            // doubling at most): counted by what it holds.
+            b.cover(&mut share, needed)?;
         }
         buf.extend_from_slice(&chunk);
     }
-    Ok(buf.freeze())
-}
-
-/// [`read_body`] for array data (store protocol PUTs, slice writes): before
-/// its first byte is read, the body takes its share of `budget`
-/// (`limits.upload_budget_bytes`): its declared length, or `limit` when it
-/// declares none, waiting for room (within the request timeout; hyper
-/// sends `100 Continue` only then). The caller holds the share (the
-/// second value) until it is done with the body. So the bodies being
-/// received and worked on at once never exceed the budget, however many
-/// uploads run; each waits for its whole share, never part-way, so waiting
-/// uploads cannot hold parts of the budget that others need. (A memory
-/// mount keeps the bytes it stores: they are the mount's, not counted.)
-///
-/// # Errors
-/// As [`read_body`].
-pub async fn read_upload(
-    headers: &HeaderMap,
-    body: Body,
-    limit: u64,
-    option: &'static str,
-    budget: &UploadBudget,
-) -> ApiResult<(Bytes, tokio::sync::OwnedSemaphorePermit)> {
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit) {
-        return Err(ApiError::from(ServiceError::PayloadTooLarge { limit, option }));
-    }
-    let share = budget.share(declared.unwrap_or(limit)).await?;
-    Ok((read_body(headers, body, limit, option).await?, share))
+    Ok((buf.freeze(), share))
 }
 
 /// `limits.upload_budget_bytes`: memory the array-data bodies being
-/// received may hold at once ([`read_body`]).
+/// received may hold at once ([`read_upload`]).
 #[derive(Debug, Clone)]
 pub struct UploadBudget {
     permits: Arc<tokio::sync::Semaphore>,
+    kib: u64,
+}
+
+/// What one body holds of the [`UploadBudget`]: given back when dropped.
+#[derive(Debug, Default)]
+pub struct UploadShare {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
     kib: u64,
 }
 
@@ -259,15 +292,29 @@ impl UploadBudget {
         Self { permits, kib: bytes.div_ceil(1024).max(1) }
     }
 
-    /// Takes `bytes` of the budget (all of it at most), waiting for room.
-    async fn share(&self, bytes: u64) -> ApiResult<tokio::sync::OwnedSemaphorePermit> {
+    /// Grows `share` to cover `bytes` (the whole budget at most), at once
+    /// or not at all.
+    fn cover(&self, share: &mut UploadShare, bytes: usize) -> ApiResult<()> {
+        let want = (bytes as u64).div_ceil(1024).min(self.kib);
+        if want <= share.kib {
+            return Ok(());
+        }
         #[allow(clippy::cast_possible_truncation)] // clamped to u32
-        let kib = bytes.div_ceil(1024).clamp(1, self.kib.min(u64::from(u32::MAX))) as u32;
-        self.permits
-            .clone()
-            .acquire_many_owned(kib)
-            .await
-            .map_err(|_| ApiError::from(ServiceError::Internal("the upload budget is closed".into())))
+        let more = (want - share.kib).min(u64::from(u32::MAX)) as u32;
+        let Ok(permit) = self.permits.clone().try_acquire_many_owned(more) else {
+            let message = format!(
+                "the request bodies being received hold all but {} KiB of limits.upload_budget_bytes ({} bytes), and this one needs {more} KiB more; retry",
+                self.permits.available_permits(),
+                self.kib.saturating_mul(1024)
+            );
+            return Err(ErrorCode::Overloaded.error(message).with_header(header::RETRY_AFTER, "1"));
+        };
+        match &mut share.permit {
+            Some(held) => held.merge(permit),
+            None => share.permit = Some(permit),
+        }
+        share.kib = want;
+        Ok(())
     }
 }
 
@@ -322,36 +369,43 @@ pub fn body_error(e: &(dyn std::error::Error + 'static)) -> ApiError {
 mod tests {
     use super::*;
     use axum::http::{HeaderValue, StatusCode};
-    use std::time::Duration;
 
     #[tokio::test]
-    async fn uploads_take_their_declared_share_whole_before_reading() {
-        // A 4 KiB budget: a 3 KiB body holds it; a second waits, unread, until
-        // the first share is given back; a body declaring more than the whole
-        // budget takes all of it.
-        let budget = UploadBudget::new(Arc::new(tokio::sync::Semaphore::new(4)), 4096);
+    async fn uploads_count_what_they_hold_and_are_refused_when_the_budget_is_full() {
+        // A 4 MiB budget.
+        let budget = UploadBudget::new(Arc::new(tokio::sync::Semaphore::new(4096)), 4 << 20);
         let declared = |n: usize| {
             let mut h = HeaderMap::new();
             h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
             h
         };
+        let free = || budget.permits.available_permits();
+        // A 3 MiB body holds what its buffer holds: all of it (the room
+        // ahead ends at its declared length).
         let (first, share) =
-            read_upload(&declared(3072), Body::from(vec![1u8; 3072]), 1 << 20, "x", &budget).await.unwrap();
-        assert_eq!(first.len(), 3072);
-        let head = declared(3072);
-        let second = read_upload(&head, Body::from(vec![2u8; 3072]), 1 << 20, "x", &budget);
-        let mut second = std::pin::pin!(second);
-        assert!(tokio::time::timeout(Duration::from_millis(100), second.as_mut()).await.is_err());
+            read_upload(&declared(3 << 20), pieces(3 << 20, 65_536).1, 8 << 20, "x", &budget).await.unwrap();
+        assert_eq!((first.len(), free()), (3 << 20, 1024));
+        // A second of 2 MiB does not fit: 503 at once, with Retry-After, and
+        // what it took while arriving is given back.
+        let e = read_upload(&declared(2 << 20), pieces(2 << 20, 65_536).1, 8 << 20, "x", &budget).await.unwrap_err();
+        assert_eq!((e.status(), e.code.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "overloaded"));
+        assert!(e.message.contains("limits.upload_budget_bytes"), "{}", e.message);
+        assert_eq!(free(), 1024);
         drop(share);
-        let (got, share) = tokio::time::timeout(Duration::from_secs(5), second).await.unwrap().unwrap();
-        assert!(got.iter().all(|&b| b == 2) && got.len() == 3072);
+        assert_eq!(free(), 4096);
+        // Empty bodies take nothing; a body larger than the whole budget
+        // takes all of it, and goes through alone.
+        let (empty, share) = read_upload(&declared(0), Body::empty(), 8 << 20, "x", &budget).await.unwrap();
+        assert_eq!((empty.len(), free()), (0, 4096));
         drop(share);
-        let (big, _share) =
-            read_upload(&declared(9000), Body::from(vec![3u8; 9000]), 1 << 20, "x", &budget).await.unwrap();
-        assert_eq!(big.len(), 9000);
-        // Over the limit: 413 before any share is taken.
-        let e = read_upload(&declared(2 << 20), Body::empty(), 1 << 20, "x", &budget).await.unwrap_err();
+        let (big, share) =
+            read_upload(&HeaderMap::new(), pieces(6 << 20, 65_536).1, 8 << 20, "x", &budget).await.unwrap();
+        assert_eq!((big.len(), free()), (6 << 20, 0));
+        drop(share);
+        // Over the limit: 413, and nothing held.
+        let e = read_upload(&declared(9 << 20), Body::empty(), 8 << 20, "x", &budget).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+        assert_eq!(free(), 4096);
     }
 
     fn pieces(total: usize, piece: usize) -> (Vec<u8>, Body) {

@@ -501,6 +501,12 @@ impl TimeoutBody {
     }
 }
 
+/// `at + d`, or (past the clock's range: a timeout configured in the
+/// billions of seconds) about 30 years from `at`, as tokio's own timers.
+fn later(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d).unwrap_or_else(|| at + Duration::from_secs(86_400 * 365 * 30))
+}
+
 /// When a body started at `start` that has sent `received` bytes must be
 /// whole at `min_rate` bytes a second after a grace of `timeout`; `None`
 /// without a minimum (or past the clock's range).
@@ -525,7 +531,7 @@ impl HttpBody for TimeoutBody {
         let start = *this.started.get_or_insert_with(Instant::now);
         let rate = |received: u64| rate_deadline(start, *this.timeout, received, *this.min_rate);
         if first {
-            let idle = start + *this.timeout;
+            let idle = later(start, *this.timeout);
             this.sleep.as_mut().reset(rate(0).map_or(idle, |r| r.min(idle)));
         }
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
@@ -534,7 +540,7 @@ impl HttpBody for TimeoutBody {
                     *this.received = this.received.saturating_add(data.len() as u64);
                 }
             }
-            let idle = Instant::now() + *this.timeout;
+            let idle = later(Instant::now(), *this.timeout);
             this.sleep.as_mut().reset(rate(*this.received).map_or(idle, |r| r.min(idle)));
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
@@ -602,6 +608,18 @@ mod tests {
         let err = body.frame().await.unwrap().unwrap_err();
         assert!(err.downcast_ref::<BodyTimeout>().is_some(), "{err}");
         assert!(body.is_end_stream());
+        assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn timeouts_past_the_clocks_range_do_not_panic() {
+        // `body_read_timeout_seconds = 9223372036854775000` panicked adding it to the clock.
+        let (tx, body) = channel_body();
+        let huge = Duration::from_secs(9_223_372_036_854_775_000);
+        let mut body = std::pin::pin!(TimeoutBody::new(body, huge, 16_384));
+        tx.send(b"abc").await.unwrap();
+        drop(tx);
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), &b"abc"[..]);
         assert!(body.frame().await.is_none());
     }
 

@@ -148,6 +148,11 @@ pub struct NodeInfo {
     /// Groups: whether `children` came from consolidated metadata.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consolidated: Option<bool>,
+    /// Groups: why the group's consolidated metadata was not used (it does
+    /// not parse, or is over the size bound): `children` then come from
+    /// listing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consolidated_error: Option<String>,
     /// Groups: whether `children` stops at `limits.max_list_entries`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub children_truncated: Option<bool>,
@@ -331,6 +336,7 @@ impl NodeInfo {
             stats: None,
             children: None,
             consolidated: None,
+            consolidated_error: None,
             children_truncated: None,
         };
         if let Node::Array(a) = node {
@@ -469,6 +475,7 @@ async fn describe(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResul
                 .collect(),
         );
         info.consolidated = Some(found.consolidated);
+        info.consolidated_error = found.consolidated_error;
         info.children_truncated = Some(found.truncated);
     }
     Ok(info)

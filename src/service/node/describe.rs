@@ -68,6 +68,9 @@ pub struct Children {
     pub nodes: Vec<Child>,
     /// Whether they came from consolidated metadata.
     pub consolidated: bool,
+    /// Why the group's consolidated metadata was not used (invalid, over
+    /// the size bound): the children come from listing instead.
+    pub consolidated_error: Option<String>,
     /// Whether `limit` cut the list (a listing stops there).
     pub truncated: bool,
 }
@@ -84,13 +87,20 @@ pub struct Children {
 /// child as unreadable would hide an outage).
 ///
 /// # Errors
-/// Storage failures, invalid consolidated metadata.
+/// Storage failures.
 pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceResult<Children> {
-    if let Some(mut nodes) = consolidated_children(group, depth).await? {
-        let truncated = nodes.len() > limit;
-        nodes.truncate(limit);
-        return Ok(Children { nodes, consolidated: true, truncated });
-    }
+    // Consolidated metadata that does not open (a v2 `.zmetadata` written
+    // around zarrd) is named, and the children are listed instead.
+    let consolidated_error = match consolidated_children(group, depth).await {
+        Ok(Some(mut nodes)) => {
+            let truncated = nodes.len() > limit;
+            nodes.truncate(limit);
+            return Ok(Children { nodes, consolidated: true, consolidated_error: None, truncated });
+        }
+        Ok(None) => None,
+        Err(e @ (ServiceError::InvalidMetadata { .. } | ServiceError::UnsupportedArray { .. })) => Some(e.to_string()),
+        Err(e) => return Err(e),
+    };
     let mut out = Vec::new();
     let mut frontier = vec![(group.path.clone(), 0usize)];
     let mut truncated = false;
@@ -152,7 +162,7 @@ pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceR
         }
     }
     out.sort_by(|a, b| a.relative.cmp(&b.relative));
-    Ok(Children { nodes: out, consolidated: false, truncated })
+    Ok(Children { nodes: out, consolidated: false, consolidated_error, truncated })
 }
 
 async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult<Option<Vec<Child>>> {
