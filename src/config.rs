@@ -281,8 +281,8 @@ pub struct Limits {
     pub min_body_bytes_per_second: u64,
     /// Memory all request bodies of array data being received and stored
     /// (store protocol PUTs, slice writes) may hold at once: a body counts
-    /// what its buffer holds as its bytes arrive (at most 8 MiB ahead of
-    /// them; all of this at most for one body) until its request is
+    /// what its buffer holds as its bytes arrive (as much again as arrived
+    /// ahead of them, at most 8 MiB; all of this at most for one body) until its request is
     /// answered; one that would go past it is 503 at once (nothing waits).
     #[serde(default = "default_upload_budget")]
     pub upload_budget_bytes: u64,
@@ -423,7 +423,7 @@ const fn default_upload_budget() -> u64 {
     1024 * 1024 * 1024
 }
 const fn default_min_body_rate() -> u64 {
-    16 * 1024
+    512
 }
 const fn default_send_stall_timeout() -> u64 {
     60

@@ -136,6 +136,8 @@ async fn uploads_past_the_upload_budget_are_shed_at_once() {
     let started = Instant::now();
     let r = client().put(format!("http://{addr}/zarr/data/b")).body("hello").send().await.unwrap();
     assert_eq!((r.status().as_u16(), r.headers()["retry-after"].to_str().unwrap()), (503, "1"));
+    // Its body was not read to its end: the connection closes, and says so.
+    assert_eq!(r.headers().get("connection").map(|v| v.to_str().unwrap()), Some("close"));
     let text = r.text().await.unwrap();
     assert!(text.contains("overloaded") && text.contains("limits.upload_budget_bytes"), "{text}");
     assert!(started.elapsed() < Duration::from_secs(5), "shed at once");

@@ -16,7 +16,7 @@ use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use utoipa::IntoParams;
@@ -152,15 +152,15 @@ fn is_json_media_type(value: &str) -> bool {
     essence.strip_prefix("application/").is_some_and(|subtype| subtype == "json" || subtype.ends_with("+json"))
 }
 
-/// Bodies up to this size are received straight into their buffer; larger
-/// ones into room prepared by [`prepare_room`].
+/// A body's buffer grows inline up to this size, larger on the blocking
+/// pool ([`prepare_room`]).
 const INLINE_BODY_BYTES: usize = 1 << 20;
 
 /// Room a body's buffer starts with (its declared length, up to this).
 const FIRST_ROOM_BYTES: usize = 64 << 10;
 
-/// Room a large body's buffer is prepared with ahead of the bytes that
-/// have arrived.
+/// Most room a body's buffer is prepared with ahead of the bytes that have
+/// arrived (as much again as arrived, up to this).
 const BODY_ROOM_BYTES: usize = 8 << 20;
 
 /// Reads a request body, refusing more than `limit` bytes (the value of
@@ -169,31 +169,24 @@ const BODY_ROOM_BYTES: usize = 8 << 20;
 /// A large body is received into memory made ready off the async worker:
 /// whenever the next bytes would not fit in the part of the buffer that is
 /// ready, a blocking-pool job grows the buffer (a declared length is
-/// reserved at once) and touches the pages of the next [`BODY_ROOM_BYTES`],
-/// so the worker only copies bytes into memory that is already there.
-/// Receiving a 256 MiB body on the worker itself meant growing the buffer by
-/// doubling (copying up to half the body in one step) and faulting in (the
-/// kernel zeroing, and with transparent huge pages compacting) 256 MiB
-/// there, which stalled every other connection of that worker, `/healthz`
-/// included, for seconds (`bench/write_health.py`). Memory is touched at
-/// most [`BODY_ROOM_BYTES`] ahead of what the client sent.
-///
-/// Array data: before its first byte is read, the body takes its share of
-/// `budget` (`limits.upload_budget_bytes`; documents are counted against
-/// the document parse budget instead, and pass `None`): its declared length, or `limit` when it
-/// declares none, waiting for room (within the request timeout); the
-/// returned bytes hold the share until they are dropped. So the bodies
-/// being received and held at once never exceed the budget, however many
-/// uploads run (each waits whole, never part-way, so waiting uploads
-/// cannot hold parts of the budget each other need).
+/// allocated at once, refused with 503 when it cannot be; an unknown one
+/// grows by doubling at least) and touches the pages of the room ahead (as
+/// much again as arrived, at most [`BODY_ROOM_BYTES`]), so the worker only
+/// copies bytes into memory that is already there. Receiving a 256 MiB body
+/// on the worker itself meant growing the buffer by doubling (copying up to
+/// half the body in one step) and faulting in (the kernel zeroing, and with
+/// transparent huge pages compacting) 256 MiB there, which stalled every
+/// other connection of that worker, `/healthz` included, for seconds
+/// (`bench/write_health.py`).
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64, option: &'static str) -> ApiResult<Bytes> {
     Ok(receive(headers, body, limit, option, None).await?.0)
 }
 
 /// [`read_body`] for array data (store protocol PUTs, slice writes), whose
 /// memory counts against `budget` (`limits.upload_budget_bytes`) as it is
-/// taken: the buffer's bytes made ready (at most [`BODY_ROOM_BYTES`] ahead
-/// of what arrived; the whole budget at most for one body). A body that
+/// taken: the buffer's bytes made ready (the room ahead of what arrived,
+/// and while an unknown length's buffer is copied to a larger one, the old
+/// one too; the whole budget at most for one body). A body that
 /// would need more than is left is 503 `overloaded` (`Retry-After: 1`) at
 /// once, as every other load shedding: nothing waits for room, so an
 /// upload holding a request slot never waits on the uploads holding the
@@ -237,9 +230,10 @@ async fn receive(
     if let Some(b) = budget {
         b.cover(&mut share, first)?;
     }
-    let mut buf = BytesMut::with_capacity(first);
-    // How much of the buffer is ready (grown and touched).
-    let mut ready = buf.capacity();
+    let mut buf: Vec<u8> = Vec::new();
+    buf.try_reserve_exact(first).map_err(|_| no_room(first))?;
+    // How much of the buffer is ready (allocated and touched, counted).
+    let mut ready = first;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| body_error(&e))?;
@@ -247,21 +241,40 @@ async fn receive(
             return Err(too_large());
         }
         let needed = buf.len() + chunk.len();
-        if needed > ready && needed > INLINE_BODY_BYTES {
-            let grown = needed.saturating_add(BODY_ROOM_BYTES).min(most.max(needed));
-            if let Some(b) = budget {
-                b.cover(&mut share, grown)?;
+        if needed > ready {
+            // Room ahead of the bytes that arrived: as much again, up to
+            // BODY_ROOM_BYTES (a client holds at most about twice what it
+            // sent), within the body's most. A body of unknown length grows
+            // at least by doubling (each growth copies it).
+            let mut grown = needed.saturating_add(needed.min(BODY_ROOM_BYTES)).min(most.max(needed));
+            if declared.is_none() {
+                grown = grown.max(ready.saturating_mul(2)).min(most.max(needed));
             }
+            // A declared length is allocated whole at the first growth (its
+            // pages are touched only as they are needed); the old buffer is
+            // live while it is copied.
+            let allocation = declared.map_or(grown, |d| d.max(grown));
+            let copied = if allocation > buf.capacity() { buf.capacity() } else { 0 };
+            if let Some(b) = budget {
+                b.cover(&mut share, grown.saturating_add(copied))?;
+            }
+            buf = prepare_room(buf, grown, allocation).await?;
             ready = grown;
-            buf = prepare_room(buf, ready, declared).await?;
-        } else if let Some(b) = budget {
-            // Within the first MiB the buffer grows as `BytesMut` likes (by
-            // doubling at most): counted by what it holds.
-            b.cover(&mut share, needed)?;
+            if let Some(b) = budget {
+                b.shrink(&mut share, grown);
+            }
         }
         buf.extend_from_slice(&chunk);
     }
-    Ok((buf.freeze(), share))
+    Ok((Bytes::from(buf), share))
+}
+
+/// The 503 for a body whose buffer could not be allocated.
+fn no_room(bytes: usize) -> ApiError {
+    ErrorCode::Overloaded
+        .error(format!("the server could not allocate {bytes} bytes to receive this body; retry"))
+        .with_header(header::RETRY_AFTER, "1")
+        .with_header(header::CONNECTION, "close")
 }
 
 /// `limits.upload_budget_bytes`: memory the array-data bodies being
@@ -307,7 +320,11 @@ impl UploadBudget {
                 self.permits.available_permits(),
                 self.kib.saturating_mul(1024)
             );
-            return Err(ErrorCode::Overloaded.error(message).with_header(header::RETRY_AFTER, "1"));
+            // The body is not read to its end: the connection closes.
+            return Err(ErrorCode::Overloaded
+                .error(message)
+                .with_header(header::RETRY_AFTER, "1")
+                .with_header(header::CONNECTION, "close"));
         };
         match &mut share.permit {
             Some(held) => held.merge(permit),
@@ -316,24 +333,41 @@ impl UploadBudget {
         share.kib = want;
         Ok(())
     }
+
+    /// Gives back what `share` holds beyond `bytes` (a copy's old buffer,
+    /// freed).
+    fn shrink(&self, share: &mut UploadShare, bytes: usize) {
+        let keep = (bytes as u64).div_ceil(1024).min(self.kib);
+        if let (Some(permit), true) = (share.permit.as_mut(), keep < share.kib) {
+            #[allow(clippy::cast_possible_truncation)] // less than what is held
+            drop(permit.split((share.kib - keep) as usize));
+            share.kib = keep;
+        }
+    }
 }
 
-/// `buf` with room for `ready` bytes in all, its pages touched, on the
-/// blocking pool; the first growth reserves the whole `declared` length.
-async fn prepare_room(mut buf: BytesMut, ready: usize, declared: Option<usize>) -> ApiResult<BytesMut> {
-    tokio::task::spawn_blocking(move || {
-        let total = declared.map_or(ready, |d| d.max(ready));
+/// `buf` with room for `ready` bytes in all, its pages touched: a buffer of
+/// `allocation` bytes when it must grow (refused, not aborted, when that
+/// much cannot be had). Inline up to [`INLINE_BODY_BYTES`], else on the
+/// blocking pool.
+async fn prepare_room(buf: Vec<u8>, ready: usize, allocation: usize) -> ApiResult<Vec<u8>> {
+    let grow = move |mut buf: Vec<u8>| {
         if buf.capacity() < ready {
-            buf.reserve(total - buf.len());
+            let more = allocation.max(ready) - buf.len();
+            buf.try_reserve_exact(more).map_err(|_| no_room(allocation))?;
         }
         let start = buf.len();
         for byte in buf.spare_capacity_mut().iter_mut().take(ready - start).step_by(4096) {
             byte.write(0);
         }
-        buf
-    })
-    .await
-    .map_err(|e| ApiError::from(ServiceError::Internal(format!("receiving the request body: {e}"))))
+        Ok(buf)
+    };
+    if ready <= INLINE_BODY_BYTES {
+        return grow(buf);
+    }
+    tokio::task::spawn_blocking(move || grow(buf))
+        .await
+        .map_err(|e| ApiError::from(ServiceError::Internal(format!("receiving the request body: {e}"))))?
 }
 
 /// A request body that stopped arriving, or arrives too slowly (408).
@@ -402,6 +436,11 @@ mod tests {
             read_upload(&HeaderMap::new(), pieces(6 << 20, 65_536).1, 8 << 20, "x", &budget).await.unwrap();
         assert_eq!((big.len(), free()), (6 << 20, 0));
         drop(share);
+        // A declared length that cannot be allocated is 503, not an abort.
+        let e = read_upload(&declared(1 << 62), pieces(100_000, 65_536).1, u64::MAX, "x", &budget).await.unwrap_err();
+        assert_eq!((e.status(), e.code.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "overloaded"));
+        assert!(e.message.contains("could not allocate 4611686018427387904 bytes"), "{}", e.message);
+        assert_eq!(free(), 4096);
         // Over the limit: 413, and nothing held.
         let e = read_upload(&declared(9 << 20), Body::empty(), 8 << 20, "x", &budget).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::PayloadTooLarge);

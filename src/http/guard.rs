@@ -548,7 +548,7 @@ impl HttpBody for TimeoutBody {
             *this.timed_out = true;
             let now = Instant::now();
             let error = match rate(*this.received) {
-                Some(deadline) if deadline <= now => BodyTimeout::TooSlow {
+                Some(deadline) if deadline <= now && *this.received > 0 => BodyTimeout::TooSlow {
                     received: *this.received,
                     seconds: now.duration_since(start).as_secs(),
                     min: *this.min_rate,
