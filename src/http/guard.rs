@@ -3,8 +3,9 @@
 //! `limits.max_concurrent_requests` (or `limits.max_concurrent_uploads`),
 //! authentication and authorisation, the cross-site check of writes,
 //! unknown query parameters, refusing document bodies over
-//! `limits.max_body_bytes` and form-encoded bodies, and the idle timeout of
-//! request bodies (`limits.body_read_timeout_seconds`). The request timeout
+//! `limits.max_body_bytes` and form-encoded bodies, and the idle timeout and
+//! minimum rate of request bodies (`limits.body_read_timeout_seconds`,
+//! `limits.min_body_bytes_per_second`). The request timeout
 //! (`limits.request_timeout_seconds`) is applied around the handler by
 //! [`super::front`], which calls [`Guard::admit`] on every request.
 //!
@@ -35,7 +36,11 @@
 //!   send without a preflight) are 415 on every route that writes.
 //! - A request that takes too long is 504 `timeout` (503 is kept for
 //!   shedding and unavailable storage, which are worth retrying at once).
-//! - A body that stops arriving is 408 `body_timeout` (RFC 9110 §15.5.9).
+//! - A body that stops arriving, or arrives slower on average than
+//!   `limits.min_body_bytes_per_second` once `body_read_timeout_seconds`
+//!   has passed, is 408 `body_timeout` (RFC 9110 §15.5.9). Array-data
+//!   bodies also count against `limits.upload_budget_bytes` as they arrive
+//!   (503 at once past it: `super::extract::read_upload`).
 
 use std::future::Future;
 use std::pin::Pin;
