@@ -246,9 +246,10 @@ async fn receive(
             // BODY_ROOM_BYTES (a client holds at most about twice what it
             // sent), within the body's most. A body of unknown length grows
             // at least by doubling (each growth copies it).
-            let mut grown = needed.saturating_add(needed.min(BODY_ROOM_BYTES)).min(most.max(needed));
+            let at_most = most.max(needed);
+            let mut grown = needed.saturating_add(needed.min(BODY_ROOM_BYTES)).min(at_most);
             if declared.is_none() {
-                grown = grown.max(ready.saturating_mul(2)).min(most.max(needed));
+                grown = grown.max(ready.saturating_mul(2)).min(at_most);
             }
             // A declared length is allocated whole at the first growth (its
             // pages are touched only as they are needed); the old buffer is
@@ -285,11 +286,18 @@ pub struct UploadBudget {
     kib: u64,
 }
 
-/// What one body holds of the [`UploadBudget`]: given back when dropped.
+/// What one body holds of the [`UploadBudget`] (KiB permits): given back
+/// when dropped.
 #[derive(Debug, Default)]
 pub struct UploadShare {
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    kib: u64,
+}
+
+impl UploadShare {
+    /// KiB held.
+    fn kib(&self) -> u64 {
+        self.permit.as_ref().map_or(0, |p| p.num_permits() as u64)
+    }
 }
 
 impl UploadBudget {
@@ -308,12 +316,12 @@ impl UploadBudget {
     /// Grows `share` to cover `bytes` (the whole budget at most), at once
     /// or not at all.
     fn cover(&self, share: &mut UploadShare, bytes: usize) -> ApiResult<()> {
-        let want = (bytes as u64).div_ceil(1024).min(self.kib);
-        if want <= share.kib {
+        let (want, held) = ((bytes as u64).div_ceil(1024).min(self.kib), share.kib());
+        if want <= held {
             return Ok(());
         }
         #[allow(clippy::cast_possible_truncation)] // clamped to u32
-        let more = (want - share.kib).min(u64::from(u32::MAX)) as u32;
+        let more = (want - held).min(u64::from(u32::MAX)) as u32;
         let Ok(permit) = self.permits.clone().try_acquire_many_owned(more) else {
             let message = format!(
                 "the request bodies being received hold all but {} KiB of limits.upload_budget_bytes ({} bytes), and this one needs {more} KiB more; retry",
@@ -330,18 +338,16 @@ impl UploadBudget {
             Some(held) => held.merge(permit),
             None => share.permit = Some(permit),
         }
-        share.kib = want;
         Ok(())
     }
 
     /// Gives back what `share` holds beyond `bytes` (a copy's old buffer,
     /// freed).
     fn shrink(&self, share: &mut UploadShare, bytes: usize) {
-        let keep = (bytes as u64).div_ceil(1024).min(self.kib);
-        if let (Some(permit), true) = (share.permit.as_mut(), keep < share.kib) {
+        let (keep, held) = ((bytes as u64).div_ceil(1024).min(self.kib), share.kib());
+        if let (Some(permit), true) = (share.permit.as_mut(), keep < held) {
             #[allow(clippy::cast_possible_truncation)] // less than what is held
-            drop(permit.split((share.kib - keep) as usize));
-            share.kib = keep;
+            drop(permit.split((held - keep) as usize));
         }
     }
 }

@@ -535,9 +535,14 @@ impl HttpBody for TimeoutBody {
         let first = this.started.is_none();
         let start = *this.started.get_or_insert_with(Instant::now);
         let rate = |received: u64| rate_deadline(start, *this.timeout, received, *this.min_rate);
+        // The sooner of: `timeout` after the last data (`from`), and when
+        // the minimum rate wants the body whole.
+        let deadline = |from: Instant, received: u64| {
+            let idle = later(from, *this.timeout);
+            rate(received).map_or(idle, |r| r.min(idle))
+        };
         if first {
-            let idle = later(start, *this.timeout);
-            this.sleep.as_mut().reset(rate(0).map_or(idle, |r| r.min(idle)));
+            this.sleep.as_mut().reset(deadline(start, 0));
         }
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
             if let Some(Ok(f)) = &frame {
@@ -545,8 +550,7 @@ impl HttpBody for TimeoutBody {
                     *this.received = this.received.saturating_add(data.len() as u64);
                 }
             }
-            let idle = later(Instant::now(), *this.timeout);
-            this.sleep.as_mut().reset(rate(*this.received).map_or(idle, |r| r.min(idle)));
+            this.sleep.as_mut().reset(deadline(Instant::now(), *this.received));
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
         if this.sleep.poll(cx).is_ready() {
