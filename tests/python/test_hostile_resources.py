@@ -214,6 +214,41 @@ def test_oversized_consolidated_metadata_is_refused_unread(server):
     bound(rss, 32 * MIB, "a 3 GiB .zmetadata, described and under a delete")
 
 
+def test_malformed_consolidated_metadata_is_named_and_the_children_listed(server):
+    # Round 11: consolidated metadata whose `metadata` was not an object of documents was
+    # passed over in silence (the children listed as if there were none), and entries that
+    # were not documents were listed as groups. Now the document and the place are named in
+    # `consolidated_error`, and the children come from listing.
+    g2 = {"zarr_format": 2}
+    g3 = {"zarr_format": 3, "node_type": "group", "attributes": {}}
+    cases = {
+        "v2_not_object": ("metadata: expected an object of documents, got", ".zmetadata", {"metadata": 5}),
+        "v2_missing": ("metadata: missing", ".zmetadata", {"zarr_consolidated_format": 1}),
+        "v2_entry": ("metadata.child/.zgroup: expected a document (an object), got",
+                     ".zmetadata", {"metadata": {"child/.zgroup": 7}}),
+    }
+    for name, (_, doc_key, doc) in cases.items():
+        behind(server, f"cm/{name}/.zgroup", g2)
+        behind(server, f"cm/{name}/child/.zgroup", g2)
+        behind(server, f"cm/{name}/{doc_key}", doc)
+    # (A v3 group's inline consolidated metadata is part of its own document, which does not
+    # open when it is malformed: the group is 422 and its parent lists it as unreadable.)
+    # zarr-python's `null` for a group that is not consolidated is no error.
+    behind(server, "cm/v3_null/zarr.json", {**g3, "consolidated_metadata": None})
+    behind(server, "cm/v3_null/child/zarr.json", g3)
+    for name, (want, doc_key, _) in [*cases.items(), ("v3_null", (None, None, None))]:
+        r = requests.get(f"{server.url}/api/v1/nodes/data/cm/{name}", params={"depth": 1}, timeout=HTTP_TIMEOUT_S)
+        assert r.status_code == 200, (name, r.text)
+        j = r.json()
+        assert j["consolidated"] is False, (name, j)
+        assert [(c["path"], c["node_type"]) for c in j["children"]] == [(f"cm/{name}/child", "group")], (name, j)
+        why = j.get("consolidated_error")
+        if want is None:
+            assert why is None, (name, why)
+        else:
+            assert why and f"cm/{name}/{doc_key}" in why and want in why, (name, why)
+
+
 def test_oversized_node_documents_are_refused_unread_by_concurrent_describes(server):
     # Round 9 (found by an attack on main): a node's own documents were read up to
     # 2 x max_body_bytes + 1 (32 MiB) before their size was checked, so 32 concurrent

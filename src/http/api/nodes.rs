@@ -149,8 +149,8 @@ pub struct NodeInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consolidated: Option<bool>,
     /// Groups: why the group's consolidated metadata was not used (it does
-    /// not parse, or is over the size bound): `children` then come from
-    /// listing.
+    /// not parse, is over the size bound, or its `metadata` is not an
+    /// object of documents): `children` then come from listing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consolidated_error: Option<String>,
     /// Groups: whether `children` stops at `limits.max_list_entries`.

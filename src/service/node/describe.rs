@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::{open_in_with, read_document, ArrayNode, GroupNode, Node};
 use crate::service::{ServiceError, ServiceResult};
 use crate::zarr::array::ZarrFormat;
-use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
+use crate::zarr::metadata::{ArrayMetadataV2, MetadataError, NodeMetadataV3};
 use crate::zarr::tensorstore;
 
 /// Stored objects of a node.
@@ -169,10 +169,14 @@ async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult
     let depth_of = |rel: &str| rel.split('/').count();
     match group.format {
         ZarrFormat::V3 => {
-            let Some(cm) = group.metadata.get("consolidated_metadata").and_then(|c| c.get("metadata")) else {
-                return Ok(None);
+            // Absent or null (zarr-python writes `null` for a group not
+            // consolidated): listed instead.
+            let cm = match group.metadata.get("consolidated_metadata") {
+                None | Some(Value::Null) => return Ok(None),
+                Some(cm) => cm,
             };
-            let Some(docs) = cm.as_object() else { return Ok(None) };
+            let key = group.path.key("zarr.json")?;
+            let docs = entries(&key, cm, "consolidated_metadata.metadata")?;
             let mut out = Vec::new();
             for (rel, doc) in docs {
                 let d = depth_of(rel);
@@ -197,7 +201,7 @@ async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult
             let key = group.path.key(".zmetadata")?;
             let Some(read) = read_document(&group.mount, &key, group.gate.max_bytes()).await? else { return Ok(None) };
             let value = group.gate.parse(&key, read.body).await?;
-            let Some(docs) = value.get("metadata").and_then(Value::as_object) else { return Ok(None) };
+            let docs = entries(&key, &value, "metadata")?;
             let mut out = Vec::new();
             for (k, doc) in docs {
                 let (rel, kind) = match k.rsplit_once('/') {
@@ -227,6 +231,26 @@ async fn consolidated_children(group: &GroupNode, depth: usize) -> ServiceResult
             Ok(Some(out))
         }
     }
+}
+
+/// The documents of consolidated metadata (`container`'s `metadata`, at
+/// `path` in the document `key`), each an object: anything else is
+/// invalid metadata naming where (the children are listed instead).
+fn entries<'a>(
+    key: &crate::storage::StoreKey,
+    container: &'a Value,
+    path: &str,
+) -> ServiceResult<&'a serde_json::Map<String, Value>> {
+    let invalid = |source| ServiceError::InvalidMetadata { key: key.to_string(), source };
+    let docs = match container.get("metadata") {
+        Some(Value::Object(docs)) => docs,
+        Some(other) => return Err(invalid(MetadataError::expected(path, "an object of documents", other))),
+        None => return Err(invalid(MetadataError::new(path, "missing: consolidated metadata without documents"))),
+    };
+    if let Some((name, doc)) = docs.iter().find(|(_, d)| !d.is_object()) {
+        return Err(invalid(MetadataError::expected(format!("{path}.{name}"), "a document (an object)", doc)));
+    }
+    Ok(docs)
 }
 
 /// What a description of an array reports beyond its stored documents.
