@@ -70,13 +70,12 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
         .route(BROWSE_ROOT_ROUTE, axum::routing::get(browser::browse))
         .routes(routes!(links::mint))
         .routes(routes!(links::read_linked));
+    let router = api::node_routes(
+        router,
+        routes!(api::attributes::get_attributes, api::attributes::put_attributes, api::attributes::patch_attributes),
+    );
+    let router = api::node_routes(router, routes!(api::resize::resize));
     router
-        .routes(routes!(
-            api::attributes::get_attributes,
-            api::attributes::put_attributes,
-            api::attributes::patch_attributes
-        ))
-        .routes(routes!(api::resize::resize))
         .routes(routes!(api::pyramids::build_pyramid))
         .routes(routes!(api::jobs::get_job, api::jobs::cancel_job))
         .routes(routes!(health::healthz))

@@ -300,6 +300,15 @@ async fn attributes_replace_and_merge(s: TestServer) {
     send_json(&s, "PATCH", "/api/v1/attributes/data/none", &json!({})).await.expect_error(404, "node_not_found");
     s.get("/api/v1/attributes/data/none").await.expect_error(404, "node_not_found");
     send_json(&s, "PUT", "/api/v1/attributes/ro/arr", &json!({})).await.expect_error(405, "read_only");
+    // The mount's root group (made as the parent of `arr`): the root route, no path. OME-Zarr
+    // keeps its multiscales there.
+    assert_eq!(s.get("/api/v1/attributes/data").await.json(), json!({}));
+    let ome = json!({"ome": {"version": "0.5", "multiscales": [{"datasets": [{"path": "arr"}]}]}});
+    send_json(&s, "PATCH", "/api/v1/attributes/data", &ome).await.expect_status(200);
+    assert_eq!(s.get("/zarr/data/zarr.json").await.json()["attributes"], ome);
+    let r = send_json(&s, "PUT", "/api/v1/attributes/data", &json!({"x": 1})).await;
+    assert_eq!(r.json(), json!({"x": 1}));
+    send_json(&s, "PUT", "/api/v1/attributes/ro", &json!({})).await.expect_error(405, "read_only");
 }
 
 async fn resize_grows_and_shrinks(s: TestServer) {
@@ -340,6 +349,13 @@ async fn resize_grows_and_shrinks(s: TestServer) {
     send_json(&s, "POST", "/api/v1/resize/data/grp", &json!({"shape": [1]})).await.expect_error(400, "not_an_array");
     send_json(&s, "POST", "/api/v1/resize/data/none", &json!({"shape": [1]})).await.expect_error(404, "node_not_found");
     send_json(&s, "POST", "/api/v1/resize/ro/r", &json!({"shape": [1, 1]})).await.expect_error(405, "read_only");
+    // An array at the mount's root (the root route: no path).
+    send_json(&s, "POST", "/api/v1/resize/data", &json!({"shape": [1]})).await.expect_error(400, "not_an_array");
+    s.delete("/api/v1/nodes/data?recursive=true").await.expect_status(204);
+    send_json(&s, "PUT", "/api/v1/nodes/data", &spec).await.expect_status(201);
+    let r = send_json(&s, "POST", "/api/v1/resize/data", &json!({"shape": [6, 4]})).await;
+    assert_eq!(r.json(), json!({"shape": [6, 4], "deleted_chunks": 0}));
+    assert_eq!(s.get("/zarr/data/zarr.json").await.json()["shape"], json!([6, 4]));
 }
 
 async fn deletes_nodes(s: TestServer) {

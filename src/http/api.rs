@@ -136,7 +136,8 @@ mod tests {
                 assert_eq!(names(root_op), expected, "{template}");
             }
         }
-        // nodes (GET, PUT, DELETE), data (GET, POST, PUT), chunks, consolidate, preview, browse.
-        assert_eq!(twins, 10);
+        // nodes (GET, PUT, DELETE), data (GET, POST, PUT), chunks, consolidate, preview, browse,
+        // attributes (GET, PUT, PATCH), resize.
+        assert_eq!(twins, 14);
     }
 }

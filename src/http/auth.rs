@@ -146,6 +146,7 @@ pub const RULES: &[Rule] = &[
     Rule { template: "/api/v1/nodes/{mount}/{*path}", methods: NODES, params: NODE_PARAMS },
     Rule { template: "/api/v1/attributes/{mount}", methods: ATTRIBUTES, params: NO_PARAMS },
     Rule { template: "/api/v1/attributes/{mount}/{*path}", methods: ATTRIBUTES, params: NO_PARAMS },
+    Rule { template: "/api/v1/resize/{mount}", methods: &[("POST", ADMIN)], params: NO_PARAMS },
     Rule { template: "/api/v1/resize/{mount}/{*path}", methods: &[("POST", ADMIN)], params: NO_PARAMS },
     Rule { template: "/api/v1/consolidate/{mount}", methods: &[("POST", ADMIN)], params: NO_PARAMS },
     Rule { template: "/api/v1/consolidate/{mount}/{*path}", methods: &[("POST", ADMIN)], params: NO_PARAMS },
