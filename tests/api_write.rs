@@ -246,6 +246,25 @@ async fn errors(s: WriteServer) {
     // Nothing was written by any of these.
     assert_eq!(s.read_u16("a").await, vec![0u16; 120]);
     assert!(!s.exists("a/c/0/0").await);
+    // Raw bytes that are no value of the type: 400 naming the element, before any chunk is
+    // written (the last chunk's encoder found it after the others were stored, as a 500).
+    for (dt, bad, why) in [("bool", 7u8, "element 63 is 7: a bool must be 0 or 1"), ("int4", 100, "element 63 is 100")]
+    {
+        let name = format!("v{dt}");
+        let mut meta = v3_meta(dt, &[8, 8], &[4, 4], None);
+        if dt == "bool" {
+            meta["fill_value"] = serde_json::json!(false);
+        }
+        s.create(&name, &meta).await;
+        let mut body = vec![1u8; 64];
+        body[63] = bad;
+        let r = s.put(&format!("/api/v1/data/data/{name}"), "application/octet-stream", body).await;
+        r.expect_error(400, "bad_request");
+        assert!(r.error_message().contains(why), "{dt}: {r}");
+        for key in ["c/0/0", "c/0/1", "c/1/0", "c/1/1"] {
+            assert!(!s.exists(&format!("{name}/{key}")).await, "{dt}: {key} was written");
+        }
+    }
 }
 
 /// Reads through zarrd after writes through zarrd see the new data: the

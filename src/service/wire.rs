@@ -360,10 +360,47 @@ fn count(shape: &[u64]) -> DecodeResult<usize> {
 /// A body that is not in `format`, or does not hold `shape` (or one)
 /// elements of `dt`; the message says what was expected.
 pub fn decode(format: WireFormat, body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded> {
-    match format {
-        WireFormat::Raw => decode_raw(body, dt, shape),
-        WireFormat::Npy => npy::decode(body, dt, shape),
-        WireFormat::Json => json::decode(body, dt, shape),
+    let decoded = match format {
+        WireFormat::Raw => decode_raw(body, dt, shape)?,
+        WireFormat::Npy => npy::decode(body, dt, shape)?,
+        WireFormat::Json => return json::decode(body, dt, shape),
+    };
+    // Raw bytes may hold values the type has no room for: refused here,
+    // before any chunk is written (the chunk's encoder would refuse them
+    // after the chunks before it were stored).
+    if let ChunkData::Fixed(bytes) = &decoded.data {
+        check_values(dt, bytes).map_err(DecodeError)?;
+    }
+    Ok(decoded)
+}
+
+/// Whether every element of `bytes` (packed `dt` elements, little-endian)
+/// is a value of `dt`: a bool is 0 or 1 (in a structured element's bool
+/// fields too), an int4 is -8..=7 (one per byte); the message names the
+/// first that is not.
+fn check_values(dt: &DataType, bytes: &[u8]) -> Result<(), String> {
+    match dt {
+        DataType::Bool => match bytes.iter().position(|&b| b > 1) {
+            Some(i) => Err(format!("element {i} is {}: a bool must be 0 or 1", bytes[i])),
+            None => Ok(()),
+        },
+        DataType::Int4 => match bytes.iter().position(|&b| !(-8..=7).contains(&i8::from_le_bytes([b]))) {
+            Some(i) => Err(format!("element {i} is {}: an int4 must be -8..=7", i8::from_le_bytes([bytes[i]]))),
+            None => Ok(()),
+        },
+        DataType::Structured { size, fields } if *size > 0 => {
+            for field in fields.iter().filter(|f| matches!(*f.data_type, DataType::Bool)) {
+                let n = usize::try_from(field.subarray.iter().product::<u64>()).unwrap_or(usize::MAX);
+                for (i, record) in bytes.chunks_exact(*size).enumerate() {
+                    let values = record.get(field.offset..field.offset.saturating_add(n)).unwrap_or_default();
+                    if let Some(b) = values.iter().find(|&&b| b > 1) {
+                        return Err(format!("element {i}, field `{}`: {b}: a bool must be 0 or 1", field.name));
+                    }
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -391,6 +428,37 @@ fn decode_raw(body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded
 mod tests {
     use super::*;
     use crate::zarr::data_type::Field;
+
+    #[test]
+    fn raw_values_outside_the_type_are_refused() {
+        let e = decode(WireFormat::Raw, &[1, 0, 7, 1], &DataType::Bool, &[4]).unwrap_err();
+        assert!(e.0.contains("element 2 is 7: a bool must be 0 or 1"), "{e}");
+        assert!(decode(WireFormat::Raw, &[1, 0, 0, 1], &DataType::Bool, &[4]).is_ok());
+        // One element, broadcast, too.
+        assert!(decode(WireFormat::Raw, &[2], &DataType::Bool, &[4]).is_err());
+        let e = decode(WireFormat::Raw, &[0xF8, 7, 100], &DataType::Int4, &[3]).unwrap_err();
+        assert!(e.0.contains("element 2 is 100: an int4 must be -8..=7"), "{e}");
+        assert!(decode(WireFormat::Raw, &[0xF8, 7, 0], &DataType::Int4, &[3]).is_ok());
+        // A structured element's bool field (a subarray of two), after a u16.
+        let field = |name: &str, offset, data_type, subarray| Field {
+            name: name.into(),
+            offset,
+            data_type: Box::new(data_type),
+            big_endian: false,
+            subarray,
+        };
+        let dt = DataType::Structured {
+            size: 4,
+            fields: vec![field("n", 0, DataType::UInt16, vec![]), field("ok", 2, DataType::Bool, vec![2])],
+        };
+        assert!(decode(WireFormat::Raw, &[9, 9, 1, 0, 9, 9, 0, 1], &dt, &[2]).is_ok());
+        let e = decode(WireFormat::Raw, &[9, 9, 1, 0, 9, 9, 0, 5], &dt, &[2]).unwrap_err();
+        assert!(e.0.contains("element 1, field `ok`: 5"), "{e}");
+        // npy bodies are checked alike.
+        let mut npy = crate::service::wire::npy::header("|b1", &[2]);
+        npy.extend([1, 3]);
+        assert!(decode(WireFormat::Npy, &npy, &DataType::Bool, &[2]).unwrap_err().0.contains("element 1 is 3"));
+    }
 
     #[test]
     fn negotiation() {
