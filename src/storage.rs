@@ -100,6 +100,10 @@ pub struct PutOutcome {
     pub etag: Option<String>,
 }
 
+/// What [`Storage::visit_recursive`] calls for each object (handed back
+/// when the walk is done, so it can own what it gathers).
+pub type Visitor = Box<dyn FnMut(&str, &ObjectMeta) + Send + 'static>;
+
 /// One entry of a delimited listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListEntry {
@@ -153,6 +157,22 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// A backend failure.
     async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>>;
+
+    /// Calls `visit` with the name (relative to `prefix`) and metadata of
+    /// every object below `prefix`, at any depth, in no particular order,
+    /// as the listing goes, holding none of them: counting what is stored
+    /// under a node costs no memory per object. (The default lists them all
+    /// first; the backends override it.)
+    ///
+    /// # Errors
+    /// A backend failure.
+    async fn visit_recursive(&self, prefix: &KeyPrefix, visit: Visitor) -> StorageResult<Visitor> {
+        let mut visit = visit;
+        for (name, meta) in self.list_recursive(prefix, usize::MAX).await? {
+            visit(&name, &meta);
+        }
+        Ok(visit)
+    }
 
     /// True when `key` names a non-empty prefix (a "directory") rather than
     /// an object, so a read of it can be redirected to its listing.

@@ -248,6 +248,12 @@ impl Storage for Faulty {
         Self::after(StorageOp::ListRecursive, prefix.as_str(), fault.as_ref(), result)
     }
 
+    async fn visit_recursive(&self, prefix: &KeyPrefix, visit: super::Visitor) -> StorageResult<super::Visitor> {
+        let fault = self.before(StorageOp::ListRecursive, prefix.as_str()).await?;
+        let result = self.inner.visit_recursive(prefix, visit).await;
+        Self::after(StorageOp::ListRecursive, prefix.as_str(), fault.as_ref(), result)
+    }
+
     async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
         let fault = self.before(StorageOp::IsPrefix, key.as_str()).await?;
         Self::after(StorageOp::IsPrefix, key.as_str(), fault.as_ref(), self.inner.is_prefix(key).await)

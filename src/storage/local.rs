@@ -851,6 +851,20 @@ impl LocalBackend {
 
     fn list_recursive_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
         let mut out = Vec::new();
+        self.walk_blocking(prefix, &mut |name, meta| {
+            if out.len() >= limit {
+                return false;
+            }
+            out.push((name.to_string(), meta));
+            true
+        })?;
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// Calls `each` with every file below `prefix` (its name relative to
+    /// `prefix`) until it answers false.
+    fn walk_blocking(&self, prefix: &KeyPrefix, each: &mut dyn FnMut(&str, ObjectMeta) -> bool) -> StorageResult<()> {
         // Relative names of directories still to read; each is opened when
         // its turn comes. The prefix itself resolves as reads do (through
         // links inside the mount); below it only real directories are
@@ -877,18 +891,12 @@ impl LocalBackend {
                 // `Entry::Dir` is only ever a real directory.
                 match self.entry(&dir, &rel, &name, file_type) {
                     Some(Entry::Dir) => pending.push(name_rel),
-                    Some(Entry::File(v)) => {
-                        if out.len() >= limit {
-                            break 'walk;
-                        }
-                        out.push((name_rel, v.meta()));
-                    }
-                    None => {}
+                    Some(Entry::File(v)) if !each(&name_rel, v.meta()) => break 'walk,
+                    Some(Entry::File(_)) | None => {}
                 }
             }
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -993,6 +1001,21 @@ impl Storage for LocalBackend {
         tokio::task::spawn_blocking(move || this.list_recursive_blocking(&prefix, limit))
             .await
             .map_err(|e| join_error(&e))?
+    }
+
+    async fn visit_recursive(&self, prefix: &KeyPrefix, visit: super::Visitor) -> StorageResult<super::Visitor> {
+        check_key(prefix.as_str())?;
+        let (this, prefix) = (self.clone(), prefix.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut visit = visit;
+            this.walk_blocking(&prefix, &mut |name, meta| {
+                visit(name, &meta);
+                true
+            })?;
+            Ok(visit)
+        })
+        .await
+        .map_err(|e| join_error(&e))?
     }
 
     async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
@@ -1332,6 +1355,19 @@ mod tests {
         assert_eq!(names(b.list_recursive(&below("alias"), 100).await.unwrap()), ["c/0", "zero"]);
         assert_eq!(names(b.list_recursive(&below(""), 100).await.unwrap()), ["arr/c/0", "arr/zero"]);
         assert_eq!(names(b.list_recursive(&below(""), 1).await.unwrap()).len(), 1);
+        // A visit sees what the listing lists, holding nothing.
+        for prefix in ["alias", "", "arr"] {
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let into = seen.clone();
+            let visit: crate::storage::Visitor =
+                Box::new(move |n, m| into.lock().unwrap().push((n.to_string(), m.size)));
+            drop(b.visit_recursive(&below(prefix), visit).await.unwrap());
+            let mut seen = seen.lock().unwrap().clone();
+            seen.sort();
+            let listed: Vec<(String, u64)> =
+                b.list_recursive(&below(prefix), 100).await.unwrap().into_iter().map(|(n, m)| (n, m.size)).collect();
+            assert_eq!(seen, listed, "{prefix}");
+        }
         // The same ETag from a listing as from a read.
         let listed = b.list_recursive(&below("arr"), 100).await.unwrap();
         assert_eq!(listed[0].1.etag, b.head(&key("arr/c/0")).await.unwrap().etag);

@@ -99,6 +99,11 @@ impl Storage for Measured {
         self.record(StorageOp::ListRecursive, start, self.inner.list_recursive(prefix, limit).await)
     }
 
+    async fn visit_recursive(&self, prefix: &KeyPrefix, visit: super::Visitor) -> StorageResult<super::Visitor> {
+        let start = Instant::now();
+        self.record(StorageOp::ListRecursive, start, self.inner.visit_recursive(prefix, visit).await)
+    }
+
     async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
         let start = Instant::now();
         self.record(StorageOp::IsPrefix, start, self.inner.is_prefix(key).await)

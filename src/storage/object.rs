@@ -282,6 +282,19 @@ impl Storage for ObjectBackend {
         Ok(out)
     }
 
+    async fn visit_recursive(&self, prefix: &KeyPrefix, visit: super::Visitor) -> StorageResult<super::Visitor> {
+        let mut visit = visit;
+        let base = self.prefix_path(prefix)?;
+        let mut stream = self.store.list(base.as_ref());
+        while let Some(o) = stream.try_next().await.map_err(|e| StorageError::from_object_store(prefix.as_str(), e))? {
+            let name = self.relative_name(base.as_ref(), &o.location);
+            if !name.is_empty() {
+                visit(&name, &Self::meta(&o));
+            }
+        }
+        Ok(visit)
+    }
+
     async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
         let listed = self.list(&key.as_prefix()).await?;
         Ok(!listed.is_empty())

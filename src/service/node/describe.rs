@@ -28,17 +28,24 @@ pub struct Stats {
 /// # Errors
 /// Storage failures.
 pub async fn stats(node: &Node) -> ServiceResult<Stats> {
-    let objects = node.mount().storage().list_recursive(&node.path().prefix()?, usize::MAX).await?;
-    let mut s = Stats::default();
-    for (name, meta) in &objects {
+    // Counted as the listing goes (an array of millions of chunks holds
+    // none of their names).
+    let counted = std::sync::Arc::new(std::sync::Mutex::new(Stats::default()));
+    let chunks = match node {
+        Node::Array(a) => Some((a.desc.chunk_key_encoding, a.desc.shape.len())),
+        Node::Group(_) => None,
+    };
+    let into = counted.clone();
+    let visit: crate::storage::Visitor = Box::new(move |name, meta| {
+        let mut s = into.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         s.stored_objects += 1;
-        s.stored_bytes += meta.size;
-        if let Node::Array(a) = node {
-            if a.desc.chunk_key_encoding.decode(name, a.desc.shape.len()).is_ok() {
-                s.stored_chunks += 1;
-            }
+        s.stored_bytes = s.stored_bytes.saturating_add(meta.size);
+        if chunks.as_ref().is_some_and(|(encoding, rank)| encoding.decode(name, *rank).is_ok()) {
+            s.stored_chunks += 1;
         }
-    }
+    });
+    drop(node.mount().storage().visit_recursive(&node.path().prefix()?, visit).await?);
+    let s = *counted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     Ok(s)
 }
 
