@@ -41,7 +41,9 @@ pub struct Job {
     /// The group it builds.
     pub destination: String,
     started: Instant,
-    state: Mutex<(JobState, Option<String>)>,
+    /// Its state, the error of a failed one, and how long it ran once it
+    /// ended.
+    state: Mutex<(JobState, Option<String>, Option<f64>)>,
     /// Units of work done (chunks copied or computed, skipped ones too).
     pub done: AtomicU64,
     /// Units of work in all.
@@ -84,7 +86,7 @@ pub struct JobStatus {
     pub chunks_skipped: u64,
     /// Bytes written: level 0's chunks as stored, other levels' decoded.
     pub bytes_written: u64,
-    /// Seconds since the job started.
+    /// Seconds since the job started; once it ended, how long it ran.
     pub elapsed_seconds: f64,
     /// Seconds left, estimated from the pace of the chunks done so far
     /// (`null` until there is a pace, or once the job ended).
@@ -103,7 +105,7 @@ impl Job {
             path,
             destination,
             started: Instant::now(),
-            state: Mutex::new((JobState::Running, None)),
+            state: Mutex::new((JobState::Running, None, None)),
             done: AtomicU64::new(0),
             total: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
@@ -124,7 +126,7 @@ impl Job {
     pub fn finish(&self, state: JobState, error: Option<String>) {
         let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if s.0 == JobState::Running {
-            *s = (state, error);
+            *s = (state, error, Some(self.started.elapsed().as_secs_f64()));
         }
     }
 
@@ -139,7 +141,7 @@ impl Job {
         if s.0 != JobState::Running {
             return false;
         }
-        *s = (JobState::Cancelled, None);
+        *s = (JobState::Cancelled, None, Some(self.started.elapsed().as_secs_f64()));
         if let Some(t) = self.task.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
             t.abort();
         }
@@ -150,8 +152,9 @@ impl Job {
     #[must_use]
     #[allow(clippy::cast_precision_loss)] // counts far below 2^52
     pub fn status(&self) -> JobStatus {
-        let (state, error) = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let elapsed = self.started.elapsed().as_secs_f64();
+        let (state, error, ran) = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        // A job that ended says how long it ran.
+        let elapsed = ran.unwrap_or_else(|| self.started.elapsed().as_secs_f64());
         let (done, total, skipped) = (
             self.done.load(Ordering::Relaxed),
             self.total.load(Ordering::Relaxed),
@@ -276,6 +279,10 @@ mod tests {
         assert!(a.cancel() && !a.cancel());
         a.finish(JobState::Completed, None);
         assert_eq!(a.state(), JobState::Cancelled, "a cancelled job stays cancelled");
+        // An ended job's time stops with it.
+        let ran = a.status().elapsed_seconds;
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert!((a.status().elapsed_seconds - ran).abs() < f64::EPSILON, "the clock ran on after the end");
         assert_eq!(jobs.counts()[3], (JobState::Cancelled, 1));
         let (c, new) = jobs.start(Job::new("j".into(), "m".into(), "p".into(), "d".into())).unwrap();
         assert!(new && !Arc::ptr_eq(&a, &c));

@@ -210,6 +210,15 @@ fn plan(array: &ArrayNode, req: &PyramidRequest, limits: &crate::zarr::array::Ar
         Some(f) => options::parse_factors(f, rank, MAX_LEVELS)?,
         None => Factors::Same(axes.iter().map(|(_, k)| if *k == Some("space") { 2 } else { 1 }).collect()),
     };
+    // One list of factors of 1 everywhere, levels left to them: a pyramid
+    // of level 0 alone (with `levels`, or per level, the check below names
+    // the level that would not be smaller).
+    if req.levels.is_none()
+        && req.factors.is_some()
+        && matches!(&factors, Factors::Same(f) if f.iter().all(|&x| x == 1))
+    {
+        return Err(invalid("factors", "every factor is 1: no level would be smaller than level 0"));
+    }
     if let Some(n) = req.levels {
         if !(1..=MAX_LEVELS as u64).contains(&n) {
             return Err(invalid("levels", format!("{n} is not between 1 and {MAX_LEVELS}")));
@@ -270,7 +279,9 @@ fn plan(array: &ArrayNode, req: &PyramidRequest, limits: &crate::zarr::array::Ar
         Some(d) => NodePath::new(d).map_err(|e| invalid("destination", e.to_string()))?,
         None => NodePath::new(&format!("{}_pyramid", array.path.as_str()))?,
     };
-    if destination.is_root() || destination == array.path {
+    // Inside the source array there is no place for a group.
+    let inside = !array.path.is_root() && destination.as_str().starts_with(&format!("{}/", array.path.as_str()));
+    if destination.is_root() || destination == array.path || inside || array.path.is_root() && !destination.is_root() {
         return Err(invalid("destination", "must be a new path beside the source"));
     }
     // Every level smaller than the one before (a level of factors 1 would

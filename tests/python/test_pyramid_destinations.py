@@ -75,6 +75,14 @@ def test_levels_that_do_not_shrink_and_overflowing_grids_are_refused(served):
     assert code == 400 and "levels" in body["error"]["message"] and "smaller" in body["error"]["message"], body
     code, _, body = post(server, "img", {"factors": [[2, 2, 2], [1, 1, 1]], "destination": "ones"})
     assert code == 400 and "smaller" in body["error"]["message"], body
+    # Round 11 (a black-box attack): one list of 1s with the levels left to it was a
+    # one-level "pyramid", a copy of level 0 (202).
+    code, _, body = post(server, "img", {"factors": [1, 1, 1], "destination": "ones"})
+    assert code == 400 and "factors" in body["error"]["message"] and "smaller" in body["error"]["message"], body
+    # A destination inside the source array was accepted and failed in the job.
+    code, _, body = post(server, "img", {"levels": 2, "destination": "img/sub"})
+    assert code == 400 and "beside the source" in body["error"]["message"], body
+    assert not (root / "ones").exists() and not (root / "img" / "sub").exists()
     huge = {"zarr_format": 3, "node_type": "array", "shape": [2**32, 2**32], "data_type": "uint8",
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 1]}},
             "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}],
