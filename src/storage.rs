@@ -151,6 +151,19 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// A backend failure.
     async fn list(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>>;
 
+    /// [`Storage::list`], the first `limit` entries in name order, and
+    /// whether there were more. (The default lists them all first; a local
+    /// directory looks up only the entries it answers.)
+    ///
+    /// # Errors
+    /// A backend failure.
+    async fn list_limited(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListEntry>, bool)> {
+        let mut entries = self.list(prefix).await?;
+        let more = entries.len() > limit;
+        entries.truncate(limit);
+        Ok((entries, more))
+    }
+
     /// Lists every object below `prefix`, at any depth, up to `limit` entries.
     /// Names are relative to `prefix`.
     ///

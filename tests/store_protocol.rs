@@ -1197,6 +1197,18 @@ async fn listings_are_cut_at_the_configured_maximum(s: TestServer) {
     let v = j.json();
     assert_eq!(v["entries"].as_array().unwrap().len(), 2, "{v}");
     assert_eq!(v["truncated"], true);
+    // The first in name order (a directory listing looks up only those).
+    let names: Vec<&str> = v["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b"], "{v}");
+    // As many entries as the limit: not cut.
+    for name in ["a", "b"] {
+        small.delete(&format!("/zarr/data/grp/{name}")).await.expect_status(204);
+    }
+    let v = small.get_with("/zarr/data/grp/", &[("Accept", "application/json")]).await.json();
+    assert_eq!((v["entries"].as_array().unwrap().len(), &v["truncated"]), (2, &serde_json::json!(false)), "{v}");
+    for name in ["a", "b"] {
+        put_ok(&small, &format!("/zarr/data/grp/{name}"), name).await;
+    }
     let html = small.get("/zarr/data/grp/").await;
     assert_eq!(html_links(&html.text()).len(), 3, "two entries and ../: {html}");
     let r = propfind(&small, "/zarr/data/grp/", Some("1")).await;

@@ -30,7 +30,11 @@ use super::error::{key_not_found, ApiResult, ErrorBody, ErrorCode};
 use super::extract::{read_upload, UploadBudget};
 use super::openapi::Binary;
 use crate::service::keys as store;
-use crate::service::{App, ServiceError};
+use crate::service::{cpu, App, ServiceError};
+
+/// Listings of at most this many entries are rendered on the async worker
+/// (cheaper than the hand-off); longer ones on the CPU pool.
+const INLINE_LISTING: usize = 256;
 use crate::storage::direct::FileSpan;
 use crate::storage::local::STREAM_FRAME_BYTES;
 use crate::storage::request::{IfRange, RangeHeader};
@@ -359,11 +363,18 @@ pub async fn get_key(State(app): State<Arc<App>>, request: axum::extract::Reques
         Target::Prefix(prefix) => {
             let listing = store::list(&app.mount_ref(&mount)?, &prefix).await?;
             let wants_json = header_str(headers, &header::ACCEPT).is_some_and(|a| a.contains("application/json"));
-            Ok(if wants_json {
-                dav::json_listing(&mount, &prefix, &listing).into_response()
-            } else {
-                dav::html_listing(&mount, &prefix, &listing).into_response()
-            })
+            // Up to `max_list_entries` entries of text: rendered on the CPU
+            // pool unless short, never holding up the async worker.
+            let short = listing.entries.len() <= INLINE_LISTING;
+            let mount = mount.to_string();
+            let render = move || {
+                if wants_json {
+                    dav::json_listing(&mount, &prefix, &listing).into_response()
+                } else {
+                    dav::html_listing(&mount, &prefix, &listing).into_response()
+                }
+            };
+            Ok(cpu::run_or_inline(short, render).await.map_err(ServiceError::from)?)
         }
     }
 }
@@ -476,7 +487,13 @@ pub async fn other_method(
             };
             let found = store::propfind(&app.mount_ref(&mount)?, &path, depth).await?;
             let root = dav::HrefRoot::for_user_agent(header_str(&headers, &header::USER_AGENT));
-            Ok(dav::multistatus(&mount, &found, root))
+            let short = match &found {
+                store::DavTarget::Collection { members, .. } => members.len() <= INLINE_LISTING,
+                store::DavTarget::Object { .. } => true,
+            };
+            let mount = mount.to_string();
+            let render = move || dav::multistatus(&mount, &found, root);
+            Ok(cpu::run_or_inline(short, render).await.map_err(ServiceError::from)?)
         }
         "MKCOL" => {
             app.mount_ref(&mount)?.writable()?;

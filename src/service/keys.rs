@@ -126,13 +126,11 @@ pub async fn delete(mount: &MountRef<'_>, key: &StoreKey) -> ServiceResult<()> {
 /// # Errors
 /// `PrefixNotFound`, storage failure.
 pub async fn list(mount: &MountRef<'_>, prefix: &KeyPrefix) -> ServiceResult<Listing> {
-    let mut entries = mount.mount().list(prefix).await?;
-    if entries.is_empty() && !prefix.is_root() {
+    let limit = mount.app().config().limits.max_list_entries;
+    let (entries, truncated) = mount.mount().storage().list_limited(prefix, limit).await?;
+    if entries.is_empty() && !truncated && !prefix.is_root() {
         return Err(ServiceError::PrefixNotFound(prefix.as_str().to_string()));
     }
-    let limit = mount.app().config().limits.max_list_entries;
-    let truncated = entries.len() > limit;
-    entries.truncate(limit);
     Ok(Listing { entries, truncated })
 }
 

@@ -849,6 +849,37 @@ impl LocalBackend {
         Ok(out)
     }
 
+    /// [`Self::list_blocking`] for the first `limit` entries: the names are
+    /// read and sorted, and only the entries answered are looked up (a
+    /// directory of a million files costs its names, not a million `stat`s
+    /// and their metadata).
+    fn list_limited_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListEntry>, bool)> {
+        let dir = match self.root.open_at(prefix.as_str(), OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(fd) => fd,
+            Err(e) if beneath::is_absent(e) => return Ok((Vec::new(), false)),
+            Err(e) => return Err(lookup_error(prefix.as_str(), e)),
+        };
+        let mut names = Self::read_dir(&dir, prefix.as_str())?;
+        names.retain(|(name, _)| prefix.child(name).is_ok());
+        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut out = Vec::new();
+        for (name, file_type) in names {
+            if out.len() == limit {
+                // One more that shows: the listing is cut.
+                if self.entry(&dir, prefix.as_str(), &name, file_type).is_some() {
+                    return Ok((out, true));
+                }
+                continue;
+            }
+            match self.entry(&dir, prefix.as_str(), &name, file_type) {
+                Some(Entry::Dir) => out.push(ListEntry::Prefix { name }),
+                Some(Entry::File(v)) => out.push(ListEntry::Object { name, meta: v.meta() }),
+                None => {}
+            }
+        }
+        Ok((out, false))
+    }
+
     fn list_recursive_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
         let mut out = Vec::new();
         self.walk_blocking(prefix, &mut |name, meta| {
@@ -993,6 +1024,14 @@ impl Storage for LocalBackend {
         check_key(prefix.as_str())?;
         let (this, prefix) = (self.clone(), prefix.clone());
         tokio::task::spawn_blocking(move || this.list_blocking(&prefix)).await.map_err(|e| join_error(&e))?
+    }
+
+    async fn list_limited(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListEntry>, bool)> {
+        check_key(prefix.as_str())?;
+        let (this, prefix) = (self.clone(), prefix.clone());
+        tokio::task::spawn_blocking(move || this.list_limited_blocking(&prefix, limit))
+            .await
+            .map_err(|e| join_error(&e))?
     }
 
     async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
