@@ -145,7 +145,7 @@ pub async fn index(State(app): State<Arc<App>>, access: Option<Extension<Access>
             (String = "text/html"),
             (ErrorBody = "application/json"),
         )),
-        (status = 404, description = "No such mount (an HTML page naming the error)", content_type = "text/html", body = String),
+        (status = 404, description = "No such mount, or nothing at the path: no node and no directory with something in it (an HTML page naming the error)", content_type = "text/html", body = String),
         (status = 422, description = "Stored metadata is invalid (an HTML page naming the error)", content_type = "text/html", body = String),
         (status = 503, description = "Storage unavailable (an HTML page naming the error)", content_type = "text/html", body = String),
     )
@@ -192,6 +192,13 @@ async fn browse_page(app: &Arc<App>, target: &NodeTarget, q: &BrowseQuery, heade
             group_page(&target.mount, &g, &page)
         }
         None => {
+            // Nothing there (no node, and no plain directory: an empty or
+            // missing place, or one inside an array): 404, as the API.
+            if !browse::directory(&at).await? {
+                let missing =
+                    crate::service::ServiceError::NodeNotFound { mount: target.mount.clone(), path: path.clone() };
+                return Err(missing.into());
+            }
             let page = browse::page(&at, page_no, PER_PAGE).await?;
             directory_page(&target.mount, &path, &page)
         }

@@ -111,11 +111,11 @@ impl WireFormat {
         }
     }
 
-    /// The first media type in an `Accept` header that names a format
-    /// (quality values are not weighed: clients of this API send one type).
+    /// The first media type in an `Accept` header that names a format, by
+    /// quality ([`accept_order`]: `q=0` is refused, not taken).
     #[must_use]
     pub fn from_accept(accept: &str) -> Option<Self> {
-        accept.split(',').find_map(Self::from_media_type)
+        accept_order(accept).iter().find_map(|m| Self::from_media_type(m))
     }
 
     /// The format of an answer: `format=` when given, else the `Accept`
@@ -359,6 +359,35 @@ fn count(shape: &[u64]) -> DecodeResult<usize> {
 /// # Errors
 /// A body that is not in `format`, or does not hold `shape` (or one)
 /// elements of `dt`; the message says what was expected.
+/// The media types of an `Accept` header (lower case, parameters dropped),
+/// highest quality first, in the header's order among equals; those of
+/// `q=0` (not acceptable, RFC 9110 §12.4.2) and unreadable quality values
+/// left out.
+#[must_use]
+pub fn accept_order(accept: &str) -> Vec<String> {
+    let mut items: Vec<(u16, String)> = accept
+        .split(',')
+        .filter_map(|item| {
+            let mut parts = item.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let mut q = 1000u16;
+            for p in parts {
+                if let Some((k, v)) = p.split_once('=') {
+                    if k.trim().eq_ignore_ascii_case("q") {
+                        let v: f64 = v.trim().parse().ok().filter(|v: &f64| (0.0..=1.0).contains(v))?;
+                        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // 0..=1000
+                        let thousandths = (v * 1000.0).round() as u16;
+                        q = thousandths;
+                    }
+                }
+            }
+            (q > 0 && !media.is_empty()).then_some((q, media))
+        })
+        .collect();
+    items.sort_by_key(|item| std::cmp::Reverse(item.0));
+    items.into_iter().map(|(_, m)| m).collect()
+}
+
 pub fn decode(format: WireFormat, body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded> {
     let decoded = match format {
         WireFormat::Raw => decode_raw(body, dt, shape)?,
@@ -467,6 +496,13 @@ mod tests {
         assert_eq!(WireFormat::negotiate(None, Some("text/html, application/json;q=0.9")).unwrap(), WireFormat::Json);
         assert_eq!(WireFormat::negotiate(None, Some("*/*")).unwrap(), WireFormat::Raw);
         assert_eq!(WireFormat::negotiate(None, Some("application/x-npy")).unwrap(), WireFormat::Npy);
+        // Quality values: weighed, and q=0 is refusal (round 11, a black-box attack).
+        let got = |a: &str| WireFormat::negotiate(None, Some(a)).unwrap();
+        assert_eq!(got("application/x-npy;q=0, application/json"), WireFormat::Json);
+        assert_eq!(got("application/x-npy;q=0.2, application/json;q=0.9"), WireFormat::Json);
+        assert_eq!(got("application/json;q=0.5, application/x-npy"), WireFormat::Npy);
+        assert_eq!(got("application/json;q=0"), WireFormat::Raw);
+        assert_eq!(accept_order("a/b;q=0.5, c/d;Q=1, e/f;q=0, g/h;q=x, i/j"), ["c/d", "i/j", "a/b"]);
         let e = WireFormat::negotiate(Some("png"), None).unwrap_err();
         assert!(e.0.contains("png") && e.0.contains("raw, npy or json"), "{e}");
     }

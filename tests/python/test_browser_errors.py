@@ -27,5 +27,17 @@ def test_errors_are_pages_naming_the_error(tmp_path):
         r = requests.get(f"{s.url}/browse/nope/", timeout=30)
         assert r.status_code == 404 and r.headers["content-type"].startswith("text/html"), r.text
         assert "unknown_mount" in r.text or "not_found" in r.text, r.text
+        # A place with nothing there is 404 too, as the API answers (round 11, a black-box
+        # attack: it was an empty "directory" page, 200); the mount's root and a folder with
+        # something in it are directories.
+        (tmp_path / "folder").mkdir()
+        (tmp_path / "folder" / "note.txt").write_text("x")
+        (tmp_path / "empty").mkdir()
+        for path, status in [("no/such/place", 404), ("empty", 404), ("folder", 200), ("", 200)]:
+            r = requests.get(f"{s.url}/browse/data/{path}", timeout=30)
+            assert r.status_code == status and r.headers["content-type"].startswith("text/html"), (path, r.text)
+            api = requests.get(f"{s.url}/api/v1/nodes/data/{path}".rstrip("/"), timeout=30)
+            assert api.status_code == status, (path, api.text)
+        assert "node_not_found" in requests.get(f"{s.url}/browse/data/no/such/place", timeout=30).text
     finally:
         s.stop()

@@ -3,7 +3,8 @@
 //! `GET /api/v1/preview/{mount}/{*path}`.
 //!
 //! A slice read answers a PNG when `format=png` (any case), or when
-//! `format=` is absent and the first type of `Accept` that zarrd knows is
+//! `format=` is absent and the first type of `Accept` that zarrd knows (by
+//! quality; `q=0` refuses a type) is
 //! `image/png` or `image/*` (an `<img>` element's request); an `Accept`
 //! that names image types only, none of them PNG (`image/jpeg`), is 406
 //! `not_acceptable`. The rendering rules (layout, `rescale=`, `colormap=`,
@@ -40,8 +41,8 @@ pub const X_ZARR_SELECTION: axum::http::HeaderName = axum::http::HeaderName::fro
 pub const IMAGE_PNG: &str = "image/png";
 
 /// Whether a slice read is answered as a PNG: `format=png`, or no
-/// `format=` and an `Accept` whose first known type is `image/png` or
-/// `image/*`.
+/// `format=` and an `Accept` whose first known type (by quality, `q=0`
+/// refused) is `image/png` or `image/*`.
 ///
 /// # Errors
 /// 406 `not_acceptable` for an `Accept` naming only image types other
@@ -54,8 +55,8 @@ pub fn wants_png(format: Option<&str>, headers: &HeaderMap) -> ApiResult<bool> {
         return Ok(false);
     };
     let mut images = Vec::new();
-    for item in accept.split(',') {
-        let media = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    // By quality, `q=0` refused.
+    for media in crate::service::wire::accept_order(accept) {
         if crate::service::wire::WireFormat::from_media_type(&media).is_some() || media == "*/*" {
             return Ok(false);
         }
