@@ -108,7 +108,8 @@ async fn every_route_and_method_against_every_kind_of_caller() {
         let path = concrete(rule.template, "data");
         // Routes of the table that this build does not register answer the JSON 404.
         let probe = s.send("GET", &path, Some(ADMIN_TOKEN), &[]).await;
-        if probe.status == 404 && probe.json()["error"]["code"] == "no_route" {
+        // (Browser pages answer errors as HTML: a 404 there is no missing route.)
+        if probe.status == 404 && probe.text().contains("\"no_route\"") {
             continue;
         }
         for (method, need) in rule.methods {

@@ -418,6 +418,10 @@ fn entries_table(mount: &str, path: &str, page: &Page) -> String {
                 format!("<td>{}</td><td>group v{zarr_format}</td><td></td><td></td><td></td>", link("/"))
             }
             EntryKind::Directory => format!("<td>{}</td><td>directory</td><td></td><td></td><td></td>", link("/")),
+            // Nothing to browse: named, not linked.
+            EntryKind::EmptyDirectory => {
+                format!("<td>{}/</td><td>empty directory</td><td></td><td></td><td></td>", esc(&e.name))
+            }
             EntryKind::Unreadable(why) => format!(
                 "<td>{}</td><td title=\"{}\">unreadable metadata</td><td></td><td></td><td></td>",
                 esc(&e.name),

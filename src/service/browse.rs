@@ -44,6 +44,10 @@ pub enum EntryKind {
     Group { zarr_format: u8 },
     /// A directory (a prefix) that is not a Zarr node.
     Directory,
+    /// A directory with nothing in it (a local mount's empty folder): no
+    /// place to browse (describing it is 404, as on object stores, where
+    /// it could not exist).
+    EmptyDirectory,
     /// A directory whose metadata could not be read (the reason).
     Unreadable(String),
     /// An object (a file) and its size.
@@ -106,7 +110,10 @@ pub async fn directory(at: &NodeRef<'_>) -> ServiceResult<bool> {
     if at.path().is_root() {
         return Ok(true);
     }
-    Ok(!at.mount().mount().list(&at.path().prefix()?).await?.is_empty())
+    // Whether anything is there: one entry is enough (a local directory
+    // reads its names, and looks none up beyond the first).
+    let (entries, more) = at.mount().mount().storage().list_limited(&at.path().prefix()?, 1).await?;
+    Ok(!entries.is_empty() || more)
 }
 
 /// The number of a metadata format: 2 or 3.
@@ -167,7 +174,14 @@ pub async fn page(at: &NodeRef<'_>, page: usize, per_page: usize) -> ServiceResu
                 Err(e) => EntryKind::Unreadable(e.to_string()),
                 Ok(child) => match node_at(&child).await {
                     Ok(Some(n)) => kind_of(&n),
-                    Ok(None) => EntryKind::Directory,
+                    Ok(None) => match child.path().prefix() {
+                        Ok(prefix) => match child.mount().mount().storage().list_limited(&prefix, 1).await {
+                            Ok((entries, more)) if entries.is_empty() && !more => EntryKind::EmptyDirectory,
+                            Ok(_) => EntryKind::Directory,
+                            Err(e) => EntryKind::Unreadable(e.to_string()),
+                        },
+                        Err(e) => EntryKind::Unreadable(e.to_string()),
+                    },
                     Err(e) => EntryKind::Unreadable(e.to_string()),
                 },
             },

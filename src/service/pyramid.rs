@@ -210,14 +210,17 @@ fn plan(array: &ArrayNode, req: &PyramidRequest, limits: &crate::zarr::array::Ar
         Some(f) => options::parse_factors(f, rank, MAX_LEVELS)?,
         None => Factors::Same(axes.iter().map(|(_, k)| if *k == Some("space") { 2 } else { 1 }).collect()),
     };
-    // One list of factors of 1 everywhere, levels left to them: a pyramid
-    // of level 0 alone (with `levels`, or per level, the check below names
-    // the level that would not be smaller).
-    if req.levels.is_none()
-        && req.factors.is_some()
-        && matches!(&factors, Factors::Same(f) if f.iter().all(|&x| x == 1))
-    {
-        return Err(invalid("factors", "every factor is 1: no level would be smaller than level 0"));
+    // One list of factors of 1 everywhere (given, or the default when no
+    // dimension is a space axis), levels left to them: a pyramid of level 0
+    // alone (with `levels`, or per level, the check below names the level
+    // that would not be smaller).
+    if req.levels.is_none() && matches!(&factors, Factors::Same(f) if f.iter().all(|&x| x == 1)) {
+        let why = if req.factors.is_some() {
+            "every factor is 1: no level would be smaller than level 0"
+        } else {
+            "every factor is 1 (by default only `space` axes are downsampled, and no dimension name is one): give `factors`"
+        };
+        return Err(invalid("factors", why));
     }
     if let Some(n) = req.levels {
         if !(1..=MAX_LEVELS as u64).contains(&n) {

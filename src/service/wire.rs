@@ -354,11 +354,6 @@ fn count(shape: &[u64]) -> DecodeResult<usize> {
         .ok_or_else(|| DecodeError(format!("a selection of shape {shape:?} is too large")))
 }
 
-/// Decodes `body` for a selection of `shape` of an array of `dt`.
-///
-/// # Errors
-/// A body that is not in `format`, or does not hold `shape` (or one)
-/// elements of `dt`; the message says what was expected.
 /// The media types of an `Accept` header (lower case, parameters dropped),
 /// highest quality first, in the header's order among equals; those of
 /// `q=0` (not acceptable, RFC 9110 §12.4.2) and unreadable quality values
@@ -388,6 +383,11 @@ pub fn accept_order(accept: &str) -> Vec<String> {
     items.into_iter().map(|(_, m)| m).collect()
 }
 
+/// Decodes `body` for a selection of `shape` of an array of `dt`.
+///
+/// # Errors
+/// A body that is not in `format`, or does not hold `shape` (or one)
+/// elements of `dt`; the message says what was expected.
 pub fn decode(format: WireFormat, body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded> {
     let decoded = match format {
         WireFormat::Raw => decode_raw(body, dt, shape)?,

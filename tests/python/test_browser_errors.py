@@ -39,5 +39,9 @@ def test_errors_are_pages_naming_the_error(tmp_path):
             api = requests.get(f"{s.url}/api/v1/nodes/data/{path}".rstrip("/"), timeout=30)
             assert api.status_code == status, (path, api.text)
         assert "node_not_found" in requests.get(f"{s.url}/browse/data/no/such/place", timeout=30).text
+        # An empty folder in a listing is named, never linked to that 404.
+        page = requests.get(f"{s.url}/browse/data/", timeout=30).text
+        assert "empty/" in page and "empty directory" in page, page
+        assert 'href="/browse/data/empty' not in page and 'href="/browse/data/folder/"' in page, page
     finally:
         s.stop()

@@ -79,6 +79,13 @@ def test_levels_that_do_not_shrink_and_overflowing_grids_are_refused(served):
     # one-level "pyramid", a copy of level 0 (202).
     code, _, body = post(server, "img", {"factors": [1, 1, 1], "destination": "ones"})
     assert code == 400 and "factors" in body["error"]["message"] and "smaller" in body["error"]["message"], body
+    # So were the default factors of an array without `space` axes (1 everywhere).
+    zarr.create_array(root / "rowcol", shape=(64, 64), chunks=(16, 16), dtype="uint8", dimension_names=["row", "col"])
+    code, _, body = post(server, "rowcol", {})
+    assert code == 400 and "give `factors`" in body["error"]["message"], body
+    code, _, status = post(server, "rowcol", {"factors": [2, 2]})
+    assert code == 202, status
+    assert wait(server, status)["state"] == "completed"
     # A destination inside the source array was accepted and failed in the job.
     code, _, body = post(server, "img", {"levels": 2, "destination": "img/sub"})
     assert code == 400 and "beside the source" in body["error"]["message"], body

@@ -413,7 +413,7 @@ async fn describe_directory(app: &App, target: &NodeTarget, q: &DescribeQuery) -
                     entry.node_type = "group";
                     entry.zarr_format = Some(zarr_format);
                 }
-                EntryKind::Directory => {}
+                EntryKind::Directory | EntryKind::EmptyDirectory => {}
                 EntryKind::Unreadable(why) => {
                     entry.node_type = "unreadable";
                     entry.error = Some(why);
