@@ -110,8 +110,12 @@ pub async fn directory(at: &NodeRef<'_>) -> ServiceResult<bool> {
     if at.path().is_root() {
         return Ok(true);
     }
-    // Whether anything is there: one entry is enough (a local directory
-    // reads its names, and looks none up beyond the first).
+    holds_anything(at).await
+}
+
+/// Whether anything is stored under the place `at`: one entry is enough (a
+/// local directory reads its names, and looks none up beyond the first).
+async fn holds_anything(at: &NodeRef<'_>) -> ServiceResult<bool> {
     let (entries, more) = at.mount().mount().storage().list_limited(&at.path().prefix()?, 1).await?;
     Ok(!entries.is_empty() || more)
 }
@@ -174,12 +178,9 @@ pub async fn page(at: &NodeRef<'_>, page: usize, per_page: usize) -> ServiceResu
                 Err(e) => EntryKind::Unreadable(e.to_string()),
                 Ok(child) => match node_at(&child).await {
                     Ok(Some(n)) => kind_of(&n),
-                    Ok(None) => match child.path().prefix() {
-                        Ok(prefix) => match child.mount().mount().storage().list_limited(&prefix, 1).await {
-                            Ok((entries, more)) if entries.is_empty() && !more => EntryKind::EmptyDirectory,
-                            Ok(_) => EntryKind::Directory,
-                            Err(e) => EntryKind::Unreadable(e.to_string()),
-                        },
+                    Ok(None) => match holds_anything(&child).await {
+                        Ok(true) => EntryKind::Directory,
+                        Ok(false) => EntryKind::EmptyDirectory,
                         Err(e) => EntryKind::Unreadable(e.to_string()),
                     },
                     Err(e) => EntryKind::Unreadable(e.to_string()),

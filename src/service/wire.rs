@@ -469,13 +469,7 @@ mod tests {
         assert!(e.0.contains("element 2 is 100: an int4 must be -8..=7"), "{e}");
         assert!(decode(WireFormat::Raw, &[0xF8, 7, 0], &DataType::Int4, &[3]).is_ok());
         // A structured element's bool field (a subarray of two), after a u16.
-        let field = |name: &str, offset, data_type, subarray| Field {
-            name: name.into(),
-            offset,
-            data_type: Box::new(data_type),
-            big_endian: false,
-            subarray,
-        };
+        let field = Field::little;
         let dt = DataType::Structured {
             size: 4,
             fields: vec![field("n", 0, DataType::UInt16, vec![]), field("ok", 2, DataType::Bool, vec![2])],

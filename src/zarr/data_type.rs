@@ -85,6 +85,14 @@ pub struct Field {
     pub subarray: Vec<u64>,
 }
 
+#[cfg(test)]
+impl Field {
+    /// A little-endian field (tests).
+    pub(crate) fn little(name: &str, offset: usize, data_type: DataType, subarray: Vec<u64>) -> Self {
+        Self { name: name.into(), offset, data_type: Box::new(data_type), big_endian: false, subarray }
+    }
+}
+
 /// A data type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataType {

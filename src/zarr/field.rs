@@ -134,13 +134,7 @@ mod tests {
 
     /// np.dtype([('a', '<u2'), ('c', '<i2', (2,))]) flattened, plus a nested leaf.
     fn record_type() -> DataType {
-        let field = |name: &str, offset, dt, subarray: Vec<u64>| Field {
-            name: name.into(),
-            offset,
-            data_type: Box::new(dt),
-            big_endian: false,
-            subarray,
-        };
+        let field = Field::little;
         DataType::Structured {
             size: 7,
             fields: vec![

@@ -820,13 +820,7 @@ mod tests {
     #[test]
     fn fields_name_the_choices() {
         use crate::zarr::data_type::Field;
-        let field = |name: &str, offset, data_type, subarray| Field {
-            name: name.into(),
-            offset,
-            data_type: Box::new(data_type),
-            big_endian: false,
-            subarray,
-        };
+        let field = Field::little;
         let dt = DataType::Structured {
             size: 6,
             fields: vec![field("a", 0, DataType::UInt16, vec![]), field("b", 2, DataType::UInt8, vec![4])],
