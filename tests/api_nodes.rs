@@ -219,6 +219,20 @@ async fn create_errors(s: TestServer) {
         (&root["node_type"], &root["children"], &root["children_total"]),
         (&json!("directory"), &json!([]), &json!(0))
     );
+    // An array whose last chunk's key could never be stored (a deep path, ten dimensions of
+    // 10^9 chunks): 422 naming the length, by the document PUT and the store PUT alike (round
+    // 11, a black-box attack: created, then every read and write of those chunks was 400).
+    let deep: String = ["a".repeat(230), "b".repeat(230), "c".repeat(230), "d".repeat(230)].join("/");
+    let (shape, chunks) = ([1_000_000_000u64; 10], [1u64; 10]);
+    let wide = json!({"zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]});
+    let r = send_json(&s, "PUT", &format!("/api/v1/nodes/data/{deep}"), &wide).await;
+    r.expect_error(422, "unsupported_array");
+    assert!(r.error_message().contains("chunk keys would be up to 1025 bytes"), "{}", r.error_message());
+    let r = s.put(&format!("/zarr/data/{deep}/zarr.json"), wide.to_string().into_bytes()).await;
+    r.expect_error(422, "unsupported_array");
+    s.get(&format!("/zarr/data/{deep}/zarr.json")).await.expect_status(404);
 }
 
 async fn describes_stats_and_children(s: TestServer) {

@@ -189,15 +189,17 @@ impl DocumentGate {
         match kind {
             DocumentKind::ZarrJson => {
                 if let NodeMetadataV3::Array(meta) = NodeMetadataV3::from_json(&value, "").map_err(invalid(key))? {
-                    if let Err(e) = ArrayDescription::from_v3(&meta).and_then(|d| d.check_limits(limits)) {
-                        over(e)?;
+                    match ArrayDescription::from_v3(&meta).and_then(|d| d.check_limits(limits).map(|()| d)) {
+                        Ok(desc) => check_chunk_keys(key, &desc)?,
+                        Err(e) => over(e)?,
                     }
                 }
             }
             DocumentKind::ZArray => {
                 let meta = ArrayMetadataV2::from_json(&value, "").map_err(invalid(key))?;
-                if let Err(e) = ArrayDescription::from_v2(&meta, Map::new()).and_then(|d| d.check_limits(limits)) {
-                    over(e)?;
+                match ArrayDescription::from_v2(&meta, Map::new()).and_then(|d| d.check_limits(limits).map(|()| d)) {
+                    Ok(desc) => check_chunk_keys(key, &desc)?,
+                    Err(e) => over(e)?,
                 }
             }
             DocumentKind::ZGroup => {
@@ -269,6 +271,33 @@ pub(super) async fn put_checked(
     // process changed the document: what is cached of it is stale too.
     node.app().metadata_cache().invalidate(mount.name(), node.path());
     result?;
+    Ok(())
+}
+
+/// Refuses an array (its document at `key`) whose chunk keys could not all
+/// be stored: the key of its last chunk (the longest, every index at its
+/// most) would pass the longest key a store takes
+/// ([`crate::storage::key::MAX_KEY_LEN`]), and every read or write of those
+/// chunks would be 400 (a deep path of many dimensions).
+///
+/// # Errors
+/// `UnsupportedArray` naming the length, the limit and that key.
+fn check_chunk_keys(key: &StoreKey, desc: &ArrayDescription) -> ServiceResult<()> {
+    let last: Vec<u64> =
+        desc.shape.iter().zip(&desc.chunk_shape).map(|(&n, &c)| n.div_ceil(c.max(1)).saturating_sub(1)).collect();
+    let dir = &key.as_str()[..key.as_str().len() - key.name().len()];
+    let longest = format!("{dir}{}", desc.chunk_key(&last));
+    let max = crate::storage::key::MAX_KEY_LEN;
+    if longest.len() > max {
+        return Err(ServiceError::UnsupportedArray {
+            key: key.to_string(),
+            reason: format!(
+                "its chunk keys would be up to {} bytes (`{longest}`), more than the {max} a key may have: \
+                 a shorter path or fewer dimensions",
+                longest.len()
+            ),
+        });
+    }
     Ok(())
 }
 
