@@ -233,6 +233,27 @@ async fn create_errors(s: TestServer) {
     let r = s.put(&format!("/zarr/data/{deep}/zarr.json"), wide.to_string().into_bytes()).await;
     r.expect_error(422, "unsupported_array");
     s.get(&format!("/zarr/data/{deep}/zarr.json")).await.expect_status(404);
+    // A refused document writes nothing at all: not the missing parent groups (they were written
+    // before the document was refused, round 11) ...
+    s.get(&format!("/api/v1/nodes/data/{}", "a".repeat(230))).await.expect_error(404, "node_not_found");
+    let huge = json!({"zarr_format": 3, "node_type": "array", "shape": [1u64 << 32], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1u64 << 31]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]});
+    let r = put("/api/v1/nodes/data/up/to/arr", huge.clone()).await;
+    r.expect_error(422, "unsupported_array");
+    assert!(r.error_message().contains("max_decoded_chunk_bytes"), "{}", r.error_message());
+    s.get("/api/v1/nodes/data/up").await.expect_error(404, "node_not_found");
+    // ... nor, with `delete_existing`, the deletion of the node it was to replace (it was
+    // deleted, then the new document refused).
+    let keep = json!({"driver": "zarr3", "dtype": "uint8", "shape": [3]});
+    put("/api/v1/nodes/data/keep", keep).await.expect_status(201);
+    s.put_with("/api/v1/data/data/keep?format=json", "[1, 2, 3]", &[("content-type", "application/json")])
+        .await
+        .expect_status(204);
+    put("/api/v1/nodes/data/keep?delete_existing=true", huge).await.expect_error(422, "unsupported_array");
+    let r = s.get("/api/v1/data/data/keep?format=json").await;
+    r.expect_status(200);
+    assert_eq!(r.json(), json!([1, 2, 3]), "{r}");
 }
 
 async fn describes_stats_and_children(s: TestServer) {

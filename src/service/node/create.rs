@@ -10,18 +10,21 @@
 //! answers created: so does every one of several concurrent creates of
 //! identical documents that lost that way, the outcome being the same.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use bytes::Bytes;
 
 use serde_json::{json, Map, Value};
 
 use super::delete::delete_all;
-use super::documents::{json_len, put_doc, DocumentGate};
+use super::documents::{checked_doc, json_len, put_checked, DocumentGate};
 use super::open::existing_versioned;
 use super::versioned::{is_lost_race, retry, Versions};
 use super::{open_in_with, ArrayNode, Node};
 use crate::service::{NodeRef, ServiceError, ServiceResult};
-use crate::storage::Mount;
+use crate::storage::{Mount, StoreKey};
 use crate::zarr::array::{ArrayDescription, ArrayError, ZarrFormat};
 use crate::zarr::metadata::{ArrayMetadataV2, NodeMetadataV3};
 use crate::zarr::tensorstore::{self, spec::NewArray};
@@ -177,31 +180,15 @@ async fn create_parents(node: &NodeRef<'_>, mount: &Mount, format: ZarrFormat) -
                 let a = ancestor.path();
                 return Err(ServiceError::Conflict(format!("cannot create `{path}`: its ancestor `{a}` is an array")));
             }
-            (None, versions) => write_group(&ancestor, mount, format, &Value::Object(Map::new()), &versions).await?,
+            (None, versions) => {
+                let group = NewNode::Group { format, document: Value::Object(Map::new()) };
+                for (key, bytes) in checked_documents(&ancestor, &group).await? {
+                    put_checked(&ancestor, mount, &key, bytes, &versions).await?;
+                }
+            }
         }
     }
     Ok(())
-}
-
-/// Writes a group's documents, each on the condition `versions` gives (a
-/// document absent when read must still be absent).
-async fn write_group(
-    node: &NodeRef<'_>,
-    mount: &Mount,
-    format: ZarrFormat,
-    doc: &Value,
-    versions: &Versions,
-) -> ServiceResult<()> {
-    match format {
-        ZarrFormat::V3 => {
-            let doc = if doc.get("zarr_format").is_some() { doc.clone() } else { group_doc_v3() };
-            put_doc(node, mount, "zarr.json", &doc, versions).await
-        }
-        ZarrFormat::V2 => {
-            put_doc(node, mount, ".zgroup", &json!({"zarr_format": 2}), versions).await?;
-            put_doc(node, mount, ".zattrs", doc, versions).await
-        }
-    }
 }
 
 /// Creates (or opens, or replaces) the node.
@@ -224,9 +211,37 @@ async fn create_scoped(node: &NodeRef<'_>, new: &NewNode, mode: OpenMode) -> Ser
     if !mode.create && !mode.open {
         return Err(ServiceError::InvalidOpenMode);
     }
+    // Checked before anything is deleted (`delete_existing`) or written
+    // (the missing parent groups): a document zarrd would refuse to store
+    // leaves the mount as it was.
+    let docs = checked_documents(node, new).await?;
     let _guard = node.mount().locks().exclusive(node.path().as_str()).await;
     let tried = AtomicBool::new(false);
-    retry(|| create_once(node, m, new, mode, &tried)).await
+    retry(|| create_once(node, m, new, &docs, mode, &tried)).await
+}
+
+/// The documents `new` stores at `node` (name, key and bytes), each
+/// checked as [`put_doc`] checks a document before it stores it.
+async fn checked_documents(node: &NodeRef<'_>, new: &NewNode) -> ServiceResult<Vec<(StoreKey, Bytes)>> {
+    let attributes = |m: &Option<Map<String, Value>>| Cow::Owned(Value::Object(m.clone().unwrap_or_default()));
+    let docs: Vec<(&str, Cow<'_, Value>)> = match new {
+        NewNode::Array(NewArray::V3(doc)) => vec![("zarr.json", Cow::Borrowed(doc))],
+        NewNode::Array(NewArray::V2 { zarray, zattrs }) => {
+            vec![(".zarray", Cow::Borrowed(zarray)), (".zattrs", attributes(zattrs))]
+        }
+        NewNode::Group { format: ZarrFormat::V3, document } if document.get("zarr_format").is_some() => {
+            vec![("zarr.json", Cow::Borrowed(document))]
+        }
+        NewNode::Group { format: ZarrFormat::V3, .. } => vec![("zarr.json", Cow::Owned(group_doc_v3()))],
+        NewNode::Group { format: ZarrFormat::V2, document } => {
+            vec![(".zgroup", Cow::Owned(json!({"zarr_format": 2}))), (".zattrs", Cow::Borrowed(document))]
+        }
+    };
+    let mut checked = Vec::with_capacity(docs.len());
+    for (name, doc) in docs {
+        checked.push(checked_doc(node, name, &doc).await?);
+    }
+    Ok(checked)
 }
 
 /// True when the stored node is exactly what `new` writes: after an
@@ -259,6 +274,7 @@ async fn create_once(
     node: &NodeRef<'_>,
     m: &Arc<Mount>,
     new: &NewNode,
+    docs: &[(StoreKey, Bytes)],
     mode: OpenMode,
     tried: &AtomicBool,
 ) -> ServiceResult<Created> {
@@ -300,14 +316,10 @@ async fn create_once(
     };
     create_parents(node, m, format).await?;
     let written = async {
-        match new {
-            NewNode::Array(NewArray::V3(doc)) => put_doc(node, m, "zarr.json", doc, &versions).await,
-            NewNode::Array(NewArray::V2 { zarray, zattrs }) => {
-                put_doc(node, m, ".zarray", zarray, &versions).await?;
-                put_doc(node, m, ".zattrs", &Value::Object(zattrs.clone().unwrap_or_default()), &versions).await
-            }
-            NewNode::Group { format, document } => write_group(node, m, *format, document, &versions).await,
+        for (key, bytes) in docs {
+            put_checked(node, m, key, bytes.clone(), &versions).await?;
         }
+        Ok(())
     }
     .await;
     if written.as_ref().is_err_and(is_lost_race) {
