@@ -1073,6 +1073,13 @@ async fn mkcol_and_other_methods(s: TestServer) {
     }
     // A PUT below a MKCOL'd path works.
     s.put("/zarr/data/newdir/x", "x").await.expect_status(201);
+    // On an object: 405, as RFC 4918 says (MKCOL only where nothing is mapped); the object stays.
+    for path in ["/zarr/data/newdir/x", "/zarr/data/newdir/x/"] {
+        let r = s.send(s.request("MKCOL", path)).await;
+        r.expect_error(405, "method_not_allowed");
+        assert!(r.error_message().contains("`newdir/x` is an object"), "{}", r.error_message());
+    }
+    assert_eq!(s.get("/zarr/data/newdir/x").await.body, b"x".as_slice());
     for method in ["POST", "PATCH"] {
         let r = s.send(s.request(method, KEY).body("x")).await;
         r.expect_error(405, "method_not_allowed");

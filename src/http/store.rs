@@ -470,7 +470,7 @@ pub async fn delete_key(State(app): State<Arc<App>>, uri: Uri) -> ApiResult<Stat
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// WebDAV: PROPFIND (listing) and MKCOL (no-op); anything else is 405.
+/// WebDAV: PROPFIND (listing) and MKCOL (no-op, 405 on an object); anything else is 405.
 pub async fn other_method(
     State(app): State<Arc<App>>,
     method: Method,
@@ -496,7 +496,21 @@ pub async fn other_method(
             Ok(cpu::run_or_inline(short, render).await.map_err(ServiceError::from)?)
         }
         "MKCOL" => {
-            app.mount_ref(&mount)?.writable()?;
+            let at = app.mount_ref(&mount)?;
+            at.writable()?;
+            let path = match &target {
+                Target::Key(k) => k.as_prefix(),
+                Target::Prefix(p) => p.clone(),
+            };
+            // RFC 4918 9.3.1: MKCOL can only be executed on an unmapped URL.
+            if store::is_object(&at, &path).await? {
+                return Err(ErrorCode::MethodNotAllowed
+                    .error(format!(
+                        "`{}` is an object: MKCOL makes a collection only where nothing is stored",
+                        path.as_str()
+                    ))
+                    .with_header(header::ALLOW, "GET, HEAD, PUT, DELETE, OPTIONS, PROPFIND"));
+            }
             Ok(StatusCode::CREATED.into_response())
         }
         _ => Err(ErrorCode::MethodNotAllowed

@@ -134,6 +134,22 @@ pub async fn list(mount: &MountRef<'_>, prefix: &KeyPrefix) -> ServiceResult<Lis
     Ok(Listing { entries, truncated })
 }
 
+/// True when an object is stored under `path` (WebDAV MKCOL, which makes a
+/// collection only where nothing is).
+///
+/// # Errors
+/// A storage failure other than not found.
+pub async fn is_object(mount: &MountRef<'_>, path: &KeyPrefix) -> ServiceResult<bool> {
+    if path.is_root() {
+        return Ok(false);
+    }
+    match mount.mount().storage().head(&StoreKey::new(path.as_str())?).await {
+        Ok(_) => Ok(true),
+        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Describes a path for WebDAV PROPFIND.
 ///
 /// # Errors
@@ -151,7 +167,7 @@ pub async fn propfind(mount: &MountRef<'_>, path: &KeyPrefix, depth: Depth) -> S
     let limit = mount.app().config().limits.max_list_entries;
     let (members, truncated) = match depth {
         Depth::Zero => {
-            if !path.is_root() && m.list(path).await?.is_empty() {
+            if !path.is_root() && m.storage().list_limited(path, 1).await?.0.is_empty() {
                 return Err(ServiceError::PrefixNotFound(path.as_str().to_string()));
             }
             (Vec::new(), false)
