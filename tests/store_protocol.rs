@@ -1224,6 +1224,25 @@ async fn listings_are_cut_at_the_configured_maximum(s: TestServer) {
     let r = propfind(&small, "/zarr/data/grp/", Some("infinity")).await;
     r.expect_status(207);
     assert_eq!(dav_entries(&r.text()).len(), 3, "the collection and two members: {r}");
+    // The API's and the browser's pages of a plain directory list as much, and say so.
+    let v = small.get("/api/v1/nodes/data/grp").await.json();
+    let names: Vec<&str> = v["children"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        (names, &v["children_total"], &v["children_truncated"]),
+        (vec!["a", "b"], &serde_json::json!(2), &serde_json::json!(true))
+    );
+    let page = small.get("/browse/data/grp").await.text();
+    assert!(page.contains("id=\"truncated\"") && page.contains(">b<") && !page.contains(">c<"), "{page}");
+    for name in ["c", "d/e"] {
+        small.delete(&format!("/zarr/data/grp/{name}")).await.expect_status(204);
+    }
+    let v = small.get("/api/v1/nodes/data/grp").await.json();
+    assert_eq!(
+        (&v["children_total"], &v["children_truncated"]),
+        (&serde_json::json!(2), &serde_json::json!(false)),
+        "{v}"
+    );
+    assert!(!small.get("/browse/data/grp").await.text().contains("id=\"truncated\""));
 }
 
 #[tokio::test]

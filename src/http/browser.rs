@@ -456,6 +456,12 @@ fn entries_table(mount: &str, path: &str, page: &Page) -> String {
         let _ = write!(out, "<a rel=\"next\" href=\"?page={}\">next</a>", page.page + 1);
     }
     out.push_str("</p>");
+    if page.truncated {
+        out.push_str(
+            "<p class=\"note\" id=\"truncated\">There are more: the listing stops at \
+             <code>limits.max_list_entries</code> names, in name order.</p>",
+        );
+    }
     out
 }
 

@@ -76,6 +76,9 @@ pub struct Page {
     pub per_page: usize,
     /// Whether a `.zmetadata` document is there (v2 consolidated metadata).
     pub has_zmetadata: bool,
+    /// Whether the listing stopped at `limits.max_list_entries` names:
+    /// `total` and the pages then count only those.
+    pub truncated: bool,
 }
 
 /// The node at `at`, or `None` for a plain directory (or a path with
@@ -141,14 +144,16 @@ fn kind_of(node: &Node) -> EntryKind {
 }
 
 /// Page `page` (zero-based) of what is directly under `at`, `per_page`
-/// entries a page (at most [`MAX_PAGE`]).
+/// entries a page (at most [`MAX_PAGE`]), out of the first
+/// `limits.max_list_entries` entries in name order (as a store listing:
+/// a directory of millions of files costs a bounded listing).
 ///
 /// # Errors
 /// Storage failures listing the prefix.
 pub async fn page(at: &NodeRef<'_>, page: usize, per_page: usize) -> ServiceResult<Page> {
     let per_page = per_page.clamp(1, MAX_PAGE);
-    let mount = at.mount().mount().clone();
-    let listing = mount.list(&at.path().prefix()?).await?;
+    let limit = at.app().config().limits.max_list_entries;
+    let (listing, truncated) = at.mount().mount().storage().list_limited(&at.path().prefix()?, limit).await?;
     let mut dirs = Vec::new();
     let mut objects = Vec::new();
     let mut has_zmetadata = false;
@@ -199,5 +204,5 @@ pub async fn page(at: &NodeRef<'_>, page: usize, per_page: usize) -> ServiceResu
             .take(objects_wanted)
             .map(|(name, size)| Entry { name, kind: EntryKind::Object { size } }),
     );
-    Ok(Page { entries, total, page, per_page, has_zmetadata })
+    Ok(Page { entries, total, page, per_page, has_zmetadata, truncated })
 }

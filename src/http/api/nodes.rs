@@ -212,7 +212,7 @@ pub struct ChildInfo {
         {"name": "notes", "path": "raw/notes", "node_type": "directory"},
         {"name": "README.txt", "path": "raw/README.txt", "node_type": "file", "size": 812}
     ],
-    "children_total": 4, "page": 0, "per_page": 100
+    "children_total": 4, "children_truncated": false, "page": 0, "per_page": 100
 }))]
 pub struct DirectoryInfo {
     /// The mount.
@@ -227,6 +227,9 @@ pub struct DirectoryInfo {
     pub children: Vec<DirectoryEntry>,
     /// Entries in all (folders and files), over every page.
     pub children_total: usize,
+    /// Whether the listing stopped at `limits.max_list_entries` names (in
+    /// name order): `children_total` and the pages then count only those.
+    pub children_truncated: bool,
     /// This page's number (zero-based).
     pub page: usize,
     /// Entries a page holds.
@@ -432,6 +435,7 @@ async fn describe_directory(app: &App, target: &NodeTarget, q: &DescribeQuery) -
         node_type: "directory",
         children,
         children_total: page.total,
+        children_truncated: page.truncated,
         page: page.page,
         per_page: page.per_page,
     }))
