@@ -787,3 +787,45 @@ async fn children_are_bounded_by_the_listing_limit() {
     assert_eq!((j["consolidated"].as_bool(), j["children_truncated"].as_bool()), (Some(true), Some(true)));
     assert_eq!(j["children"].as_array().unwrap().len(), 2);
 }
+
+/// Deletes and resizes list a node's objects at most `limits.max_list_entries`
+/// at a time (a node of millions of chunks is deleted in rounds), and still
+/// delete every one: chunks, nested nodes and their documents.
+#[tokio::test]
+async fn deletes_go_in_rounds_of_the_listing_limit() {
+    for backend in [Backend::Memory, Backend::File] {
+        let mut config = common::test_config();
+        config.limits.max_list_entries = 2;
+        let s = TestServer::start_with(backend, "delete_rounds", config).await.expect("server");
+        let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [6],
+            "metadata": {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1]}}}});
+        for array in ["g/a", "g/sub/b", "g/sub/deeper/c"] {
+            send_json(&s, "PUT", &format!("/api/v1/nodes/data/{array}"), &spec).await.expect_status(201);
+            s.put_with(
+                &format!("/api/v1/data/data/{array}?format=json"),
+                "[1, 2, 3, 4, 5, 6]",
+                &[("content-type", "application/json")],
+            )
+            .await
+            .expect_status(204);
+        }
+        // A group with children is not deleted without recursive=true (one entry past its
+        // documents decides it).
+        s.delete("/api/v1/nodes/data/g/sub").await.expect_error(409, "not_empty");
+        // Resizing: the four chunks outside go.
+        let r = send_json(&s, "POST", "/api/v1/resize/data/g/a", &json!({"shape": [2]})).await;
+        assert_eq!(r.json(), json!({"shape": [2], "deleted_chunks": 4}), "{r}");
+        s.get("/zarr/data/g/a/c/2").await.expect_status(404);
+        assert_eq!(s.get("/zarr/data/g/a/c/1").await.body, [2u8]);
+        // 2 + 6 + 6 chunks and six documents, two objects a listing: every one goes.
+        s.delete("/api/v1/nodes/data/g?recursive=true").await.expect_status(204);
+        for key in ["g/zarr.json", "g/a/c/0", "g/sub/zarr.json", "g/sub/b/c/5", "g/sub/deeper/c/zarr.json"] {
+            s.get(&format!("/zarr/data/{key}")).await.expect_status(404);
+        }
+        // Only the mount's root group (made as a parent) is left.
+        let listing = s.get_with("/zarr/data/", &[("Accept", "application/json")]).await.json();
+        let names: Vec<&str> =
+            listing["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["zarr.json"], "{backend:?}: {listing}");
+    }
+}

@@ -31,17 +31,42 @@ pub const DELETE_CONCURRENCY: usize = 16;
 
 /// Deletes every key of the node (its documents and everything under it)
 /// through `mount`, the node's mount as [`NodeRef::writable`] gave it.
+///
+/// In rounds of at most `limits.max_list_entries` listed objects (a node of
+/// millions of chunks holds one round's names), each deleting what
+/// it listed, until only the node's own documents are left. Chunks first,
+/// documents last: an interrupted delete leaves a node that still opens
+/// (with missing chunks), never orphaned chunks. (The documents of nodes
+/// below it go once a round lists no chunk; if one round lists only such
+/// documents, more than a round's worth, they go then, and the chunks after.)
 pub(super) async fn delete_all(node: &NodeRef<'_>, mount: &Mount) -> ServiceResult<()> {
     let path = node.path();
     let prefix = path.prefix()?;
-    let objects = mount.storage().list_recursive(&prefix, usize::MAX).await?;
-    // Chunks first, documents last: an interrupted delete leaves a node
-    // that still opens (with missing chunks), never orphaned chunks.
-    let (docs, data): (Vec<_>, Vec<_>) = objects
-        .into_iter()
-        .map(|(name, _)| name)
-        .partition(|n| DOCUMENT_NAMES.contains(&n.rsplit('/').next().unwrap_or("")));
-    delete_keys(mount, &prefix, data.iter().chain(docs.iter().filter(|d| d.contains('/')))).await?;
+    let per_round = node.app().config().limits.max_list_entries.max(1);
+    let mut last_round = Vec::new();
+    loop {
+        let objects = mount.storage().list_recursive(&prefix, per_round).await?;
+        let (docs, data): (Vec<_>, Vec<_>) = objects
+            .into_iter()
+            .map(|(name, _)| name)
+            .partition(|n| DOCUMENT_NAMES.contains(&n.rsplit('/').next().unwrap_or("")));
+        let round: Vec<String> =
+            if data.is_empty() { docs.into_iter().filter(|d| d.contains('/')).collect() } else { data };
+        if round.is_empty() {
+            break;
+        }
+        // A store that answers a delete but keeps the object would make
+        // this endless: the same round twice is an error.
+        if round == last_round {
+            return Err(ServiceError::Internal(format!(
+                "deleting `{path}`: {} objects (`{}` first) are still listed after their delete",
+                round.len(),
+                round[0]
+            )));
+        }
+        delete_keys(mount, &prefix, round.iter()).await?;
+        last_round = round;
+    }
     for name in DOCUMENT_NAMES {
         mount.delete(&path.key(name)?).await?;
     }
@@ -60,11 +85,13 @@ pub async fn delete(node: &NodeRef<'_>, recursive: bool) -> ServiceResult<()> {
     let found = existing(node).await?.ok_or_else(|| node.not_found())?;
     if let Node::Group(_) = found {
         if !recursive {
-            let entries = m.list(&path.prefix()?).await?;
-            let has_children = entries.iter().any(|e| match e {
-                crate::storage::ListEntry::Prefix { .. } => true,
-                crate::storage::ListEntry::Object { name, .. } => !DOCUMENT_NAMES.contains(&name.as_str()),
-            });
+            // One entry more than a group's own documents decides it.
+            let (entries, more) = m.storage().list_limited(&path.prefix()?, DOCUMENT_NAMES.len() + 1).await?;
+            let has_children = more
+                || entries.iter().any(|e| match e {
+                    crate::storage::ListEntry::Prefix { .. } => true,
+                    crate::storage::ListEntry::Object { name, .. } => !DOCUMENT_NAMES.contains(&name.as_str()),
+                });
             if has_children {
                 return Err(ServiceError::NotEmpty { mount: node.mount_name().to_string(), path: path.to_string() });
             }

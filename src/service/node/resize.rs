@@ -5,7 +5,7 @@
 //! resize runs again from a fresh read when another process changed it
 //! meanwhile ([`super::versioned`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::json;
 
@@ -104,18 +104,22 @@ async fn resize_once(node: &NodeRef<'_>, m: &Mount, req: &Resize) -> ServiceResu
     if req.shape.iter().zip(old).any(|(n, c)| n < c) {
         let prefix = path.prefix()?;
         let chunk = &array.desc.chunk_shape;
-        let outside: Vec<String> = m
-            .storage()
-            .list_recursive(&prefix, usize::MAX)
-            .await?
-            .into_iter()
-            .map(|(name, _)| name)
-            .filter(|name| {
-                array.desc.chunk_key_encoding.decode(name, old.len()).is_ok_and(|coords| {
-                    coords.iter().zip(chunk).zip(&req.shape).any(|((&c, &size), &n)| c.saturating_mul(size) >= n)
-                })
-            })
-            .collect();
+        // Only the names of chunks outside the new shape are kept as the
+        // listing goes, not every object with its metadata.
+        let (encoding, rank, chunk, shape) =
+            (array.desc.chunk_key_encoding, old.len(), chunk.clone(), req.shape.clone());
+        let outside = Arc::new(Mutex::new(Vec::new()));
+        let into = outside.clone();
+        let visit: crate::storage::Visitor = Box::new(move |name, _| {
+            let out = encoding.decode(name, rank).is_ok_and(|coords| {
+                coords.iter().zip(&chunk).zip(&shape).any(|((&c, &size), &n)| c.saturating_mul(size) >= n)
+            });
+            if out {
+                into.lock().unwrap_or_else(PoisonError::into_inner).push(name.to_string());
+            }
+        });
+        drop(m.storage().visit_recursive(&prefix, visit).await?);
+        let outside = std::mem::take(&mut *outside.lock().unwrap_or_else(PoisonError::into_inner));
         deleted = delete_keys(m, &prefix, outside.iter()).await?;
     }
     put_checked(node, m, &key, bytes, &versions).await?;
