@@ -203,6 +203,11 @@ def test_rgb_bool_and_accept(http, server, arrays):
     # is not possible by selection, so check the size-1 squeeze instead: one row kept as 1 x W x 3.
     img = get_png(http, server, "rgb", format="png", sel="4:5")
     np.testing.assert_array_equal(img[..., :3], rgb[4:5])
+    # Its preview is the picture in colour (rows x columns x channels), not a 30 x 3 strip.
+    r = http.get(f"{server.url}/api/v1/preview/data/rgb?size=15", timeout=30)
+    assert r.status_code == 200 and r.headers["x-zarr-selection"] == "::2,::2,:", r.text
+    preview = np.asarray(Image.open(io.BytesIO(r.content)).convert("RGB"))
+    np.testing.assert_array_equal(preview, rgb[::2, ::2])
     b = data["bool"]
     img = get_png(http, server, "bool", format="png")
     np.testing.assert_array_equal(img[..., 0], np.where(b, 255, 0))

@@ -95,18 +95,27 @@ impl Default for PreviewCache {
 }
 
 /// The `sel=` text of the preview plane of an array of `shape`; `None`
-/// when the array has fewer than two dimensions or no elements.
+/// when the array has fewer than two dimensions or no elements. The plane
+/// is the last two dimensions, or, when the last has 3 or 4 elements and
+/// there are at least three, the two before it with every channel (an
+/// interleaved RGB or RGBA image, rows × columns × channels, is previewed
+/// in colour, not as a strip of its columns × channels).
 #[must_use]
 pub fn plane_selection(shape: &[u64], size: u64) -> Option<String> {
     let n = shape.len();
     if n < 2 || shape.contains(&0) {
         return None;
     }
-    let (rows, cols) = (shape[n - 2], shape[n - 1]);
+    let colour = n >= 3 && matches!(shape[n - 1], 3 | 4);
+    let plane = if colour { n - 3 } else { n - 2 };
+    let (rows, cols) = (shape[plane], shape[plane + 1]);
     let step = rows.max(cols).div_ceil(size.max(1)).max(1);
-    let mut parts: Vec<String> = shape[..n - 2].iter().map(|d| (d / 2).to_string()).collect();
+    let mut parts: Vec<String> = shape[..plane].iter().map(|d| (d / 2).to_string()).collect();
     parts.push(format!("::{step}"));
     parts.push(format!("::{step}"));
+    if colour {
+        parts.push(":".to_string());
+    }
     Some(parts.join(","))
 }
 
@@ -170,6 +179,10 @@ mod tests {
         assert_eq!(plane_selection(&[1000, 300], 256).unwrap(), "::4,::4"); // 250 × 75
         assert_eq!(plane_selection(&[5, 4, 512, 513], 256).unwrap(), "2,2,::3,::3"); // 171 × 171
         assert_eq!(plane_selection(&[3, 7], 2).unwrap(), "::4,::4");
+        // Rows × columns × 3 or 4 channels: the plane in colour.
+        assert_eq!(plane_selection(&[1000, 600, 3], 256).unwrap(), "::4,::4,:");
+        assert_eq!(plane_selection(&[9, 512, 512, 4], 256).unwrap(), "4,::2,::2,:");
+        assert_eq!(plane_selection(&[512, 3], 256).unwrap(), "::2,::2"); // two dimensions: gray
         assert!(plane_selection(&[7], 256).is_none());
         assert!(plane_selection(&[0, 7], 256).is_none());
         assert!(plane_selection(&[2, 0, 7], 256).is_none());
