@@ -164,13 +164,16 @@ fn gather(spec: &Map<String, Value>) -> Result<Map<String, Value>, SpecError> {
     Ok(members)
 }
 
-/// The shape from `metadata.shape`, `schema.shape` or `schema.domain`.
+/// The shape from `metadata.shape`, `schema.shape` or `schema.domain`;
+/// where several are given they must agree (TensorStore refuses a spec
+/// whose metadata and schema disagree).
 fn resolve_shape(s: &Schema<'_>) -> Result<Vec<u64>, SpecError> {
+    let mut given: Vec<(&str, Vec<u64>)> = Vec::new();
     if let Some(v) = s.metadata.get("shape") {
-        return u64_list(v, "metadata.shape");
+        given.push(("metadata.shape", u64_list(v, "metadata.shape")?));
     }
     if let Some(v) = s.get("shape") {
-        return u64_list(v, "schema.shape");
+        given.push(("schema.shape", u64_list(v, "schema.shape")?));
     }
     if let Some(d) = s.get("domain") {
         let d = object(d, "schema.domain")?;
@@ -180,22 +183,39 @@ fn resolve_shape(s: &Schema<'_>) -> Result<Vec<u64>, SpecError> {
             }
         }
         if let Some(v) = d.get("shape") {
-            return u64_list(v, "schema.domain.shape");
+            given.push(("schema.domain.shape", u64_list(v, "schema.domain.shape")?));
         }
         if let Some(v) = d.get("exclusive_max") {
-            return u64_list(v, "schema.domain.exclusive_max");
+            given.push(("schema.domain.exclusive_max", u64_list(v, "schema.domain.exclusive_max")?));
         }
         if let Some(v) = d.get("inclusive_max") {
-            return u64_list(v, "schema.domain.inclusive_max")?
+            let max = u64_list(v, "schema.domain.inclusive_max")?
                 .iter()
                 .enumerate()
                 .map(|(i, m)| {
                     m.checked_add(1).ok_or_else(|| err(format!("schema.domain.inclusive_max[{i}]"), "too large"))
                 })
-                .collect();
+                .collect::<Result<Vec<u64>, SpecError>>()?;
+            given.push(("schema.domain.inclusive_max", max));
         }
     }
-    Err(err("schema.domain", "the array's shape is required (metadata.shape, schema.shape or schema.domain.shape)"))
+    let mut given = given.into_iter();
+    let Some((first, shape)) = given.next() else {
+        return Err(err(
+            "schema.domain",
+            "the array's shape is required (metadata.shape, schema.shape or schema.domain.shape)",
+        ));
+    };
+    for (name, other) in given {
+        if other != shape {
+            let as_shape = if name == "schema.domain.inclusive_max" { " (as a shape: each + 1)" } else { "" };
+            return Err(err(
+                name,
+                format!("{other:?}{as_shape} conflicts with {first} {shape:?}: give the shape once, or the same"),
+            ));
+        }
+    }
+    Ok(shape)
 }
 
 fn labels(s: &Schema<'_>, rank: usize) -> Result<Option<Vec<String>>, SpecError> {
@@ -553,6 +573,21 @@ mod tests {
             NewArray::V3(doc) => doc,
             NewArray::V2 { .. } => panic!("expected v3"),
         }
+    }
+
+    #[test]
+    fn shapes_given_twice_must_agree() {
+        let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [4, 5], "metadata": {"shape": [4, 6]}});
+        let e = new_array(&spec).unwrap_err();
+        assert_eq!(e.field, "schema.shape", "{e}");
+        assert!(e.to_string().contains("[4, 5] conflicts with metadata.shape [4, 6]"), "{e}");
+        let spec =
+            json!({"driver": "zarr", "dtype": "uint8", "schema": {"domain": {"shape": [3], "inclusive_max": [3]}}});
+        let e = new_array(&spec).unwrap_err();
+        assert_eq!(e.field, "schema.domain.inclusive_max", "{e}");
+        let same = json!({"driver": "zarr3", "dtype": "uint8", "shape": [3],
+            "schema": {"domain": {"exclusive_max": [3], "inclusive_max": [2]}}, "metadata": {"shape": [3]}});
+        assert!(new_array(&same).is_ok());
     }
 
     #[test]
