@@ -232,6 +232,15 @@ fn labels(s: &Schema<'_>, rank: usize) -> Result<Option<Vec<String>>, SpecError>
             l.as_str().map(str::to_string).ok_or_else(|| err(format!("schema.domain.labels[{i}]"), "expected a string"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // TensorStore: "Dimension label(s) ... not unique" (empty ones may repeat).
+    for (i, l) in labels.iter().enumerate() {
+        if !l.is_empty() && labels[..i].contains(l) {
+            return Err(err(
+                format!("schema.domain.labels[{i}]"),
+                format!("\"{l}\" is given twice; labels are unique"),
+            ));
+        }
+    }
     Ok(labels.iter().any(|l| !l.is_empty()).then_some(labels))
 }
 
@@ -573,6 +582,16 @@ mod tests {
             NewArray::V3(doc) => doc,
             NewArray::V2 { .. } => panic!("expected v3"),
         }
+    }
+
+    #[test]
+    fn labels_are_unique() {
+        let spec = json!({"driver": "zarr3", "dtype": "uint8", "schema": {"domain": {"shape": [2, 2, 2], "labels": ["x", "", "x"]}}});
+        let e = new_array(&spec).unwrap_err();
+        assert_eq!(e.field, "schema.domain.labels[2]", "{e}");
+        let spec =
+            json!({"driver": "zarr3", "dtype": "uint8", "schema": {"domain": {"shape": [2, 2], "labels": ["", ""]}}});
+        assert!(new_array(&spec).is_ok());
     }
 
     #[test]
