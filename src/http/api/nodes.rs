@@ -574,7 +574,10 @@ fn created_response(created: &ops::Created) -> Response {
 }
 
 async fn create(app: &App, target: &NodeTarget, q: &CreateQuery, body: &Value) -> ApiResult<Response> {
-    let (new, flags) = ops::parse_create_body(body)?;
+    // Validating a spec chooses chunk shapes (factorising explicit sizes,
+    // bisecting aspect ratios): on the CPU pool, off the async workers.
+    let spec = body.clone();
+    let (new, flags) = cpu::run(move || ops::parse_create_body(&spec)).await.map_err(cpu_failed)??;
     let flag = |name: &str, query: Option<bool>, default: bool| {
         flags.get(name).and_then(Value::as_bool).or(query).unwrap_or(default)
     };

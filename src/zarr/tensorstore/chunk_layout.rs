@@ -275,21 +275,152 @@ fn from_aspect_ratio(
     chunk.copy_from_slice(&chosen);
 }
 
-/// The divisor of `n` nearest to `s` (the smaller one on a tie).
-fn nearest_divisor(n: u64, s: u64) -> u64 {
-    let mut best: u64 = 1;
-    let mut d: u64 = 1;
-    while d * d <= n {
-        if n % d == 0 {
-            for c in [d, n / d] {
-                if c.abs_diff(s) < best.abs_diff(s) || (c.abs_diff(s) == best.abs_diff(s) && c < best) {
-                    best = c;
-                }
+/// The divisors of `n` in increasing order, from its prime factors
+/// ([`prime_factors`]: microseconds for any `u64`, where trying every
+/// number up to `√n` took minutes for a size near 2^62). At most 103,680 of
+/// them (the most any `u64` has).
+fn divisors(n: u64) -> Vec<u64> {
+    let mut factors = prime_factors(n);
+    factors.sort_unstable();
+    let mut out = vec![1u64];
+    let mut i = 0;
+    while i < factors.len() {
+        let p = factors[i];
+        let k = factors[i..].iter().take_while(|&&f| f == p).count();
+        let before = out.len();
+        let mut power = 1u64;
+        for _ in 0..k {
+            power *= p;
+            for j in 0..before {
+                out.push(out[j] * power);
             }
         }
-        d += 1;
+        i += k;
     }
-    best
+    out.sort_unstable();
+    out
+}
+
+/// The divisor in `sorted` (the divisors of a number) nearest to `s`, the
+/// smaller one on a tie.
+fn nearest_in(sorted: &[u64], s: u64) -> u64 {
+    let at = sorted.partition_point(|&d| d < s);
+    let above = sorted.get(at).copied();
+    let below = at.checked_sub(1).map(|i| sorted[i]);
+    match (below, above) {
+        (Some(b), Some(a)) if s - b <= a - s => b,
+        (_, Some(a)) => a,
+        (Some(b), None) => b,
+        (None, None) => 1,
+    }
+}
+
+fn mul_mod(a: u64, b: u64, m: u64) -> u64 {
+    // Lossless: the product of two values below `m` fits in 128 bits and
+    // the remainder is below `m`.
+    #[allow(clippy::cast_possible_truncation)]
+    let r = (u128::from(a) * u128::from(b) % u128::from(m)) as u64;
+    r
+}
+
+fn pow_mod(mut b: u64, mut e: u64, m: u64) -> u64 {
+    let mut r = 1 % m;
+    b %= m;
+    while e > 0 {
+        if e & 1 == 1 {
+            r = mul_mod(r, b, m);
+        }
+        b = mul_mod(b, b, m);
+        e >>= 1;
+    }
+    r
+}
+
+/// Miller–Rabin with the first twelve primes as witnesses: exact for every
+/// `u64`.
+fn is_prime(n: u64) -> bool {
+    const WITNESSES: [u64; 12] = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37];
+    if n < 2 {
+        return false;
+    }
+    for p in WITNESSES {
+        if n % p == 0 {
+            return n == p;
+        }
+    }
+    let (mut d, mut r) = (n - 1, 0);
+    while d % 2 == 0 {
+        d /= 2;
+        r += 1;
+    }
+    'witness: for a in WITNESSES {
+        let mut x = pow_mod(a, d, n);
+        if x == 1 || x == n - 1 {
+            continue;
+        }
+        for _ in 1..r {
+            x = mul_mod(x, x, n);
+            if x == n - 1 {
+                continue 'witness;
+            }
+        }
+        return false;
+    }
+    true
+}
+
+/// A non-trivial factor of `n` (odd, composite, no factor below 40), by
+/// Pollard's rho with Floyd's cycle finding, over increasing constants.
+fn rho_factor(n: u64) -> u64 {
+    for c in 1..u64::MAX {
+        let f = |x: u64| (mul_mod(x, x, n) + c) % n;
+        let (mut x, mut y, mut d) = (2u64, 2u64, 1u64);
+        while d == 1 {
+            x = f(x);
+            y = f(f(y));
+            d = gcd(x.abs_diff(y), n);
+        }
+        if d != n {
+            return d;
+        }
+    }
+    n
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The prime factors of `n` (with repeats, unordered; none for 0 and 1).
+fn prime_factors(n: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut n = n;
+    if n < 2 {
+        return out;
+    }
+    for p in [2u64, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37] {
+        while n % p == 0 {
+            out.push(p);
+            n /= p;
+        }
+    }
+    let mut pending = vec![n];
+    while let Some(m) = pending.pop() {
+        if m == 1 {
+            continue;
+        }
+        if is_prime(m) {
+            out.push(m);
+            continue;
+        }
+        let d = rho_factor(m);
+        pending.push(d);
+        pending.push(m / d);
+    }
+    out
 }
 
 /// Chooses one chunk shape (zarr v2, or zarr3 without sharding).
@@ -324,7 +455,7 @@ pub fn choose_read_write(
     for i in 0..rank {
         // ... and, like every unconstrained read size, a divisor of an explicit write size.
         if read.shape.as_ref().is_some_and(|s| s[i] == -1) && write_hard[i] != 0 && !write_full[i] {
-            read_chunk[i] = nearest_divisor(write_hard[i], read_chunk[i]);
+            read_chunk[i] = nearest_in(&divisors(write_hard[i]), read_chunk[i]);
         }
     }
     for i in 0..rank {
@@ -340,8 +471,10 @@ pub fn choose_read_write(
     // an explicit write size, each candidate size is snapped to the nearest
     // divisor of it (so the write chunk stays a multiple).
     let read_target = read.elements.unwrap_or(DEFAULT_ELEMENTS);
-    let hard = write_hard.clone();
-    let nearest_divisor = move |i: usize, s: u64| if hard[i] == 0 { s } else { nearest_divisor(hard[i], s) };
+    let divisors_of: Vec<Vec<u64>> =
+        write_hard.iter().map(|&w| if w == 0 { Vec::new() } else { divisors(w) }).collect();
+    let nearest_divisor =
+        move |i: usize, s: u64| if divisors_of[i].is_empty() { s } else { nearest_in(&divisors_of[i], s) };
     from_aspect_ratio(&aspect(read, rank), &mut read_chunk, read_target, domain, &nearest_divisor);
     // The write chunk: a multiple of the read chunk in every free
     // dimension (the nearest multiple of the aspect-ratio size, ties down,
@@ -374,6 +507,38 @@ mod tests {
     const DOMAIN: [u64; 3] = [1000, 2000, 3000];
 
     // The worked examples of reference/tensorstore-zarr-driver.rst.
+    /// The divisor nearest `s` by trying every number (the definition).
+    fn nearest_by_trial(n: u64, s: u64) -> u64 {
+        (1..=n).filter(|d| n % d == 0).min_by_key(|&d| (d.abs_diff(s), d)).unwrap_or(1)
+    }
+
+    #[test]
+    fn nearest_divisors_are_the_definitions() {
+        for n in 1..=600u64 {
+            let all = divisors(n);
+            assert_eq!(all, (1..=n).filter(|d| n % d == 0).collect::<Vec<_>>(), "divisors of {n}");
+            for s in [0, 1, 2, 7, 24, 25, 100, 599, 1000] {
+                assert_eq!(nearest_in(&all, s), nearest_by_trial(n, s), "n {n}, s {s}");
+            }
+        }
+        // Sizes near 2^62 (round 12, a black-box attack: trying every number up to √n took
+        // minutes on the async workers): a prime, a power of two, two large primes, the most
+        // divisors a u64 has.
+        let mersenne = (1u64 << 61) - 1;
+        assert_eq!(divisors(mersenne), [1, mersenne]);
+        assert_eq!(divisors(1 << 62).len(), 63);
+        let (p, q) = (4_294_967_291u64, 4_294_967_279u64);
+        assert_eq!(divisors(p * q), [1, q, p, p * q]);
+        let most = 897_612_484_786_617_600u64;
+        assert_eq!(divisors(most).len(), 103_680);
+        assert_eq!(nearest_in(&divisors(most), 1001), 1001); // 7 × 11 × 13
+        for &n in &[u64::MAX, u64::MAX - 1, 999_999_999_999_999_989, 1 << 63] {
+            let f = prime_factors(n);
+            assert_eq!(f.iter().product::<u64>(), n, "{n}: {f:?}");
+            assert!(f.iter().all(|&p| is_prime(p)), "{n}: {f:?}");
+        }
+    }
+
     #[test]
     fn zarr_driver_examples() {
         assert_eq!(choose_chunk_shape(&GridConstraints::default(), &DOMAIN), [101, 101, 101]);
