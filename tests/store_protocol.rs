@@ -488,6 +488,40 @@ async fn conditional_puts(s: TestServer) {
     s.put_with(other, "x", &[("If-Match", "*")]).await.expect_error(412, "precondition_failed");
     s.put_with(other, "x", &[("If-Match", &e2)]).await.expect_error(412, "precondition_failed");
     s.get(other).await.expect_status(404);
+
+    // If-None-Match with ETags, If-Unmodified-Since, and DELETE's preconditions are evaluated,
+    // not ignored (round 12, a black-box attack: each of these replaced or deleted the key).
+    let e4 = s.get(KEY).await.must_header("etag").to_string();
+    let weak = format!("W/{e4}");
+    for (name, value) in [
+        ("If-None-Match", e4.as_str()),
+        ("If-None-Match", weak.as_str()),
+        ("If-None-Match", "\"zzz\", *"),
+        ("If-Unmodified-Since", "Thu, 01 Jan 1970 00:00:00 GMT"),
+    ] {
+        let r = s.put_with(KEY, "lost", &[(name, value)]).await;
+        r.expect_error(412, "precondition_failed");
+        let r = s.send(s.request("DELETE", KEY).header(name, value)).await;
+        r.expect_error(412, "precondition_failed");
+        assert!(r.error_message().contains(name), "{name}: {}", r.error_message());
+    }
+    let r = s.send(s.request("DELETE", KEY).header("If-Match", "\"nope\"")).await;
+    r.expect_error(412, "precondition_failed");
+    assert_eq!(s.get(KEY).await.text(), "v4");
+    // ... and write or delete when they hold.
+    let r = s
+        .put_with(KEY, "v5", &[("If-None-Match", "\"zzz\""), ("If-Unmodified-Since", "Fri, 01 Jan 2100 00:00:00 GMT")])
+        .await;
+    r.expect_status(204);
+    let e5 = r.must_header("etag").to_string();
+    s.put_with(other, "y", &[("If-None-Match", "\"zzz\"")]).await.expect_status(201);
+    s.send(s.request("DELETE", other).header("If-None-Match", "*")).await.expect_error(412, "precondition_failed");
+    s.send(s.request("DELETE", KEY).header("If-Match", &e5)).await.expect_status(204);
+    s.get(KEY).await.expect_status(404);
+    s.send(s.request("DELETE", KEY).header("If-Match", "*")).await.expect_error(412, "precondition_failed");
+    s.send(s.request("DELETE", other).header("If-Unmodified-Since", "Fri, 01 Jan 2100 00:00:00 GMT"))
+        .await
+        .expect_status(204);
 }
 
 async fn etags_change_on_every_write(s: TestServer) {

@@ -39,9 +39,7 @@ use crate::storage::direct::FileSpan;
 use crate::storage::local::STREAM_FRAME_BYTES;
 use crate::storage::request::{IfRange, RangeHeader};
 use crate::storage::tail::{ObjectStream, Tail};
-use crate::storage::{
-    ByteRange, KeyPrefix, Preconditions, PutCondition, ReadOutcome, ReadRequest, StorageError, StoreKey,
-};
+use crate::storage::{ByteRange, KeyPrefix, Preconditions, ReadOutcome, ReadRequest, StorageError, StoreKey};
 
 /// Where a store-protocol URL points.
 #[derive(Debug)]
@@ -401,8 +399,9 @@ fn redirect_to_listing(uri: &Uri) -> Response {
     params(
         ("mount" = String, Path, description = "Mount name", example = "data"),
         ("key" = String, Path, description = "Storage key", example = "arr/c/0/0"),
-        ("If-Match" = Option<String>, Header, description = "Write only if the current ETag is one of these"),
-        ("If-None-Match" = Option<String>, Header, description = "`*`: write only if the key does not exist"),
+        ("If-Match" = Option<String>, Header, description = "Write only if the current ETag is one of these (`*`: any object)"),
+        ("If-None-Match" = Option<String>, Header, description = "`*`: write only if the key does not exist; ETags: only if the current ETag is none of these"),
+        ("If-Unmodified-Since" = Option<String>, Header, description = "Write only if the object was not modified after this date"),
     ),
     request_body(content = inline(Binary), content_type = "application/octet-stream", description = "The object's bytes; metadata documents are validated"),
     responses(
@@ -424,17 +423,11 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
         return Err(ErrorCode::InvalidKey.error("cannot PUT a prefix: the key must not end with `/`"));
     };
     app.mount_ref(&mount)?.writable()?;
-    let condition = if header_str(&headers, &header::IF_NONE_MATCH).is_some_and(|v| v.trim() == "*") {
-        PutCondition::IfAbsent
-    } else if let Some(list) = header_str(&headers, &header::IF_MATCH) {
-        PutCondition::IfMatch(Preconditions::parse_etag_list(list))
-    } else {
-        PutCondition::None
-    };
+    let preconditions = read_request(&headers, false).preconditions;
     let (bytes, _share) =
         read_upload(&headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes", &UploadBudget::of(&app))
             .await?;
-    let outcome = store::write(&app.mount_ref(&mount)?, &key, bytes, &condition).await?;
+    let outcome = store::write(&app.mount_ref(&mount)?, &key, bytes, &preconditions).await?;
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::NO_CONTENT };
     let mut resp = status.into_response();
     if let Some(v) = outcome.etag.as_deref().and_then(|e| HeaderValue::from_str(e).ok()) {
@@ -451,6 +444,9 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
     params(
         ("mount" = String, Path, description = "Mount name", example = "data"),
         ("key" = String, Path, description = "Storage key", example = "arr/c/0/0"),
+        ("If-Match" = Option<String>, Header, description = "Delete only if the current ETag is one of these (`*`: any object)"),
+        ("If-None-Match" = Option<String>, Header, description = "Delete only if the current ETag is none of these (`*`: only if absent)"),
+        ("If-Unmodified-Since" = Option<String>, Header, description = "Delete only if the object was not modified after this date"),
     ),
     responses(
         (status = 204, description = "Deleted (or was not there)"),
@@ -458,15 +454,16 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
         (status = 404, description = "No such mount", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
         (status = 409, description = "The key is a prefix (a directory of a local mount), not an object", body = ErrorBody),
+        (status = 412, description = "Precondition failed", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )
 )]
-pub async fn delete_key(State(app): State<Arc<App>>, uri: Uri) -> ApiResult<StatusCode> {
+pub async fn delete_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap) -> ApiResult<StatusCode> {
     let (mount, target) = parse_target(&uri)?;
     let Target::Key(key) = target else {
         return Err(ErrorCode::InvalidKey.error("cannot DELETE a prefix: the key must not end with `/`"));
     };
-    store::delete(&app.mount_ref(&mount)?, &key).await?;
+    store::delete(&app.mount_ref(&mount)?, &key, &read_request(&headers, false).preconditions).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

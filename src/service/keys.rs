@@ -14,7 +14,8 @@ use bytes::Bytes;
 use super::node::{array_limits, node_of_document_key, DocumentGate};
 use super::{MountRef, ServiceError, ServiceResult};
 use crate::storage::{
-    KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, StorageError, StoreKey,
+    request, KeyPrefix, ListEntry, Mount, ObjectMeta, Preconditions, PutCondition, PutOutcome, ReadOutcome,
+    ReadRequest, StorageError, StoreKey,
 };
 use crate::zarr::metadata::DocumentKind;
 
@@ -82,7 +83,7 @@ pub async fn write(
     mount: &MountRef<'_>,
     key: &StoreKey,
     body: Bytes,
-    condition: &PutCondition,
+    preconditions: &Preconditions,
 ) -> ServiceResult<PutOutcome> {
     let m = mount.writable()?;
     let app = mount.app();
@@ -96,9 +97,43 @@ pub async fn write(
     // The same key lock a slice write's read-modify-write holds, and shared
     // on the node lock of any array being resized or deleted right now.
     let _guard = mount.locks().raw_key(key.as_str()).await;
-    let outcome = m.put(key, body, condition).await?;
+    let condition = put_condition(m, key, preconditions).await?;
+    let outcome = m.put(key, body, &condition).await?;
     forget_metadata(mount, key);
     Ok(outcome)
+}
+
+/// The store's conditional write for a PUT's preconditions. `If-None-Match:
+/// *` alone and `If-Match` alone are the store's own conditions (atomic
+/// across processes and replicas); any other (an `If-None-Match` ETag list,
+/// `If-Unmodified-Since`, several together) is evaluated against the
+/// object as it is now ([`request::evaluate_write`]), and the write is then
+/// made on the condition that the object is still that version (its ETag,
+/// or still absent), so what was evaluated is what is replaced.
+async fn put_condition(m: &Mount, key: &StoreKey, p: &Preconditions) -> ServiceResult<PutCondition> {
+    let only = |q: &Preconditions| Preconditions { if_modified_since: None, if_range: None, ..q.clone() };
+    let p = only(p);
+    if p.is_empty() {
+        return Ok(PutCondition::None);
+    }
+    if p == (Preconditions { if_none_match: Some(vec!["*".into()]), ..Preconditions::default() }) {
+        return Ok(PutCondition::IfAbsent);
+    }
+    if let (Some(list), true) = (&p.if_match, p.if_none_match.is_none() && p.if_unmodified_since.is_none()) {
+        return Ok(PutCondition::IfMatch(list.clone()));
+    }
+    let current = current_meta(m, key).await?;
+    request::evaluate_write(key.as_str(), current.as_ref(), &p)?;
+    Ok(current.map_or(PutCondition::IfAbsent, |meta| PutCondition::IfMatch(vec![meta.etag])))
+}
+
+/// The object's metadata, `None` when absent.
+async fn current_meta(m: &Mount, key: &StoreKey) -> ServiceResult<Option<ObjectMeta>> {
+    match m.storage().head(key).await {
+        Ok(meta) => Ok(Some(meta)),
+        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Drops the cached node whose metadata document `key` is.
@@ -112,9 +147,17 @@ fn forget_metadata(mount: &MountRef<'_>, key: &StoreKey) {
 ///
 /// # Errors
 /// Read-only mount, storage failure.
-pub async fn delete(mount: &MountRef<'_>, key: &StoreKey) -> ServiceResult<()> {
+pub async fn delete(mount: &MountRef<'_>, key: &StoreKey, preconditions: &Preconditions) -> ServiceResult<()> {
     let m = mount.writable()?;
     let _guard = mount.locks().raw_key(key.as_str()).await;
+    // Stores have no conditional delete: the preconditions are evaluated
+    // against the object as it is, under the key's lock (so no write
+    // through this process comes between); a write by another process or
+    // replica in between is not seen.
+    let p = Preconditions { if_modified_since: None, if_range: None, ..preconditions.clone() };
+    if !p.is_empty() {
+        request::evaluate_write(key.as_str(), current_meta(m, key).await?.as_ref(), &p)?;
+    }
     m.delete(key).await?;
     forget_metadata(mount, key);
     Ok(())

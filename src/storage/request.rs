@@ -180,6 +180,34 @@ fn whole_seconds(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs()
 }
 
+/// Evaluates the preconditions of a write or delete (RFC 9110 §13.2.2)
+/// against the object as it is (`None`: absent): `If-Match` (strong; `*`
+/// any object), else `If-Unmodified-Since`, then `If-None-Match` (weak;
+/// `*` any object). `If-Modified-Since` does not apply to writes.
+///
+/// # Errors
+/// `PreconditionFailed` naming the header that failed.
+pub fn evaluate_write(key: &str, current: Option<&ObjectMeta>, p: &Preconditions) -> StorageResult<()> {
+    let failed = |reason: String| Err(StorageError::PreconditionFailed { key: key.to_string(), reason });
+    let etag = current.map_or("", |m| m.etag.as_str());
+    if let Some(list) = &p.if_match {
+        if current.is_none() || !strong_match(list, etag) {
+            let now = current.map_or_else(|| "no object".to_string(), |m| format!("the current ETag {}", m.etag));
+            return failed(format!("If-Match {} does not match {now}", list.join(", ")));
+        }
+    } else if let (Some(since), Some(modified)) = (p.if_unmodified_since, current.and_then(|m| m.last_modified)) {
+        if whole_seconds(modified) > whole_seconds(since) {
+            return failed("the object was modified after If-Unmodified-Since".into());
+        }
+    }
+    if let (Some(list), Some(m)) = (&p.if_none_match, current) {
+        if weak_match(list, &m.etag) {
+            return failed(format!("If-None-Match {} matches the current ETag {}", list.join(", "), m.etag));
+        }
+    }
+    Ok(())
+}
+
 /// Evaluates a read's preconditions and range against `meta`.
 ///
 /// Returns the byte range to serve (`None` for the whole object).
