@@ -221,6 +221,19 @@ impl Jobs {
                 return Ok((j.clone(), false));
             }
         }
+        // Two requests for the same destination (or one inside the other)
+        // would write the same levels: the second is refused while the
+        // first runs. (One that ran already is refused by its group's mark.)
+        let nested = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"));
+        if let Some(other) = jobs.values().find(|j| {
+            j.state() == JobState::Running && j.mount == job.mount && nested(&j.destination, &job.destination)
+        }) {
+            return Err(ServiceError::Conflict(format!(
+                "job {} is writing `{}` in mount `{}`; a pyramid is written only to a new path: wait for it, \
+                 cancel it, or choose another `destination`",
+                other.id, other.destination, other.mount
+            )));
+        }
         let running = jobs.values().filter(|j| j.state() == JobState::Running).count();
         if running >= MAX_RUNNING {
             return Err(ServiceError::Busy(format!(

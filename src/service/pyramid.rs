@@ -391,6 +391,20 @@ async fn claim_destination(app: &App, mount: &str, plan: &Plan, id: &str) -> Ser
             plan.destination
         ))
     };
+    // Below an array nothing can be created (the job would start and fail).
+    let mut ancestor = plan.destination.parent();
+    while let Some(a) = ancestor {
+        if let Ok(node::Node::Array(_)) = node::open(&app.node(mount, &a)?).await {
+            return Err(ServiceError::InvalidRequest {
+                field: "destination".into(),
+                reason: format!(
+                    "`{}` is inside the array `{a}`; a pyramid goes where a group can be",
+                    plan.destination
+                ),
+            });
+        }
+        ancestor = a.parent();
+    }
     match node::open(&at).await {
         Ok(node::Node::Group(g)) => match g.attributes.get(MARK).and_then(|m| m.get("job")).and_then(Value::as_str) {
             Some(job) if job == id => Ok(()),
@@ -615,6 +629,22 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
         .fold(0, u64::saturating_add);
     job.total.store(total, Ordering::Relaxed);
     ensure(app, mount_name, &plan.destination, &group_document(plan, &job.id)).await?;
+    // Of several requests that passed the destination check at once (in
+    // this process or another), one created the group (a conditional
+    // write); the others find its mark and stop before writing a level.
+    let group = node::open(&app.node(mount_name, &plan.destination)?).await?;
+    let mark = match &group {
+        node::Node::Group(g) => g.attributes.get(MARK).and_then(|m| m.get("job")).and_then(Value::as_str),
+        node::Node::Array(_) => None,
+    };
+    if mark != Some(job.id.as_str()) {
+        return Err(ServiceError::Conflict(format!(
+            "destination `{}` was taken by another pyramid request (job {}) as this one started; nothing was \
+             written: delete it or choose another `destination`",
+            plan.destination,
+            mark.unwrap_or("none")
+        )));
+    }
     let level_path = |k: usize| plan.destination.child(&k.to_string());
 
     // Level 0: the source's chunks, key for key.

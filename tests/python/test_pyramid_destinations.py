@@ -69,6 +69,48 @@ def test_a_finished_pyramid_is_resumed_only_by_its_own_request(served):
     assert attrs["ome"]["multiscales"][0]["type"] == "mean"
 
 
+def test_requests_racing_for_one_destination_build_one_pyramid(served):
+    """Round 12, a black-box attack: four requests with different methods for one destination,
+    sent at once, all "completed", and the levels were a mix of three methods."""
+    import threading
+
+    server, root = served
+    answers = {}
+
+    def go(method):
+        answers[method] = post(server, "img", {"levels": 3, "destination": "raced", "method": method})
+
+    threads = [threading.Thread(target=go, args=(m,)) for m in ("mean", "max", "min", "stride")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    won = [m for m, (code, _, _) in answers.items() if code == 202]
+    assert len(won) == 1, answers
+    for method, (code, _, body) in answers.items():
+        if method != won[0]:
+            assert code == 409 and body["error"]["code"] == "conflict", (method, body)
+    assert wait(server, answers[won[0]][2])["state"] == "completed"
+    attrs = json.loads((root / "raced" / "zarr.json").read_text())["attributes"]
+    assert attrs["ome"]["multiscales"][0]["type"] == won[0]
+    # Level 1 is the winner's reduction of level 0, everywhere.
+    level0 = np.asarray(zarr.open_array(root / "raced" / "0", mode="r")[...]).astype("float64")
+    blocks = level0.reshape(8, 2, 32, 2, 32, 2)
+    expect = {"mean": None, "max": blocks.max(axis=(1, 3, 5)), "min": blocks.min(axis=(1, 3, 5)),
+              "stride": level0[::2, ::2, ::2]}[won[0]]
+    level1 = np.asarray(zarr.open_array(root / "raced" / "1", mode="r")[...])
+    if expect is not None:
+        np.testing.assert_array_equal(level1, expect)
+
+
+def test_a_destination_inside_an_array_is_refused_before_the_job(served):
+    server, root = served
+    zarr.create_array(root / "solid", shape=(4,), chunks=(4,), dtype="uint8")
+    code, _, body = post(server, "img", {"levels": 2, "destination": "solid/inside"})
+    assert code == 400 and "inside the array `solid`" in body["error"]["message"], body
+    assert sorted(p.name for p in (root / "solid").iterdir()) == ["zarr.json"]
+
+
 def test_levels_that_do_not_shrink_and_overflowing_grids_are_refused(served):
     server, root = served
     code, _, body = post(server, "img", {"levels": 3, "factors": [1, 1, 1], "destination": "ones"})
