@@ -270,6 +270,9 @@ def test_preview_is_its_documented_reduction_cached_and_tagged(http, server, arr
     assert again.headers["etag"] == etag and again.content == r.content
     r304 = http.get(url, headers={"If-None-Match": etag}, timeout=30)
     assert r304.status_code == 304 and r304.content == b""
+    # Weak comparison, as RFC 9110 asks of If-None-Match (and the store protocol does).
+    weak = http.get(url, headers={"If-None-Match": f'"other", W/{etag}'}, timeout=30)
+    assert weak.status_code == 304, weak.status_code
     # Default size 256: the largest side at most 256 (300 rows, stride 2).
     d = http.get(f"{server.url}/api/v1/preview/data/cube", timeout=30)
     assert Image.open(io.BytesIO(d.content)).size == (100, 150)

@@ -245,7 +245,9 @@ pub async fn get_preview(
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.trim() == p.etag || t.trim() == "*");
+        // Weak comparison (RFC 9110 §13.1.2): `W/"x"` matches `"x"`.
+        .map(|t| t.trim())
+        .any(|t| t.strip_prefix("W/").unwrap_or(t) == p.etag || t == "*");
     let mut response = if matches {
         let mut r = StatusCode::NOT_MODIFIED.into_response();
         if let Ok(tag) = HeaderValue::from_str(&p.etag) {
