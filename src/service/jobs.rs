@@ -304,7 +304,18 @@ mod tests {
     #[test]
     fn running_jobs_are_capped_and_ended_ones_forgotten_oldest_first() {
         let jobs = Jobs::default();
-        let job = |i: usize| Job::new(format!("j{i}"), "m".into(), "p".into(), "d".into());
+        let job = |i: usize| Job::new(format!("j{i}"), "m".into(), "p".into(), format!("d{i}"));
+        // Another job for a running job's destination, or one nested in it: 409.
+        assert!(jobs.start(Job::new("a".into(), "m".into(), "p".into(), "out/x".into())).unwrap().1);
+        for taken in ["out/x", "out", "out/x/y"] {
+            let err = jobs.start(Job::new("b".into(), "m".into(), "p".into(), taken.into())).unwrap_err();
+            assert!(matches!(err, ServiceError::Conflict(ref m) if m.contains("job a is writing")), "{err}");
+        }
+        assert!(jobs.start(Job::new("c".into(), "m".into(), "p".into(), "out/xy".into())).unwrap().1);
+        assert!(jobs.start(Job::new("d".into(), "other".into(), "p".into(), "out/x".into())).unwrap().1);
+        for id in ["a", "c", "d"] {
+            jobs.get(id).unwrap().finish(JobState::Completed, None);
+        }
         for i in 0..MAX_RUNNING {
             assert!(jobs.start(job(i)).unwrap().1);
         }

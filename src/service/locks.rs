@@ -46,6 +46,7 @@ impl Default for MountLocks {
 #[derive(Debug)]
 pub struct WriteGuard {
     _nodes: Vec<OwnedRwLockReadGuard<()>>,
+    _whole: Option<OwnedRwLockWriteGuard<()>>,
     _stripes: Vec<OwnedMutexGuard<()>>,
 }
 
@@ -110,34 +111,56 @@ impl MountLocks {
     /// read-modify-write.
     pub async fn write_keys(&self, node_path: &str, keys: &[&str]) -> WriteGuard {
         let node = self.node(node_path).read_owned().await;
-        WriteGuard { _nodes: vec![node], _stripes: self.stripes(keys).await }
+        WriteGuard { _nodes: vec![node], _whole: None, _stripes: self.stripes(keys).await }
     }
 
-    /// Locks every key stripe of the node at `node_path`, for a write that
-    /// touches at least [`STRIPES`] chunks (cheaper than listing its keys).
+    /// Locks every key of the node at `node_path`, for a write that
+    /// touches at least [`STRIPES`] chunks (cheaper than listing its
+    /// keys): its node lock exclusive, which every other writer of its keys
+    /// (slice writes, raw key writes) holds shared. The stripes, shared by
+    /// every array of the mount, stay free: writes to other arrays go on.
     pub async fn write_all_keys(&self, node_path: &str) -> WriteGuard {
-        let node = self.node(node_path).read_owned().await;
-        let mut stripes = Vec::with_capacity(STRIPES);
+        let node = self.node(node_path).write_owned().await;
+        self.drain_stripes().await;
+        WriteGuard { _nodes: Vec::new(), _whole: Some(node), _stripes: Vec::new() }
+    }
+
+    /// Waits for every key write already holding a stripe to end (each
+    /// stripe taken and let go in turn). Called with a node lock held
+    /// exclusive: a raw key write that looked for its parents' node locks
+    /// before that lock existed holds only its stripe; it ends first, and
+    /// one that takes its stripe later finds the node lock ([`Self::raw_key`]).
+    async fn drain_stripes(&self) {
         for s in &self.stripes {
-            stripes.push(s.clone().lock_owned().await);
+            drop(s.lock().await);
         }
-        WriteGuard { _nodes: vec![node], _stripes: stripes }
     }
 
     /// Locks one key for a raw store write: shared on every node lock held
     /// for a parent path, then the key's stripe.
     pub async fn raw_key(&self, key: &str) -> WriteGuard {
-        let mut nodes = Vec::new();
-        for lock in self.existing_parents(key) {
-            nodes.push(lock.read_owned().await);
+        loop {
+            let parents = self.existing_parents(key);
+            let mut nodes = Vec::with_capacity(parents.len());
+            for lock in &parents {
+                nodes.push(lock.clone().read_owned().await);
+            }
+            let stripes = self.stripes(&[key]).await;
+            // A node lock made for a parent meanwhile (an exclusive writer
+            // draining the stripes): let go, and take it shared first.
+            let now = self.existing_parents(key);
+            if now.iter().all(|l| parents.iter().any(|p| Arc::ptr_eq(p, l))) {
+                return WriteGuard { _nodes: nodes, _whole: None, _stripes: stripes };
+            }
         }
-        WriteGuard { _nodes: nodes, _stripes: self.stripes(&[key]).await }
     }
 
     /// Locks the node at `node_path` exclusively: waits for every writer of
     /// its keys to finish and keeps new ones out.
     pub async fn exclusive(&self, node_path: &str) -> ExclusiveGuard {
-        ExclusiveGuard { _node: self.node(node_path).write_owned().await }
+        let node = self.node(node_path).write_owned().await;
+        self.drain_stripes().await;
+        ExclusiveGuard { _node: node }
     }
 }
 
@@ -179,6 +202,39 @@ mod tests {
         assert!(!excl.is_finished(), "the raw key writer still holds arr shared");
         drop(raw);
         tokio::time::timeout(Duration::from_secs(1), excl).await.expect("exclusive acquired").unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_write_of_every_key_holds_its_array_only() {
+        let locks = Arc::new(MountLocks::default());
+        let all = locks.write_all_keys("big").await;
+        // Other arrays' writes, slice and raw, go through (round 12, a black-box attack: every
+        // stripe of the mount was taken, and writes to every array waited seconds).
+        let quick = Duration::from_secs(1);
+        drop(tokio::time::timeout(quick, locks.write_keys("other", &["other/c/0"])).await.expect("another array"));
+        drop(tokio::time::timeout(quick, locks.raw_key("other/c/1")).await.expect("another array's raw key"));
+        // Its own keys wait, slice and raw.
+        let (l2, l3) = (locks.clone(), locks.clone());
+        let slice = tokio::spawn(async move { drop(l2.write_keys("big", &["big/c/0"]).await) });
+        let raw = tokio::spawn(async move { drop(l3.raw_key("big/c/7").await) });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!slice.is_finished() && !raw.is_finished(), "writers of big's keys must wait");
+        drop(all);
+        tokio::time::timeout(quick, slice).await.expect("released").unwrap();
+        tokio::time::timeout(quick, raw).await.expect("released").unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_whole_array_writer_waits_for_raw_writes_begun_before_its_lock() {
+        let locks = Arc::new(MountLocks::default());
+        // No node lock exists for `big` yet: this raw write holds only its stripe.
+        let raw = locks.raw_key("big/c/3").await;
+        let l2 = locks.clone();
+        let all = tokio::spawn(async move { drop(l2.write_all_keys("big").await) });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!all.is_finished(), "the whole-array writer must wait for the raw write");
+        drop(raw);
+        tokio::time::timeout(Duration::from_secs(1), all).await.expect("released").unwrap();
     }
 
     #[tokio::test]
