@@ -77,17 +77,139 @@ fn npy_descr(dt: &DataType) -> Option<String> {
     })
 }
 
-/// The value of `'key': ...` in an npy header dict, as text.
-fn header_field<'h>(header: &'h str, key: &str) -> Option<&'h str> {
-    let at = header.find(&format!("'{key}'"))? + key.len() + 2;
-    let rest = header[at..].trim_start().strip_prefix(':')?.trim_start();
-    if let Some(q) = rest.strip_prefix('\'') {
-        return q.split_once('\'').map(|(v, _)| v);
+/// The header dictionary of an `.npy` file, parsed as numpy reads it: a
+/// Python dict literal of exactly `descr` (a string), `fortran_order`
+/// (`True` or `False`) and `shape` (a tuple of lengths), each once, in any
+/// order. Anything else (another key, a key twice, trailing text) is
+/// refused, as numpy refuses it: a header is never matched as text.
+struct Header {
+    descr: String,
+    fortran: bool,
+    shape: Vec<u64>,
+}
+
+/// A cursor over a header's text.
+struct Literal<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Literal<'a> {
+    fn skip_space(&mut self) {
+        self.rest = self.rest.trim_start();
     }
-    if rest.starts_with('(') {
-        return rest.split_once(')').map(|(v, _)| &v[1..]);
+
+    fn eat(&mut self, token: &str) -> bool {
+        self.skip_space();
+        if let Some(r) = self.rest.strip_prefix(token) {
+            self.rest = r;
+            true
+        } else {
+            false
+        }
     }
-    Some(rest.split([',', '}']).next().unwrap_or("").trim())
+
+    fn string(&mut self) -> Result<&'a str, String> {
+        self.skip_space();
+        let quote = self.rest.chars().next().filter(|c| *c == '\'' || *c == '"').ok_or("expected a quoted string")?;
+        let body = &self.rest[1..];
+        let close = body.find(quote).ok_or("a string is not closed")?;
+        let (text, after) = (&body[..close], &body[close + 1..]);
+        if text.contains('\\') {
+            return Err("escapes in header strings are not supported".into());
+        }
+        self.rest = after;
+        Ok(text)
+    }
+
+    fn shape(&mut self) -> Result<Vec<u64>, String> {
+        if !self.eat("(") {
+            return Err("'shape' is not a tuple".into());
+        }
+        let mut out = Vec::new();
+        loop {
+            if self.eat(")") {
+                return Ok(out);
+            }
+            self.skip_space();
+            let digits = self.rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(self.rest.len());
+            let item = &self.rest[..digits];
+            let n = item.parse::<u64>().map_err(|_| {
+                format!("shape item `{}` is not a length", self.rest.chars().take(20).collect::<String>())
+            })?;
+            self.rest = &self.rest[digits..];
+            out.push(n);
+            let _ = self.eat("L"); // Python 2's long suffix, as numpy still reads it
+            if !self.eat(",") && !self.rest.trim_start().starts_with(')') {
+                return Err("'shape' items are separated by commas".into());
+            }
+        }
+    }
+}
+
+fn parse_header(text: &str) -> Result<Header, String> {
+    let mut c = Literal { rest: text };
+    if !c.eat("{") {
+        return Err("the header is not a dict".into());
+    }
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    loop {
+        if c.eat("}") {
+            break;
+        }
+        let key = c.string()?;
+        if !c.eat(":") {
+            return Err(format!("no ':' after '{key}'"));
+        }
+        let twice = || format!("'{key}' is given twice");
+        match key {
+            "descr" => {
+                if descr
+                    .replace(
+                        c.string()
+                            .map_err(|_| "'descr' is not a string (structured dtypes are not supported)".to_string())?
+                            .to_string(),
+                    )
+                    .is_some()
+                {
+                    return Err(twice());
+                }
+            }
+            "fortran_order" => {
+                let v = if c.eat("True") {
+                    true
+                } else if c.eat("False") {
+                    false
+                } else {
+                    return Err("'fortran_order' is not True or False".into());
+                };
+                if fortran.replace(v).is_some() {
+                    return Err(twice());
+                }
+            }
+            "shape" => {
+                if shape.replace(c.shape()?).is_some() {
+                    return Err(twice());
+                }
+            }
+            other => {
+                return Err(format!("unknown key '{other}' (numpy writes only 'descr', 'fortran_order' and 'shape')"))
+            }
+        }
+        if !c.eat(",") {
+            if c.eat("}") {
+                break;
+            }
+            return Err("header entries are separated by commas".into());
+        }
+    }
+    if !c.rest.trim().is_empty() {
+        return Err("text after the header's dict".into());
+    }
+    Ok(Header {
+        descr: descr.ok_or("header has no 'descr' string")?,
+        fortran: fortran.ok_or("header has no 'fortran_order' True or False")?,
+        shape: shape.ok_or("header has no 'shape' tuple")?,
+    })
 }
 
 /// Decodes an `.npy` body for a selection of `shape` of an array of `dt`.
@@ -110,7 +232,8 @@ pub fn decode(body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded
     };
     let end = start.checked_add(header_len).filter(|&e| e <= body.len()).ok_or_else(|| bad("truncated header"))?;
     let header = std::str::from_utf8(&body[start..end]).map_err(|_| bad("header is not text"))?;
-    let descr = header_field(header, "descr").ok_or_else(|| bad("header has no 'descr' string"))?;
+    let Header { descr, fortran, shape: npy_shape } = parse_header(header).map_err(|why| bad(&why))?;
+    let descr = descr.as_str();
     let Some(want) = npy_descr(dt) else {
         return err(format!("npy body: {} arrays cannot be written from .npy; send raw bytes or JSON", type_name(dt)));
     };
@@ -126,18 +249,6 @@ pub fn decode(body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded
             type_name(dt)
         ));
     }
-    let fortran = match header_field(header, "fortran_order") {
-        Some("True") => true,
-        Some("False") => false,
-        _ => return Err(bad("header has no 'fortran_order' True or False")),
-    };
-    let shape_text = header_field(header, "shape").ok_or_else(|| bad("header has no 'shape' tuple"))?;
-    let npy_shape: Vec<u64> = shape_text
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<u64>().map_err(|_| bad(&format!("shape item `{s}` is not a length"))))
-        .collect::<DecodeResult<_>>()?;
     let scalar = npy_shape.is_empty() && !shape.is_empty();
     if !scalar && npy_shape != shape {
         return err(format!(
@@ -153,14 +264,13 @@ pub fn decode(body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded
             data.len()
         ));
     }
-    let mut bytes = data.to_vec();
+    // One copy of the data: reordered from Fortran order as it is copied,
+    // then swapped in place (the swap is per element, in any order).
+    let mut bytes = if fortran && npy_shape.len() > 1 { fortran_to_c(data, &npy_shape, size) } else { data.to_vec() };
     let unit = dt.swap_unit();
     if order == '>' {
         // The codec's vectorised swap (a no-op for one-byte units).
         crate::zarr::codec::byte_layout_decode(&mut bytes, unit);
-    }
-    if fortran && npy_shape.len() > 1 {
-        bytes = fortran_to_c(&bytes, &npy_shape, size);
     }
     Ok(Decoded { data: ChunkData::Fixed(bytes), scalar })
 }
@@ -176,14 +286,17 @@ fn fortran_to_c(src: &[u8], shape: &[u64], size: usize) -> Vec<u8> {
     let n: usize = dims.iter().product();
     let mut out = Vec::with_capacity(src.len());
     let mut idx = vec![0usize; dims.len()];
+    // The source offset (in elements) of `idx`, kept as the index steps.
+    let mut off = 0usize;
     for _ in 0..n {
-        let off: usize = idx.iter().zip(&f_strides).map(|(i, s)| i * s).sum::<usize>() * size;
-        out.extend_from_slice(&src[off..off + size]);
+        out.extend_from_slice(&src[off * size..(off + 1) * size]);
         for d in (0..dims.len()).rev() {
             idx[d] += 1;
+            off += f_strides[d];
             if idx[d] < dims[d] {
                 break;
             }
+            off -= dims[d] * f_strides[d];
             idx[d] = 0;
         }
     }
@@ -215,6 +328,61 @@ mod tests {
             ChunkData::Fixed(b) => b,
             ChunkData::Variable(_) => panic!("variable"),
         }
+    }
+
+    #[test]
+    fn headers_are_parsed_as_numpy_reads_them() {
+        let ok = |text: &str| parse_header(text).map(|h| (h.descr, h.fortran, h.shape));
+        assert_eq!(
+            ok("{'descr': '<f8', 'fortran_order': False, 'shape': (4, 4), }  \n"),
+            Ok(("<f8".into(), false, vec![4, 4]))
+        );
+        assert_eq!(ok(r#"{"shape":(3,),"fortran_order":True,"descr":"|u1"}"#), Ok(("|u1".into(), true, vec![3])));
+        assert_eq!(ok("{'descr': '<i2', 'fortran_order': False, 'shape': ()}"), Ok(("<i2".into(), false, vec![])));
+        assert_eq!(
+            ok("{'descr': '<i2', 'fortran_order': False, 'shape': (2L, 3L)}"),
+            Ok(("<i2".into(), false, vec![2, 3]))
+        );
+        // Round 12, a black-box attack: a 'descr' inside another value was taken for the key.
+        for (text, why) in [
+            ("{'fortran_order': False, 'shape': (4, 4), 'x': \"'descr': '|u1'\", 'descr': '<f8'}", "unknown key 'x'"),
+            ("{'descr': '|u1', 'descr': '<f8', 'fortran_order': False, 'shape': (4,)}", "'descr' is given twice"),
+            ("{'descr': '|u1', 'fortran_order': False}", "no 'shape'"),
+            ("{'descr': '|u1', 'fortran_order': 0, 'shape': (4,)}", "True or False"),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (4,)} x", "text after"),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (4 4)}", "commas"),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (-4,)}", "not a length"),
+            ("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (4,)}", "structured"),
+            ("['descr', '|u1']", "not a dict"),
+        ] {
+            let e = ok(text).unwrap_err();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        let body = npy("<f8", false, "4, 4", &[0; 16]);
+        let body =
+            String::from_utf8_lossy(&body).replace("'descr': '<f8', ", "'x': \"'descr': '|u1'\", 'descr': '<f8',");
+        assert!(decode(body.as_bytes(), &DataType::UInt8, &[4, 4]).is_err());
+    }
+
+    #[test]
+    fn fortran_order_of_three_dimensions_and_big_endian() {
+        // Element (i, j, k) of a 2 x 3 x 4 array is 100i + 10j + k, stored in Fortran order as
+        // big-endian u16: C order back, little-endian.
+        let (a, b, c) = (2usize, 3usize, 4usize);
+        let mut data = Vec::new();
+        for k in 0..c {
+            for j in 0..b {
+                for i in 0..a {
+                    data.extend_from_slice(&u16::try_from(100 * i + 10 * j + k).unwrap().to_be_bytes());
+                }
+            }
+        }
+        let d = decode(&npy(">u2", true, "2, 3, 4", &data), &DataType::UInt16, &[2, 3, 4]).unwrap();
+        let want: Vec<u8> = (0..a)
+            .flat_map(|i| (0..b).flat_map(move |j| (0..c).map(move |k| 100 * i + 10 * j + k)))
+            .flat_map(|v| u16::try_from(v).unwrap().to_le_bytes())
+            .collect();
+        assert_eq!(fixed(&d), want.as_slice());
     }
 
     #[test]
