@@ -96,7 +96,8 @@ pub fn classify(e: StorageError) -> SourceError {
         | StorageError::AlreadyExists { .. }
         | StorageError::NotModified { .. } => SourceError::Precondition(e.to_string()),
         StorageError::RangeNotSatisfiable { .. } => SourceError::RangeNotSatisfiable(e.to_string()),
-        StorageError::Conflict { .. } => SourceError::Refused(e.to_string()),
+        // The key is named again when it goes back ([`storage_error`]).
+        StorageError::Conflict { reason, .. } => SourceError::Refused(reason),
         StorageError::InvalidKey { .. } => SourceError::InvalidKey(e.to_string()),
         StorageError::NotSupported { reason } => SourceError::NotSupported(reason),
         StorageError::Unavailable { reason } => SourceError::Unavailable(reason),
@@ -458,5 +459,12 @@ mod tests {
         let memory = MountChunkStore::new(memory_mount(), NodePath::new("a").unwrap());
         memory.put("c/0", Bytes::from_static(b"0123456789")).await.unwrap();
         assert!(matches!(memory.open_direct("c/0").await.unwrap(), Direct::Unsupported));
+    }
+
+    #[test]
+    fn a_conflict_names_its_key_once() {
+        let e = StorageError::Conflict { key: "a/c/0".into(), reason: "a link leaves the mount".into() };
+        let back = storage_error("a/c/0".into(), classify(e));
+        assert_eq!(back.to_string(), "key a/c/0 conflicts with existing data: a link leaves the mount");
     }
 }
