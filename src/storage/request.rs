@@ -55,7 +55,9 @@ impl ByteRange {
             if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
                 None
             } else {
-                s.parse().ok()
+                // Digits past u64 (RFC 9110 sets no bound) are as good as
+                // u64::MAX: past the end of any object.
+                Some(s.parse().unwrap_or(u64::MAX))
             }
         };
         match (first.trim(), last.trim()) {
@@ -282,6 +284,17 @@ mod tests {
         assert_eq!(ByteRange::parse_header("bytes=5-"), RangeHeader::Single(From(5)));
         assert_eq!(ByteRange::parse_header("bytes=-16"), RangeHeader::Single(Suffix(16)));
         assert_eq!(ByteRange::parse_header("bytes=0-1,4-5"), RangeHeader::Multiple);
+        // Numbers past u64 are past the end of anything (round 12: they were ignored, and the
+        // whole object came back 200 where `bytes=18446744073709551614-` was 416).
+        let huge = "99999999999999999999";
+        assert_eq!(ByteRange::parse_header(&format!("bytes={huge}-")), RangeHeader::Single(From(u64::MAX)));
+        assert_eq!(ByteRange::parse_header(&format!("bytes=-{huge}")), RangeHeader::Single(Suffix(u64::MAX)));
+        assert_eq!(
+            ByteRange::parse_header(&format!("bytes=3-{huge}")),
+            RangeHeader::Single(Bounded { first: 3, last: u64::MAX })
+        );
+        assert_eq!(From(u64::MAX).resolve(10), None);
+        assert_eq!(Suffix(u64::MAX).resolve(10), Some(0..10));
         for ignored in ["items=0-1", "bytes=9-3", "bytes=a-b", "bytes=-", "bytes=", "bytes=+1-2"] {
             assert_eq!(ByteRange::parse_header(ignored), RangeHeader::Ignored, "{ignored}");
         }
