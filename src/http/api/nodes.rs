@@ -573,11 +573,15 @@ fn created_response(created: &ops::Created) -> Response {
     resp
 }
 
-async fn create(app: &App, target: &NodeTarget, q: &CreateQuery, body: &Value) -> ApiResult<Response> {
+async fn create(app: &App, target: &NodeTarget, q: &CreateQuery, body: Value) -> ApiResult<Response> {
     // Validating a spec chooses chunk shapes (factorising explicit sizes,
-    // bisecting aspect ratios): on the CPU pool, off the async workers.
-    let spec = body.clone();
-    let (new, flags) = cpu::run(move || ops::parse_create_body(&spec)).await.map_err(cpu_failed)??;
+    // bisecting aspect ratios): on the CPU pool, off the async workers. The
+    // body moves there and back (no copy of it: a document of millions of
+    // dimensions is large) and is freed here, on the thread that made it
+    // (the allocator reuses a thread's own freed pages soonest).
+    let (parsed, body) = cpu::run(move || (ops::parse_create_body(&body), body)).await.map_err(cpu_failed)?;
+    drop(body);
+    let (new, flags) = parsed?;
     let flag = |name: &str, query: Option<bool>, default: bool| {
         flags.get(name).and_then(Value::as_bool).or(query).unwrap_or(default)
     };
@@ -621,7 +625,7 @@ pub async fn put_node(
     ApiQuery(q): ApiQuery<CreateQuery>,
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult<Response> {
-    create(&app, &target, &q, &body).await
+    create(&app, &target, &q, body).await
 }
 
 /// Options of a delete.
