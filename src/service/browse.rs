@@ -102,13 +102,8 @@ pub async fn node_at(at: &NodeRef<'_>) -> ServiceResult<Option<Node>> {
 /// # Errors
 /// Storage failures; an ancestor's stored metadata that does not parse.
 pub async fn directory(at: &NodeRef<'_>) -> ServiceResult<bool> {
-    let app = at.app();
-    let mut ancestor = at.path().parent();
-    while let Some(p) = ancestor {
-        if let Some(Node::Array(_)) = node_at(&app.node(at.mount_name(), &p)?).await? {
-            return Ok(false);
-        }
-        ancestor = p.parent();
+    if node::array_ancestor(at).await?.is_some() {
+        return Ok(false);
     }
     if at.path().is_root() {
         return Ok(true);

@@ -111,8 +111,7 @@ pub async fn write(
 /// made on the condition that the object is still that version (its ETag,
 /// or still absent), so what was evaluated is what is replaced.
 async fn put_condition(m: &Mount, key: &StoreKey, p: &Preconditions) -> ServiceResult<PutCondition> {
-    let only = |q: &Preconditions| Preconditions { if_modified_since: None, if_range: None, ..q.clone() };
-    let p = only(p);
+    let p = p.for_write();
     if p.is_empty() {
         return Ok(PutCondition::None);
     }
@@ -154,7 +153,7 @@ pub async fn delete(mount: &MountRef<'_>, key: &StoreKey, preconditions: &Precon
     // against the object as it is, under the key's lock (so no write
     // through this process comes between); a write by another process or
     // replica in between is not seen.
-    let p = Preconditions { if_modified_since: None, if_range: None, ..preconditions.clone() };
+    let p = preconditions.for_write();
     if !p.is_empty() {
         request::evaluate_write(key.as_str(), current_meta(m, key).await?.as_ref(), &p)?;
     }
@@ -186,11 +185,7 @@ pub async fn is_object(mount: &MountRef<'_>, path: &KeyPrefix) -> ServiceResult<
     if path.is_root() {
         return Ok(false);
     }
-    match mount.mount().storage().head(&StoreKey::new(path.as_str())?).await {
-        Ok(_) => Ok(true),
-        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    Ok(current_meta(mount.mount(), &StoreKey::new(path.as_str())?).await?.is_some())
 }
 
 /// Describes a path for WebDAV PROPFIND.
@@ -201,10 +196,8 @@ pub async fn propfind(mount: &MountRef<'_>, path: &KeyPrefix, depth: Depth) -> S
     let m = mount.mount();
     if !path.is_root() {
         let key = StoreKey::new(path.as_str())?;
-        match m.storage().head(&key).await {
-            Ok(meta) => return Ok(DavTarget::Object { key, meta }),
-            Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => {}
-            Err(e) => return Err(e.into()),
+        if let Some(meta) = current_meta(m, &key).await? {
+            return Ok(DavTarget::Object { key, meta });
         }
     }
     let limit = mount.app().config().limits.max_list_entries;

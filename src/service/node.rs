@@ -41,7 +41,8 @@ pub use delete::{delete, DELETE_CONCURRENCY};
 pub use describe::{children, describe, stats, ArrayFacts, Child, Children, Stats};
 pub use documents::{json_len, node_of_document_key, DocumentGate, DOCUMENT_NAMES, PARSE_COST_FACTOR};
 pub use open::{
-    array_limits, load, open, open_array, open_in, open_in_with, read_document, ArrayNode, GroupNode, Node, Validator,
+    array_ancestor, array_limits, load, open, open_array, open_in, open_in_with, read_document, ArrayNode, GroupNode,
+    Node, Validator,
 };
 pub use path::NodePath;
 pub use resize::{resize, Resize};

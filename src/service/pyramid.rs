@@ -392,21 +392,14 @@ async fn claim_destination(app: &App, mount: &str, plan: &Plan, id: &str) -> Ser
         ))
     };
     // Below an array nothing can be created (the job would start and fail).
-    let mut ancestor = plan.destination.parent();
-    while let Some(a) = ancestor {
-        if let Ok(node::Node::Array(_)) = node::open(&app.node(mount, &a)?).await {
-            return Err(ServiceError::InvalidRequest {
-                field: "destination".into(),
-                reason: format!(
-                    "`{}` is inside the array `{a}`; a pyramid goes where a group can be",
-                    plan.destination
-                ),
-            });
-        }
-        ancestor = a.parent();
+    if let Some(a) = node::array_ancestor(&at).await? {
+        return Err(ServiceError::InvalidRequest {
+            field: "destination".into(),
+            reason: format!("`{}` is inside the array `{a}`; a pyramid goes where a group can be", plan.destination),
+        });
     }
     match node::open(&at).await {
-        Ok(node::Node::Group(g)) => match g.attributes.get(MARK).and_then(|m| m.get("job")).and_then(Value::as_str) {
+        Ok(node::Node::Group(g)) => match mark_of(&g) {
             Some(job) if job == id => Ok(()),
             Some(_) => Err(taken("holds a pyramid built by another request (other method, factors or layout)")),
             None => Err(taken("is an existing group")),
@@ -532,12 +525,16 @@ fn multiscales(plan: &Plan, name: &str) -> Map<String, Value> {
     attrs
 }
 
-/// Creates (or opens) a node from `doc` at `path`.
-async fn ensure(app: &App, mount: &str, path: &NodePath, doc: &Value) -> ServiceResult<()> {
+/// Creates (or opens) a node from `doc` at `path`; the node as stored.
+async fn ensure(app: &App, mount: &str, path: &NodePath, doc: &Value) -> ServiceResult<node::Node> {
     let (new, _) = node::parse_create_body(doc)?;
     let at = app.node(mount, path)?;
-    node::create(&at, &new, OpenMode { create: true, open: true, delete_existing: false }).await?;
-    Ok(())
+    Ok(node::create(&at, &new, OpenMode { create: true, open: true, delete_existing: false }).await?.node)
+}
+
+/// The id of the job whose pyramid the group is (its [`MARK`]), if any.
+fn mark_of(g: &node::GroupNode) -> Option<&str> {
+    g.attributes.get(MARK).and_then(|m| m.get("job")).and_then(Value::as_str)
 }
 
 /// Every chunk (shard) coordinate of a grid, C order.
@@ -628,13 +625,12 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
         .map(|(k, s)| grid_coords(s, if k == 0 { &chunk0 } else { &plan.level_chunks }).size_hint().0 as u64)
         .fold(0, u64::saturating_add);
     job.total.store(total, Ordering::Relaxed);
-    ensure(app, mount_name, &plan.destination, &group_document(plan, &job.id)).await?;
     // Of several requests that passed the destination check at once (in
     // this process or another), one created the group (a conditional
     // write); the others find its mark and stop before writing a level.
-    let group = node::open(&app.node(mount_name, &plan.destination)?).await?;
+    let group = ensure(app, mount_name, &plan.destination, &group_document(plan, &job.id)).await?;
     let mark = match &group {
-        node::Node::Group(g) => g.attributes.get(MARK).and_then(|m| m.get("job")).and_then(Value::as_str),
+        node::Node::Group(g) => mark_of(g),
         node::Node::Array(_) => None,
     };
     if mark != Some(job.id.as_str()) {

@@ -116,6 +116,13 @@ impl Preconditions {
         *self == Self::default()
     }
 
+    /// The conditions a write or delete evaluates ([`evaluate_write`]):
+    /// `If-Modified-Since` and `If-Range` apply to reads only.
+    #[must_use]
+    pub fn for_write(&self) -> Self {
+        Self { if_modified_since: None, if_range: None, ..self.clone() }
+    }
+
     /// Parses an ETag list header value (`"a", W/"b"` or `*`).
     #[must_use]
     pub fn parse_etag_list(value: &str) -> Vec<String> {

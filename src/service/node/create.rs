@@ -221,7 +221,8 @@ async fn create_scoped(node: &NodeRef<'_>, new: &NewNode, mode: OpenMode) -> Ser
 }
 
 /// The documents `new` stores at `node` (name, key and bytes), each
-/// checked as [`put_doc`] checks a document before it stores it.
+/// checked as [`super::documents::put_doc`] checks a document before it
+/// stores it.
 async fn checked_documents(node: &NodeRef<'_>, new: &NewNode) -> ServiceResult<Vec<(StoreKey, Bytes)>> {
     let attributes = |m: &Option<Map<String, Value>>| Cow::Owned(Value::Object(m.clone().unwrap_or_default()));
     let docs: Vec<(&str, Cow<'_, Value>)> = match new {

@@ -82,11 +82,6 @@ pub struct Children {
     pub truncated: bool,
 }
 
-/// The most metadata documents a group's directory holds beside its
-/// children (`zarr.json`, or `.zgroup`, `.zattrs` and `.zmetadata`, with
-/// room for one more).
-const GROUP_DOCUMENTS: usize = 5;
-
 /// The descendants of a group down to `depth` levels, at most `limit`, from
 /// consolidated metadata when the group has it, else by listing (each
 /// candidate opened).
@@ -127,7 +122,7 @@ pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceR
         // At most `limit` entries of each directory, and room for a group's
         // own documents (a local one reads its names and looks up only
         // those): a group beside a million files costs a bounded listing.
-        let listed = limit.saturating_add(GROUP_DOCUMENTS);
+        let listed = limit.saturating_add(super::documents::DOCUMENT_NAMES.len());
         let (entries, more) = group.mount.storage().list_limited(&path.prefix()?, listed).await?;
         truncated |= more;
         for entry in entries {

@@ -176,6 +176,25 @@ async fn read_validated(mount: &Mount, key: &StoreKey, max: u64) -> ServiceResul
 /// A metadata key and the ETag it had when read (`None`: absent).
 pub type Validator = (StoreKey, Option<String>);
 
+/// The nearest ancestor of `node` (the mount's root included) that is an
+/// array, if any: nothing can be made below an array. One open per
+/// ancestor, through the metadata cache.
+///
+/// # Errors
+/// An ancestor's stored metadata that does not parse; storage failures.
+pub async fn array_ancestor(node: &NodeRef<'_>) -> ServiceResult<Option<NodePath>> {
+    let mut ancestor = node.path().parent();
+    while let Some(p) = ancestor {
+        match open(&node.at(p.clone())).await {
+            Ok(Node::Array(_)) => return Ok(Some(p)),
+            Ok(Node::Group(_)) | Err(ServiceError::NodeNotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        ancestor = p.parent();
+    }
+    Ok(None)
+}
+
 /// Opens the node, through the metadata cache.
 ///
 /// # Errors

@@ -82,8 +82,8 @@ fn npy_descr(dt: &DataType) -> Option<String> {
 /// (`True` or `False`) and `shape` (a tuple of lengths), each once, in any
 /// order. Anything else (another key, a key twice, trailing text) is
 /// refused, as numpy refuses it: a header is never matched as text.
-struct Header {
-    descr: String,
+struct Header<'a> {
+    descr: &'a str,
     fortran: bool,
     shape: Vec<u64>,
 }
@@ -146,59 +146,36 @@ impl<'a> Literal<'a> {
     }
 }
 
-fn parse_header(text: &str) -> Result<Header, String> {
+fn parse_header(text: &str) -> Result<Header<'_>, String> {
     let mut c = Literal { rest: text };
     if !c.eat("{") {
         return Err("the header is not a dict".into());
     }
     let (mut descr, mut fortran, mut shape) = (None, None, None);
-    loop {
-        if c.eat("}") {
-            break;
-        }
+    let mut seen = Vec::new();
+    while !c.eat("}") {
         let key = c.string()?;
+        if seen.contains(&key) {
+            return Err(format!("'{key}' is given twice"));
+        }
+        seen.push(key);
         if !c.eat(":") {
             return Err(format!("no ':' after '{key}'"));
         }
-        let twice = || format!("'{key}' is given twice");
         match key {
             "descr" => {
-                if descr
-                    .replace(
-                        c.string()
-                            .map_err(|_| "'descr' is not a string (structured dtypes are not supported)".to_string())?
-                            .to_string(),
-                    )
-                    .is_some()
-                {
-                    return Err(twice());
-                }
+                let not_text = |_| "'descr' is not a string (structured dtypes are not supported)".to_string();
+                descr = Some(c.string().map_err(not_text)?);
             }
-            "fortran_order" => {
-                let v = if c.eat("True") {
-                    true
-                } else if c.eat("False") {
-                    false
-                } else {
-                    return Err("'fortran_order' is not True or False".into());
-                };
-                if fortran.replace(v).is_some() {
-                    return Err(twice());
-                }
-            }
-            "shape" => {
-                if shape.replace(c.shape()?).is_some() {
-                    return Err(twice());
-                }
-            }
+            "fortran_order" if c.eat("True") => fortran = Some(true),
+            "fortran_order" if c.eat("False") => fortran = Some(false),
+            "fortran_order" => return Err("'fortran_order' is not True or False".into()),
+            "shape" => shape = Some(c.shape()?),
             other => {
                 return Err(format!("unknown key '{other}' (numpy writes only 'descr', 'fortran_order' and 'shape')"))
             }
         }
-        if !c.eat(",") {
-            if c.eat("}") {
-                break;
-            }
+        if !c.eat(",") && !c.rest.trim_start().starts_with('}') {
             return Err("header entries are separated by commas".into());
         }
     }
@@ -233,7 +210,6 @@ pub fn decode(body: &[u8], dt: &DataType, shape: &[u64]) -> DecodeResult<Decoded
     let end = start.checked_add(header_len).filter(|&e| e <= body.len()).ok_or_else(|| bad("truncated header"))?;
     let header = std::str::from_utf8(&body[start..end]).map_err(|_| bad("header is not text"))?;
     let Header { descr, fortran, shape: npy_shape } = parse_header(header).map_err(|why| bad(&why))?;
-    let descr = descr.as_str();
     let Some(want) = npy_descr(dt) else {
         return err(format!("npy body: {} arrays cannot be written from .npy; send raw bytes or JSON", type_name(dt)));
     };
@@ -332,7 +308,7 @@ mod tests {
 
     #[test]
     fn headers_are_parsed_as_numpy_reads_them() {
-        let ok = |text: &str| parse_header(text).map(|h| (h.descr, h.fortran, h.shape));
+        let ok = |text: &str| parse_header(text).map(|h| (h.descr.to_string(), h.fortran, h.shape));
         assert_eq!(
             ok("{'descr': '<f8', 'fortran_order': False, 'shape': (4, 4), }  \n"),
             Ok(("<f8".into(), false, vec![4, 4]))
