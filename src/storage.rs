@@ -113,6 +113,19 @@ pub enum ListEntry {
     Prefix { name: String },
 }
 
+/// One entry of [`Storage::list_names_limited`]: a name directly under the
+/// prefix and what it is, without the object's metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListName {
+    /// The last segment.
+    pub name: String,
+    /// A common prefix ("directory") rather than an object.
+    pub prefix: bool,
+    /// An object's size, when the listing had it without asking for it (an
+    /// object store's listing has it; a local directory's names do not).
+    pub size: Option<u64>,
+}
+
 /// A storage backend. Implementations must be cheap to share (`Arc`).
 ///
 /// Concurrency: every method may be called concurrently. Writes are atomic
@@ -162,6 +175,26 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         let more = entries.len() > limit;
         entries.truncate(limit);
         Ok((entries, more))
+    }
+
+    /// [`Storage::list_limited`] without the objects' metadata: what a page
+    /// of a directory needs to count and order its entries, before it looks
+    /// up the few it shows. (The default is `list_limited`; a local
+    /// directory reads its names and their types and looks up only links
+    /// and entries of unknown type, none of its files.)
+    ///
+    /// # Errors
+    /// A backend failure.
+    async fn list_names_limited(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListName>, bool)> {
+        let (entries, more) = self.list_limited(prefix, limit).await?;
+        let names = entries
+            .into_iter()
+            .map(|entry| match entry {
+                ListEntry::Prefix { name } => ListName { name, prefix: true, size: None },
+                ListEntry::Object { name, meta } => ListName { name, prefix: false, size: Some(meta.size) },
+            })
+            .collect();
+        Ok((names, more))
     }
 
     /// Lists every object below `prefix`, at any depth, up to `limit` entries.

@@ -205,6 +205,52 @@ async fn listings_and_webdav_leave_links_out_and_loops_are_no_503() {
     assert_eq!(outside(&parent), before);
 }
 
+/// A directory page lists names and their types and looks up only what it
+/// shows; links are resolved as in every listing: a link to a file inside
+/// the mount is that file, links out and links to directories are left out.
+#[tokio::test]
+async fn directory_pages_resolve_links_inside_and_leave_links_out() {
+    let (s, parent) = server("confine_pages").await;
+    let plain = parent.join("root/plain");
+    std::fs::create_dir(&plain).unwrap();
+    std::fs::write(plain.join("f"), b"12345").unwrap();
+    symlink("../grp/arr/zarr.json", plain.join("in_file")).unwrap();
+    symlink("../grp", plain.join("in_dir")).unwrap();
+    symlink("../../outside", plain.join("out_dir")).unwrap();
+    symlink("../../outside_file.txt", plain.join("out_file")).unwrap();
+    symlink("missing", plain.join("dangling")).unwrap();
+    let r = s.get("/api/v1/nodes/data/plain").await;
+    clean(&r);
+    r.expect_status(200);
+    let j = r.json();
+    let children: Vec<(&str, &str, Option<u64>)> = j["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["node_type"].as_str().unwrap(), c["size"].as_u64()))
+        .collect();
+    let array_size = u64::try_from(ARRAY.len()).unwrap();
+    assert_eq!(children, [("f", "file", Some(5)), ("in_file", "file", Some(array_size))]);
+    assert_eq!((&j["children_total"], &j["children_truncated"]), (&serde_json::json!(2), &serde_json::json!(false)));
+    // The second page of one entry a page is the link.
+    let j = s.get("/api/v1/nodes/data/plain?page=1&per_page=1").await.json();
+    assert_eq!(
+        (&j["children"][0]["name"], &j["children"][0]["size"]),
+        (&serde_json::json!("in_file"), &serde_json::json!(array_size))
+    );
+    assert_eq!(j["children"].as_array().unwrap().len(), 1);
+    let page = s.get("/browse/data/plain").await;
+    clean(&page);
+    page.expect_status(200);
+    let text = page.text();
+    for shown in [">f<", ">in_file<"] {
+        assert!(text.contains(shown), "{shown} not shown: {text}");
+    }
+    for hidden in ["in_dir", "out_dir", "out_file", "dangling"] {
+        assert!(!text.contains(hidden), "{hidden} shown: {text}");
+    }
+}
+
 #[tokio::test]
 async fn nodes_stats_and_consolidate_see_only_the_mount() {
     let (s, parent) = server("confine_nodes").await;

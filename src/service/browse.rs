@@ -2,29 +2,33 @@
 //! array, a group, or nothing: a plain directory), and one page of what is
 //! directly under it, each entry classified.
 //!
-//! A page costs one listing of the prefix (sorted by name; directories
-//! first, then objects other than Zarr's own documents) and, for the
-//! directories on the page only, one open each through the metadata cache
-//! (at most [`OPEN_CONCURRENCY`] at once): a group of 10,000 children shows
-//! its first page after one listing and [`MAX_PAGE`] opens at most.
+//! A page costs one listing of the names under the prefix (sorted by name;
+//! directories first, then objects other than Zarr's own documents) and,
+//! for the entries on the page only, one open each through the metadata
+//! cache (directories) or one look-up of the size (objects; at most
+//! [`OPEN_CONCURRENCY`] at once): a group of 10,000 children shows its first
+//! page after one listing and [`MAX_PAGE`] opens or look-ups at most. A
+//! local directory's listing is its names and their types: no file of it is
+//! looked up unless it is on the page.
 //!
 //! [`directory`] decides whether a place that is no Zarr node is a plain
 //! directory, as `/api/v1/nodes` describes it: the mount's root, or a
 //! prefix with something under it, and no ancestor an array (a chunk
 //! folder inside an array is part of the array, not a node).
 //!
-//! Memory of a page: the delimited listing of the prefix, held while the
-//! page is made (per entry directly under it: its name and, for objects,
-//! its metadata, about `100 + 2 * name` bytes; 100,000 entries are about
-//! 15 MB), and the opened nodes of the page's directories (at most
-//! [`MAX_PAGE`], through the metadata cache). The answer holds one page.
+//! Memory of a page: the listing of the names under the prefix, held while
+//! the page is made (about `70 + 2 * name` bytes per entry directly under
+//! it: 100,000 entries are about 10 MB; a local directory's read holds all
+//! its names once while they are sorted), and the opened nodes of the
+//! page's directories (at most [`MAX_PAGE`], through the metadata cache).
+//! The answer holds one page.
 
 use futures::stream::{self, StreamExt};
 
 use crate::service::node::{self, Node};
 use crate::service::wire::zarr_name;
 use crate::service::{NodeRef, ServiceError, ServiceResult};
-use crate::storage::ListEntry;
+use crate::storage::ListName;
 use crate::zarr::array::ZarrFormat;
 
 /// The most entries one page holds.
@@ -114,7 +118,7 @@ pub async fn directory(at: &NodeRef<'_>) -> ServiceResult<bool> {
 /// Whether anything is stored under the place `at`: one entry is enough (a
 /// local directory reads its names, and looks none up beyond the first).
 async fn holds_anything(at: &NodeRef<'_>) -> ServiceResult<bool> {
-    let (entries, more) = at.mount().mount().storage().list_limited(&at.path().prefix()?, 1).await?;
+    let (entries, more) = at.mount().mount().storage().list_names_limited(&at.path().prefix()?, 1).await?;
     Ok(!entries.is_empty() || more)
 }
 
@@ -148,18 +152,19 @@ fn kind_of(node: &Node) -> EntryKind {
 pub async fn page(at: &NodeRef<'_>, page: usize, per_page: usize) -> ServiceResult<Page> {
     let per_page = per_page.clamp(1, MAX_PAGE);
     let limit = at.app().config().limits.max_list_entries;
-    let (listing, truncated) = at.mount().mount().storage().list_limited(&at.path().prefix()?, limit).await?;
+    let prefix = at.path().prefix()?;
+    let storage = at.mount().mount().storage();
+    let (listing, truncated) = storage.list_names_limited(&prefix, limit).await?;
     let mut dirs = Vec::new();
     let mut objects = Vec::new();
     let mut has_zmetadata = false;
-    for entry in listing {
-        match entry {
-            ListEntry::Prefix { name } => dirs.push(name),
-            ListEntry::Object { name, meta } => {
-                has_zmetadata |= name == ".zmetadata";
-                if !DOCUMENTS.contains(&name.as_str()) {
-                    objects.push((name, meta.size));
-                }
+    for ListName { name, prefix, size } in listing {
+        if prefix {
+            dirs.push(name);
+        } else {
+            has_zmetadata |= name == ".zmetadata";
+            if !DOCUMENTS.contains(&name.as_str()) {
+                objects.push((name, size));
             }
         }
     }
@@ -192,12 +197,23 @@ pub async fn page(at: &NodeRef<'_>, page: usize, per_page: usize) -> ServiceResu
     let mut entries: Vec<Entry> = stream::iter(classify).buffered(OPEN_CONCURRENCY).collect().await;
     let first_object = start.saturating_sub(dirs.len());
     let objects_wanted = (end - start) - entries.len();
-    entries.extend(
-        objects
-            .into_iter()
-            .skip(first_object)
-            .take(objects_wanted)
-            .map(|(name, size)| Entry { name, kind: EntryKind::Object { size } }),
-    );
+    // Only the objects shown are looked up (a listing of names has no sizes).
+    let sized = objects.into_iter().skip(first_object).take(objects_wanted).map(|(name, size)| {
+        let prefix = &prefix;
+        async move {
+            let kind = match size {
+                Some(size) => EntryKind::Object { size },
+                None => match prefix.child(&name) {
+                    Err(e) => EntryKind::Unreadable(e.to_string()),
+                    Ok(key) => match storage.head(&key).await {
+                        Ok(meta) => EntryKind::Object { size: meta.size },
+                        Err(e) => EntryKind::Unreadable(e.to_string()),
+                    },
+                },
+            };
+            Entry { name, kind }
+        }
+    });
+    entries.extend(stream::iter(sized).buffered(OPEN_CONCURRENCY).collect::<Vec<_>>().await);
     Ok(Page { entries, total, page, per_page, has_zmetadata, truncated })
 }

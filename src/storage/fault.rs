@@ -247,6 +247,16 @@ impl Storage for Faulty {
         Self::after(StorageOp::List, prefix.as_str(), fault.as_ref(), self.inner.list_limited(prefix, limit).await)
     }
 
+    async fn list_names_limited(
+        &self,
+        prefix: &KeyPrefix,
+        limit: usize,
+    ) -> StorageResult<(Vec<super::ListName>, bool)> {
+        let fault = self.before(StorageOp::List, prefix.as_str()).await?;
+        let result = self.inner.list_names_limited(prefix, limit).await;
+        Self::after(StorageOp::List, prefix.as_str(), fault.as_ref(), result)
+    }
+
     async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
         let fault = self.before(StorageOp::ListRecursive, prefix.as_str()).await?;
         let result = self.inner.list_recursive(prefix, limit).await;

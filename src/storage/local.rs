@@ -86,7 +86,7 @@ use super::direct::{read_span, FileSpan};
 use super::request::etag_matches;
 use super::tail::Tail;
 use super::{
-    request, KeyPrefix, ListEntry, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage,
+    request, KeyPrefix, ListEntry, ListName, ObjectMeta, PutCondition, PutOutcome, ReadOutcome, ReadRequest, Storage,
     StorageError, StorageResult, StoreKey,
 };
 
@@ -880,6 +880,37 @@ impl LocalBackend {
         Ok((out, false))
     }
 
+    /// [`Self::list_limited_blocking`] without the files' metadata: names
+    /// and the types the directory read gave, a look-up only for links and
+    /// entries of unknown type (whose target decides what they are).
+    fn list_names_limited_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListName>, bool)> {
+        let dir = match self.root.open_at(prefix.as_str(), OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(fd) => fd,
+            Err(e) if beneath::is_absent(e) => return Ok((Vec::new(), false)),
+            Err(e) => return Err(lookup_error(prefix.as_str(), e)),
+        };
+        let mut names = Self::read_dir(&dir, prefix.as_str())?;
+        names.retain(|(name, _)| prefix.child(name).is_ok());
+        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut out = Vec::new();
+        for (name, file_type) in names {
+            let is_prefix = match file_type {
+                FileType::Directory => true,
+                FileType::RegularFile => false,
+                _ => match self.entry(&dir, prefix.as_str(), &name, file_type) {
+                    Some(Entry::Dir) => true,
+                    Some(Entry::File(_)) => false,
+                    None => continue,
+                },
+            };
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            out.push(ListName { name, prefix: is_prefix, size: None });
+        }
+        Ok((out, false))
+    }
+
     fn list_recursive_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
         let mut out = Vec::new();
         self.walk_blocking(prefix, &mut |name, meta| {
@@ -1030,6 +1061,14 @@ impl Storage for LocalBackend {
         check_key(prefix.as_str())?;
         let (this, prefix) = (self.clone(), prefix.clone());
         tokio::task::spawn_blocking(move || this.list_limited_blocking(&prefix, limit))
+            .await
+            .map_err(|e| join_error(&e))?
+    }
+
+    async fn list_names_limited(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListName>, bool)> {
+        check_key(prefix.as_str())?;
+        let (this, prefix) = (self.clone(), prefix.clone());
+        tokio::task::spawn_blocking(move || this.list_names_limited_blocking(&prefix, limit))
             .await
             .map_err(|e| join_error(&e))?
     }

@@ -99,6 +99,15 @@ impl Storage for Measured {
         self.record(StorageOp::List, start, self.inner.list_limited(prefix, limit).await)
     }
 
+    async fn list_names_limited(
+        &self,
+        prefix: &KeyPrefix,
+        limit: usize,
+    ) -> StorageResult<(Vec<super::ListName>, bool)> {
+        let start = Instant::now();
+        self.record(StorageOp::List, start, self.inner.list_names_limited(prefix, limit).await)
+    }
+
     async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
         let start = Instant::now();
         self.record(StorageOp::ListRecursive, start, self.inner.list_recursive(prefix, limit).await)

@@ -120,17 +120,17 @@ pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceR
             break;
         }
         // At most `limit` entries of each directory, and room for a group's
-        // own documents (a local one reads its names and looks up only
-        // those): a group beside a million files costs a bounded listing.
+        // own documents (names only: a local one reads its names and their
+        // types): a group beside a million files costs a bounded listing.
         let listed = limit.saturating_add(super::documents::DOCUMENT_NAMES.len());
-        let (entries, more) = group.mount.storage().list_limited(&path.prefix()?, listed).await?;
+        let (entries, more) = group.mount.storage().list_names_limited(&path.prefix()?, listed).await?;
         truncated |= more;
         for entry in entries {
             if out.len() >= limit {
                 truncated = true;
                 break;
             }
-            let crate::storage::ListEntry::Prefix { name } = entry else { continue };
+            let crate::storage::ListName { name, prefix: true, .. } = entry else { continue };
             let Ok(child_path) = path.child(&name) else { continue };
             let relative = child_path.relative_to(&group.path).to_string();
             let child = match open_in_with(group.mount.clone(), &child_path, &group.gate).await {
