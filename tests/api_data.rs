@@ -422,6 +422,15 @@ async fn limits(backend: Backend) {
     r.expect_error(413, "selection_too_large");
     assert!(r.error_message().contains("max_json_elements"), "{}", r.error_message());
     s.get("/api/v1/data/data/a?sel=0:2,0:5&format=json").await.expect_status(200);
+    // A size past 2^64 is stated as it is, not as a saturated u64.
+    let huge = V3_F32.replacen("[10,12]", "[1099511627776,1099511627776]", 1);
+    assert_ne!(huge, V3_F32);
+    s.put("/zarr/data/huge/zarr.json", huge).await.expect_status(201);
+    let r = s.get("/api/v1/data/data/huge").await;
+    r.expect_error(413, "selection_too_large");
+    let m = r.error_message();
+    assert!(m.contains("4835703278458516698824704 bytes (1208925819614629174706176 elements"), "{m}");
+    assert!(!m.contains(&u64::MAX.to_string()), "{m}");
 }
 
 /// A corrupt chunk: a 502 naming its key when met in the first slab; after

@@ -95,7 +95,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for TypedJsonBo
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Self::Rejection> {
         json_document(req, app).await?.map(Self).map_err(|e| {
-            let code = match e.classify() {
+            let code = match e.error.classify() {
                 serde_json::error::Category::Data => ErrorCode::InvalidBodyShape,
                 _ => ErrorCode::InvalidBody,
             };
@@ -110,7 +110,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<App>> for TypedJsonBo
 async fn json_document<T: DeserializeOwned + Send + 'static>(
     req: Request,
     app: &App,
-) -> ApiResult<Result<T, serde_json::Error>> {
+) -> ApiResult<Result<T, BodyError>> {
     require_json(&req)?;
     let (parts, body) = req.into_parts();
     let body = read_body(&parts.headers, body, app.config().limits.max_body_bytes, "limits.max_body_bytes").await?;
@@ -127,11 +127,45 @@ const INLINE_PARSE_MAX: usize = 64 * 1024;
 async fn parse_body<T: DeserializeOwned + Send + 'static>(
     body: Bytes,
     app: &App,
-) -> Result<Result<T, serde_json::Error>, ApiError> {
+) -> Result<Result<T, BodyError>, ApiError> {
     let _parse = crate::service::node::DocumentGate::of(app).reserve(body.len()).await;
-    crate::service::cpu::run_or_inline(body.len() <= INLINE_PARSE_MAX, move || serde_json::from_slice::<T>(&body))
-        .await
-        .map_err(|e| ApiError::from(ServiceError::from(e)))
+    crate::service::cpu::run_or_inline(body.len() <= INLINE_PARSE_MAX, move || {
+        serde_json::from_slice::<T>(&body).map_err(|error| BodyError::of::<T>(&body, error))
+    })
+    .await
+    .map_err(|e| ApiError::from(ServiceError::from(e)))
+}
+
+/// A body that is not JSON, or JSON of the wrong shape, and where: the path
+/// of the member that did not fit (`downsample`, `codecs[2].name`).
+#[derive(Debug)]
+struct BodyError {
+    path: Option<String>,
+    error: serde_json::Error,
+}
+
+impl BodyError {
+    /// For JSON of the wrong shape, the body is parsed again keeping the
+    /// path (only then: tracking it slows every parse down).
+    fn of<T: DeserializeOwned>(body: &[u8], error: serde_json::Error) -> Self {
+        let path = (error.classify() == serde_json::error::Category::Data)
+            .then(|| {
+                let mut de = serde_json::Deserializer::from_slice(body);
+                serde_path_to_error::deserialize::<_, T>(&mut de).err().map(|e| e.path().to_string())
+            })
+            .flatten()
+            .filter(|p| p != ".");
+        Self { path, error }
+    }
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "`{path}`: {}", self.error),
+            None => write!(f, "{}", self.error),
+        }
+    }
 }
 
 /// 415 unless the request says its body is JSON.

@@ -115,3 +115,27 @@ pub enum ServiceError {
     #[error(transparent)]
     Cpu(#[from] CpuError),
 }
+
+/// The product of `factors` as a message states it: exact where it fits in
+/// 128 bits (a limit check's `u64` product saturates and would print
+/// 18446744073709551615), otherwise "more than 2^128".
+#[must_use]
+pub fn product_text(factors: impl IntoIterator<Item = u64>) -> String {
+    factors
+        .into_iter()
+        .try_fold(1u128, |a, f| a.checked_mul(u128::from(f)))
+        .map_or_else(|| "more than 2^128".to_string(), |p| p.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::product_text;
+
+    #[test]
+    fn products_are_stated_exactly_past_u64() {
+        assert_eq!(product_text([3, 4]), "12");
+        assert_eq!(product_text([1 << 40, 1 << 40]), "1208925819614629174706176");
+        assert_eq!(product_text([u64::MAX, u64::MAX, 2]), "more than 2^128");
+        assert_eq!(product_text([]), "1");
+    }
+}

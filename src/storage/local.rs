@@ -814,18 +814,81 @@ impl LocalBackend {
 
     /// The usable names of a directory's entries, with their types.
     fn read_dir(dir: &OwnedFd, what: &str) -> StorageResult<Vec<(String, FileType)>> {
+        let mut out = Vec::new();
+        Self::each_dir_entry(dir, what, |name, file_type| {
+            out.push((name.to_string(), file_type));
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `each` with the usable name of every entry of a directory, and
+    /// its type, as the directory is read, until it answers false.
+    fn each_dir_entry(dir: &OwnedFd, what: &str, mut each: impl FnMut(&str, FileType) -> bool) -> StorageResult<()> {
         let failed =
             |e: Errno| StorageError::Unavailable { reason: format!("listing {what}: {}", std::io::Error::from(e)) };
-        let mut out = Vec::new();
         for entry in rustix::fs::Dir::read_from(dir).map_err(failed)? {
             let entry = entry.map_err(failed)?;
             let Ok(name) = entry.file_name().to_str() else { continue };
             if name == "." || name == ".." || name.starts_with(RESERVED_PREFIX) {
                 continue;
             }
-            out.push((name.to_string(), entry.file_type()));
+            if !each(name, entry.file_type()) {
+                break;
+            }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// The first `keep` entries of a directory in name order among those
+    /// `accept` takes (with what it made of them), in order, and whether it
+    /// took more: only `keep` names are ever held, so a directory of
+    /// millions of files costs its read and `keep` names, not its size.
+    fn first_entries<T>(
+        dir: &OwnedFd,
+        what: &str,
+        keep: usize,
+        mut accept: impl FnMut(&str, FileType) -> Option<T>,
+    ) -> StorageResult<(Vec<(String, T)>, bool)> {
+        /// A heap entry ordered by its name alone.
+        struct ByName<T>(String, T);
+        impl<T> PartialEq for ByName<T> {
+            fn eq(&self, other: &Self) -> bool {
+                self.0 == other.0
+            }
+        }
+        impl<T> Eq for ByName<T> {}
+        impl<T> PartialOrd for ByName<T> {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl<T> Ord for ByName<T> {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                self.0.cmp(&other.0)
+            }
+        }
+        // The largest name kept on top, to be dropped for a smaller one.
+        let mut heap = std::collections::BinaryHeap::new();
+        let mut more = false;
+        Self::each_dir_entry(dir, what, |name, file_type| {
+            if heap.len() == keep && heap.peek().is_none_or(|top: &ByName<T>| name >= top.0.as_str()) {
+                // Past the kept names (or nothing is kept): only whether
+                // there is more matters.
+                more = more || accept(name, file_type).is_some();
+                return true;
+            }
+            if let Some(made) = accept(name, file_type) {
+                heap.push(ByName(name.to_string(), made));
+                if heap.len() > keep {
+                    heap.pop();
+                    more = true;
+                }
+            }
+            true
+        })?;
+        let kept = heap.into_sorted_vec().into_iter().map(|ByName(name, made)| (name, made)).collect();
+        Ok((kept, more))
     }
 
     fn list_blocking(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>> {
@@ -850,65 +913,69 @@ impl LocalBackend {
     }
 
     /// [`Self::list_blocking`] for the first `limit` entries: the names are
-    /// read and sorted, and only the entries answered are looked up (a
-    /// directory of a million files costs its names, not a million `stat`s
-    /// and their metadata).
+    /// read (only `limit` of them held), and only the entries answered are
+    /// looked up, besides links and entries of unknown type, whose target
+    /// decides whether they are listed at all (a directory of a million
+    /// files costs `limit` names, not a million `stat`s and their metadata).
     fn list_limited_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListEntry>, bool)> {
-        let dir = match self.root.open_at(prefix.as_str(), OFlags::RDONLY | OFlags::DIRECTORY) {
-            Ok(fd) => fd,
-            Err(e) if beneath::is_absent(e) => return Ok((Vec::new(), false)),
-            Err(e) => return Err(lookup_error(prefix.as_str(), e)),
-        };
-        let mut names = Self::read_dir(&dir, prefix.as_str())?;
-        names.retain(|(name, _)| prefix.child(name).is_ok());
-        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut out = Vec::new();
-        for (name, file_type) in names {
-            if out.len() == limit {
-                // One more that shows: the listing is cut.
-                if self.entry(&dir, prefix.as_str(), &name, file_type).is_some() {
-                    return Ok((out, true));
-                }
-                continue;
-            }
+        let Some(dir) = self.open_listed(prefix)? else { return Ok((Vec::new(), false)) };
+        let (kept, more) = Self::first_entries(&dir, prefix.as_str(), limit, |name, file_type| {
+            self.listed_kind(&dir, prefix, name, file_type)
+        })?;
+        let mut out = Vec::with_capacity(kept.len());
+        for (name, (file_type, _)) in kept {
+            // Looked up now; gone meanwhile is left out.
             match self.entry(&dir, prefix.as_str(), &name, file_type) {
                 Some(Entry::Dir) => out.push(ListEntry::Prefix { name }),
                 Some(Entry::File(v)) => out.push(ListEntry::Object { name, meta: v.meta() }),
                 None => {}
             }
         }
-        Ok((out, false))
+        Ok((out, more))
     }
 
     /// [`Self::list_limited_blocking`] without the files' metadata: names
-    /// and the types the directory read gave, a look-up only for links and
-    /// entries of unknown type (whose target decides what they are).
+    /// and the types the directory read gave; a look-up only for links and
+    /// entries of unknown type.
     fn list_names_limited_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListName>, bool)> {
-        let dir = match self.root.open_at(prefix.as_str(), OFlags::RDONLY | OFlags::DIRECTORY) {
-            Ok(fd) => fd,
-            Err(e) if beneath::is_absent(e) => return Ok((Vec::new(), false)),
-            Err(e) => return Err(lookup_error(prefix.as_str(), e)),
-        };
-        let mut names = Self::read_dir(&dir, prefix.as_str())?;
-        names.retain(|(name, _)| prefix.child(name).is_ok());
-        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut out = Vec::new();
-        for (name, file_type) in names {
-            let is_prefix = match file_type {
-                FileType::Directory => true,
-                FileType::RegularFile => false,
-                _ => match self.entry(&dir, prefix.as_str(), &name, file_type) {
-                    Some(Entry::Dir) => true,
-                    Some(Entry::File(_)) => false,
-                    None => continue,
-                },
-            };
-            if out.len() == limit {
-                return Ok((out, true));
-            }
-            out.push(ListName { name, prefix: is_prefix, size: None });
+        let Some(dir) = self.open_listed(prefix)? else { return Ok((Vec::new(), false)) };
+        let (kept, more) = Self::first_entries(&dir, prefix.as_str(), limit, |name, file_type| {
+            self.listed_kind(&dir, prefix, name, file_type)
+        })?;
+        let out = kept.into_iter().map(|(name, (_, prefix))| ListName { name, prefix, size: None }).collect();
+        Ok((out, more))
+    }
+
+    /// The directory of a listing, `None` when there is none.
+    fn open_listed(&self, prefix: &KeyPrefix) -> StorageResult<Option<OwnedFd>> {
+        match self.root.open_at(prefix.as_str(), OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(e) if beneath::is_absent(e) => Ok(None),
+            Err(e) => Err(lookup_error(prefix.as_str(), e)),
         }
-        Ok((out, false))
+    }
+
+    /// Whether an entry of a listing is listed, with its type as read and
+    /// whether it is listed as a prefix: a directory or a regular file as
+    /// the directory read says (looked up later, if shown), a link or an
+    /// entry of unknown type as [`Self::entry`] resolves it, a name that is
+    /// no valid key not at all.
+    fn listed_kind(
+        &self,
+        dir: &OwnedFd,
+        prefix: &KeyPrefix,
+        name: &str,
+        file_type: FileType,
+    ) -> Option<(FileType, bool)> {
+        prefix.child(name).ok()?;
+        match file_type {
+            FileType::Directory => Some((file_type, true)),
+            FileType::RegularFile => Some((file_type, false)),
+            _ => match self.entry(dir, prefix.as_str(), name, file_type)? {
+                Entry::Dir => Some((file_type, true)),
+                Entry::File(_) => Some((file_type, false)),
+            },
+        }
     }
 
     fn list_recursive_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
@@ -945,17 +1012,24 @@ impl LocalBackend {
                 // Absent, leaving the mount, or gone (or replaced) meanwhile.
                 Err(_) => continue,
             };
-            for (name, file_type) in Self::read_dir(&dir, &rel)? {
-                let name_rel = join_rel(&sub, &name);
+            // The directory is read as it is walked: none of its names is
+            // held but those of the directories still to read.
+            let mut stopped = false;
+            Self::each_dir_entry(&dir, &rel, |name, file_type| {
+                let name_rel = join_rel(&sub, name);
                 if prefix.child(&name_rel).is_err() {
-                    continue;
+                    return true;
                 }
                 // `Entry::Dir` is only ever a real directory.
-                match self.entry(&dir, &rel, &name, file_type) {
+                match self.entry(&dir, &rel, name, file_type) {
                     Some(Entry::Dir) => pending.push(name_rel),
-                    Some(Entry::File(v)) if !each(&name_rel, v.meta()) => break 'walk,
+                    Some(Entry::File(v)) if !each(&name_rel, v.meta()) => stopped = true,
                     Some(Entry::File(_)) | None => {}
                 }
+                !stopped
+            })?;
+            if stopped {
+                break 'walk;
             }
         }
         Ok(())
@@ -1126,6 +1200,31 @@ mod tests {
 
     fn key(k: &str) -> StoreKey {
         StoreKey::new(k).unwrap()
+    }
+
+    /// A limited read keeps the first names in name order of those it
+    /// accepts, whatever order the directory gives them in, and says when
+    /// it accepted more.
+    #[test]
+    fn first_entries_are_the_smallest_accepted_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in [7, 3, 11, 0, 5, 9, 1, 12, 4] {
+            std::fs::write(dir.path().join(format!("n{n:02}")), b"").unwrap();
+        }
+        let d = rustix::fs::open(dir.path(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let odd = |name: &str, _: FileType| (name[1..].parse::<u32>().unwrap() % 2 == 1).then_some(());
+        let names = |keep| {
+            let (kept, more) = LocalBackend::first_entries(&d, "t", keep, odd).unwrap();
+            (kept.into_iter().map(|(name, ())| name).collect::<Vec<_>>(), more)
+        };
+        assert_eq!(names(2), (vec!["n01".to_string(), "n03".to_string()], true));
+        assert_eq!(names(5).0, ["n01", "n03", "n05", "n07", "n09"]);
+        assert!(names(5).1, "n11 is accepted too");
+        assert_eq!(names(6), (["n01", "n03", "n05", "n07", "n09", "n11"].map(String::from).to_vec(), false));
+        assert!(!names(7).1);
+        assert_eq!(names(0), (Vec::new(), true));
+        let none = |_: &str, _: FileType| None::<()>;
+        assert!(!LocalBackend::first_entries(&d, "t", 0, none).unwrap().1);
     }
 
     /// The `If-Match` check that holds across processes is the one made

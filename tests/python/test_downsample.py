@@ -261,6 +261,50 @@ def test_named_dimensions_and_post_bodies_address_the_downsampled_domain(served)
     with urllib.request.urlopen(req, timeout=60) as r:
         got = np.load(io.BytesIO(r.read()))
     np.testing.assert_array_equal(got, expected[np.ix_([0, 7, 2], [1, 2], range(expected.shape[2]))])
+    # A JSON body may give the factors as a list.
+    status, body = post_json(
+        f"{server.url}/api/v1/data/ds/uint16_sharded",
+        {"selection": [-1, "1:7:2", None], "format": "npy", "downsample": [3, 2, 4], "downsample_method": "max"},
+    )
+    assert status == 200, body
+    np.testing.assert_array_equal(np.load(io.BytesIO(body)), expected[-1, 1:7:2, :])
+
+
+def post_json(url, document):
+    req = urllib.request.Request(
+        url, data=json.dumps(document).encode(), headers={"content-type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+@pytest.mark.parametrize(
+    "factors, status, words",
+    [
+        ([2, 0, 2], 400, "downsample: dimension 1: a factor is at least 1"),
+        ([2, -2, 2], 400, "downsample: dimension 1: expected a positive integer factor, got `-2`"),
+        ([2, 2, 1.5], 400, "downsample: dimension 2: expected a positive integer factor, got `1.5`"),
+        ({"x": 2}, 400, "downsample: expected a list of positive integer factors"),
+        ([2, 2], 400, "2 factors"),
+    ],
+)
+def test_bad_factors_in_a_body_answer_400_naming_the_member(served, factors, status, words):
+    server, _, _ = served
+    got, body = post_json(
+        f"{server.url}/api/v1/data/ds/int32_plain", {"downsample": factors, "downsample_method": "mean"}
+    )
+    assert got == status, body
+    assert words in json.loads(body)["error"]["message"], body
+
+
+def test_a_body_of_the_wrong_shape_names_the_member(served):
+    server, _, _ = served
+    got, body = post_json(f"{server.url}/api/v1/data/ds/int32_plain", {"format": "npy", "fill_missing": "yes"})
+    assert got == 422, body
+    assert json.loads(body)["error"]["message"].startswith("invalid request body: `fill_missing`: invalid type"), body
 
 
 @pytest.mark.parametrize(

@@ -133,9 +133,10 @@ pub struct DataBody {
     pub format: Option<String>,
     /// As the `fill_missing` query parameter.
     pub fill_missing: Option<bool>,
-    /// As the `downsample` query parameter: factors per dimension, `"1,4,4"`.
-    #[schema(example = "1,4,4")]
-    pub downsample: Option<String>,
+    /// As the `downsample` query parameter: factors per dimension, a list
+    /// `[1, 4, 4]` or the query's text `"1,4,4"`.
+    #[schema(value_type = Option<Value>, example = json!([1, 4, 4]))]
+    pub downsample: Option<serde_json::Value>,
     /// As the `downsample_method` query parameter.
     #[schema(example = "mean")]
     pub downsample_method: Option<String>,
@@ -364,7 +365,7 @@ pub async fn post_data(
     headers: HeaderMap,
     TypedJsonBody(body): TypedJsonBody<DataBody>,
 ) -> ApiResult<Response> {
-    let ds = downsample::parse(body.downsample.as_deref(), body.downsample_method.as_deref())?;
+    let ds = downsample::parse_json(body.downsample.as_ref(), body.downsample_method.as_deref())?;
     let level = body.level;
     let params = params_from_body(body, &headers).await?;
     read_with(app, target, params, ds, level).await

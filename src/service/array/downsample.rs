@@ -44,6 +44,7 @@ use super::read::whole::whole_chunk;
 use super::read::{check_limits, npy_header, DataRead, Pieces, ReadParams};
 use super::source::{region_error, MountChunkStore};
 use crate::service::cache::chunk::ArrayCache;
+use crate::service::error::product_text;
 use crate::service::node::{self, NodePath};
 use crate::service::wire::json::JsonEncoder;
 use crate::service::wire::WireFormat;
@@ -84,36 +85,93 @@ pub struct Downsample {
 /// A factor that is not a positive integer (naming its position), a
 /// missing or unknown method, a method without factors.
 pub fn parse(factors: Option<&str>, method: Option<&str>) -> ServiceResult<Option<Downsample>> {
-    let bad = |field: &str, reason: String| ServiceError::InvalidRequest { field: field.into(), reason };
-    let Some(text) = factors else {
+    let factors = factors.map(factors_of_text).transpose()?;
+    parse_factors(factors, method)
+}
+
+/// [`parse`] with the factors as a JSON body gives them: a list of positive
+/// integers, or the text of `downsample=`.
+///
+/// # Errors
+/// As [`parse`]; anything else than a list or a string.
+pub fn parse_json(factors: Option<&serde_json::Value>, method: Option<&str>) -> ServiceResult<Option<Downsample>> {
+    let factors = match factors {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(text)) => Some(factors_of_text(text)?),
+        Some(serde_json::Value::Array(items)) => Some(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item.as_u64() {
+                    Some(f) => factor(i, f),
+                    None => Err(bad_factor(i, &item.to_string())),
+                })
+                .collect::<ServiceResult<Vec<u64>>>()?,
+        ),
+        Some(other) => {
+            return Err(invalid(
+                "downsample",
+                format!(
+                    "expected a list of positive integer factors, or their text \"1,4,4\", got {}",
+                    json_kind(other)
+                ),
+            ))
+        }
+    };
+    parse_factors(factors, method)
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+fn factor(i: usize, f: u64) -> ServiceResult<u64> {
+    if f == 0 {
+        return Err(invalid("downsample", format!("dimension {i}: a factor is at least 1, got 0")));
+    }
+    Ok(f)
+}
+
+fn bad_factor(i: usize, got: &str) -> ServiceError {
+    invalid("downsample", format!("dimension {i}: expected a positive integer factor, got `{got}`"))
+}
+
+/// The factors of `downsample=`'s text: `"1,4,4"`.
+fn factors_of_text(text: &str) -> ServiceResult<Vec<u64>> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .enumerate()
+        .map(|(i, s)| match s.trim().parse::<u64>() {
+            Ok(f) => factor(i, f),
+            Err(_) => Err(bad_factor(i, s.trim())),
+        })
+        .collect()
+}
+
+fn parse_factors(factors: Option<Vec<u64>>, method: Option<&str>) -> ServiceResult<Option<Downsample>> {
+    let Some(factors) = factors else {
         return match method {
             None => Ok(None),
-            Some(_) => Err(bad("downsample_method", "given without downsample=".into())),
+            Some(_) => Err(invalid("downsample_method", "given without downsample=")),
         };
-    };
-    let factors = if text.trim().is_empty() {
-        Vec::new()
-    } else {
-        text.split(',')
-            .enumerate()
-            .map(|(i, s)| match s.trim().parse::<u64>() {
-                Ok(0) => Err(bad("downsample", format!("dimension {i}: a factor is at least 1, got 0"))),
-                Ok(f) => Ok(f),
-                Err(_) => Err(bad(
-                    "downsample",
-                    format!("dimension {i}: expected a positive integer factor, got `{}`", s.trim()),
-                )),
-            })
-            .collect::<ServiceResult<Vec<u64>>>()?
     };
     let method = match method {
         None => {
-            return Err(bad(
+            return Err(invalid(
                 "downsample_method",
-                "required with downsample=: one of stride, mean, median, mode, min, max".into(),
+                "required with downsample=: one of stride, mean, median, mode, min, max",
             ))
         }
-        Some(m) => m.parse::<Method>().map_err(|e| bad("downsample_method", e))?,
+        Some(m) => m.parse::<Method>().map_err(|e| invalid("downsample_method", e))?,
     };
     Ok(Some(Downsample { factors, method }))
 }
@@ -413,7 +471,8 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams, ds: Downsample) -> Servi
     let block = factors.iter().fold(es, |a, &f| a.saturating_mul(f));
     if block > limits.read_slab_bytes {
         return Err(ServiceError::SelectionTooLarge(format!(
-            "downsample: one element reduces {block} bytes of the source, more than limits.read_slab_bytes = {}",
+            "downsample: one element reduces {} bytes of the source, more than limits.read_slab_bytes = {}",
+            product_text(factors.iter().copied().chain([es])),
             limits.read_slab_bytes
         )));
     }
@@ -586,7 +645,8 @@ impl View {
         let limit = app.config().limits.read_slab_bytes;
         if block > limit {
             return Err(ServiceError::SelectionTooLarge(format!(
-                "downsample: one element reduces {block} bytes of the source, more than limits.read_slab_bytes = {limit}"
+                "downsample: one element reduces {} bytes of the source, more than limits.read_slab_bytes = {limit}",
+                product_text(factors.iter().copied().chain([es]))
             )));
         }
         let shape = downsample::downsampled_shape(&desc.shape, &factors);

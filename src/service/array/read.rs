@@ -78,6 +78,7 @@ use tokio::sync::mpsc;
 
 use super::source::{region_error, MountChunkStore};
 use crate::service::cache::chunk::{ArrayCache, ChunkCache};
+use crate::service::error::product_text;
 use crate::service::node::{self, ArrayNode, NodePath};
 use crate::service::wire::json::{empty_size, JsonEncoder};
 use crate::service::wire::{npy, numpy_descr, zarr_name, WireFormat};
@@ -335,7 +336,9 @@ pub(super) fn check_limits(
     let bytes = elements.saturating_mul(es);
     if bytes > limits.max_selection_bytes {
         return Err(ServiceError::SelectionTooLarge(format!(
-            "the selection is {bytes} bytes ({elements} elements of {}, shape {out_shape:?}), more than limits.max_selection_bytes = {}",
+            "the selection is {} bytes ({} elements of {}, shape {out_shape:?}), more than limits.max_selection_bytes = {}",
+            product_text(out_shape.iter().copied().chain([es])),
+            product_text(out_shape.iter().copied()),
             zarr_name(out_type),
             limits.max_selection_bytes
         )));

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::source::{region_error, MountChunkStore};
+use crate::service::error::product_text;
 use crate::service::node::{self, ArrayNode, NodePath};
 use crate::service::wire::{self as decode, WireFormat};
 use crate::service::{cpu, App, NodeRef, ServiceError, ServiceResult};
@@ -55,11 +56,14 @@ pub struct WriteRequest {
 fn check_size(app: &App, dt: &crate::zarr::data_type::DataType, shape: &[u64]) -> ServiceResult<()> {
     let limit = app.config().limits.max_selection_bytes;
     let elements = shape.iter().fold(1u64, |a, &d| a.saturating_mul(d));
-    let bytes = elements.saturating_mul(dt.size().map_or(16, |s| s as u64));
+    let es = dt.size().map_or(16, |s| s as u64);
+    let bytes = elements.saturating_mul(es);
     if bytes > limit {
         return Err(ServiceError::SelectionTooLarge(format!(
-            "the selection is {bytes} bytes ({elements} elements, shape {shape:?}), more than \
-             limits.max_selection_bytes = {limit}; write it in parts"
+            "the selection is {} bytes ({} elements, shape {shape:?}), more than \
+             limits.max_selection_bytes = {limit}; write it in parts",
+            product_text(shape.iter().copied().chain([es])),
+            product_text(shape.iter().copied())
         )));
     }
     Ok(())
