@@ -24,8 +24,8 @@ use crate::zarr::metadata::NodeMetadataV3;
 /// The largest factor from one level to the next.
 pub const MAX_FACTOR: u64 = 1 << 20;
 
-/// The most entries of `codecs` (or `filters`).
-pub const MAX_CODEC_ENTRIES: usize = 16;
+/// The most entries of `codecs` (or `filters`): as many as a chain may have.
+pub const MAX_CODEC_ENTRIES: usize = crate::zarr::metadata::codec::MAX_CHAIN_CODECS;
 
 /// The most bytes of `codecs`, `compressor` and `filters` as JSON text.
 pub const MAX_CODEC_JSON: usize = 16 << 10;

@@ -187,10 +187,27 @@ pub fn parse_codec_chain(
     )
 }
 
+/// The most codecs one chain may have (v3 `codecs`, a shard's inner and
+/// index chains; v2 `filters` and the `compressor`). Real arrays use up to
+/// four or five; each more stage of a chain adds a full pass over the chunk
+/// and a compressor's worst-case expansion to what its decoders may be
+/// asked to produce, so a chain of a hundred compressors would be a
+/// decompression bomb past every other cap.
+pub const MAX_CHAIN_CODECS: usize = 16;
+
+/// The error of a chain longer than [`MAX_CHAIN_CODECS`].
+pub(crate) fn check_chain_length(n: usize, path: &str) -> Result<()> {
+    if n > MAX_CHAIN_CODECS {
+        return Err(MetadataError::new(path, format!("{n} codecs in one chain; at most {MAX_CHAIN_CODECS}")));
+    }
+    Ok(())
+}
+
 /// Parses a chain entering with `state` (a shard's inner and index chains
 /// come through here too).
 pub(crate) fn parse_chain(value: &Value, path: &str, mut state: ChainState, role: Role) -> Result<Vec<CodecSpec>> {
     let items = array(value, path, "an array of codecs")?;
+    check_chain_length(items.len(), path)?;
     let mut out = Vec::with_capacity(items.len());
     let mut seen_array_to_bytes = false;
     for (i, item) in items.iter().enumerate() {
@@ -405,6 +422,34 @@ mod tests {
         assert!(e.message.contains("vlen-utf8"), "{e}");
         let e = err(json!(["vlen-utf8"]), &DataType::Int8, &[4]);
         assert_eq!(e.path, "codecs[0]");
+        // A chain of more than 16 codecs (a decompression bomb of stacked
+        // compressors) is refused; 16 are accepted.
+        let chain = |n: usize| {
+            let mut codecs = vec![json!("bytes")];
+            codecs.extend(std::iter::repeat_n(json!({"name":"gzip","configuration":{"level":1}}), n - 1));
+            Value::Array(codecs)
+        };
+        let e = err(chain(17), &DataType::UInt8, &[4]);
+        assert_eq!((e.path.as_str(), e.message.as_str()), ("codecs", "17 codecs in one chain; at most 16"));
+        assert!(parse_codec_chain(&chain(16), "codecs", &DataType::UInt8, &[4]).is_ok());
+    }
+
+    /// However the 16 stages of a chain are made, what its outermost
+    /// decoder may be asked to produce stays near the chunk's size.
+    #[test]
+    fn a_full_chain_caps_its_decoders_near_the_chunk() {
+        let gzips = |n: usize| {
+            let mut codecs = vec![json!("bytes")];
+            codecs.extend(std::iter::repeat_n(json!({"name":"gzip","configuration":{"level":1}}), n));
+            Value::Array(codecs)
+        };
+        for (shape, most) in [(4u64, 1_200_000u64), (64 << 20, (64 << 20) * 127 / 100 + 1_200_000)] {
+            let specs = parse_codec_chain(&gzips(15), "codecs", &DataType::UInt8, &[shape]).unwrap();
+            let repr = ChunkRepr { shape: vec![shape], data_type: DataType::UInt8, fill_value: vec![0] };
+            let chain = crate::zarr::codec::build::chain_from_v3(&specs, &repr).unwrap();
+            let stored = chain.max_stored_size(&repr);
+            assert!(stored <= most, "a chunk of {shape} bytes behind 15 gzips: stored size bound {stored}");
+        }
     }
 
     #[test]

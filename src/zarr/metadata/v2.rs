@@ -178,6 +178,8 @@ impl ArrayMetadataV2 {
                     .collect::<Result<Vec<_>>>()?,
             ),
         };
+        let chain = filters.as_ref().map_or(0, Vec::len) + usize::from(compressor.is_some());
+        super::codec::check_chain_length(chain, &filters_path)?;
         if dtype == DataTypeV2::Object {
             let has_object_codec =
                 filters.iter().flatten().any(|f| numcodecs::V2_OBJECT_CODEC_IDS.contains(&f.id.as_str()));
@@ -375,6 +377,20 @@ mod tests {
             CodecV2::from_json(&json!({"id":"zlib","level":10}), "compressor").unwrap_err().path,
             "compressor.level"
         );
+    }
+
+    /// `filters` and the `compressor` make one chain, at most 16 codecs long.
+    #[test]
+    fn long_filter_chains_are_refused() {
+        let doc = |filters: usize, compressor: bool| {
+            json!({"zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "|u1", "fill_value": 0, "order": "C",
+                   "compressor": if compressor { json!({"id": "zlib", "level": 1}) } else { Value::Null },
+                   "filters": vec![json!({"id": "zlib", "level": 1}); filters]})
+        };
+        assert!(ArrayMetadataV2::from_json(&doc(16, false), "").is_ok());
+        assert!(ArrayMetadataV2::from_json(&doc(15, true), "").is_ok());
+        let e = ArrayMetadataV2::from_json(&doc(16, true), "").unwrap_err();
+        assert_eq!((e.path.as_str(), e.message.as_str()), ("filters", "17 codecs in one chain; at most 16"));
     }
 
     #[test]
