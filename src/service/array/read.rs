@@ -177,13 +177,7 @@ impl Opened {
     /// The engine's read context and chunk source for this array; `fill`:
     /// whether decoded data read now may enter the cache.
     fn engine(&self, fill: bool) -> Engine {
-        let cache = ArrayCache::new(
-            self.cache.clone(),
-            self.mount.clone(),
-            self.mount_name.clone(),
-            self.array.path.clone(),
-            fill,
-        );
+        let cache = ArrayCache::new(self.cache.clone(), self.mount_name.clone(), &self.array, fill);
         let ctx = ReadCtx::new(
             self.array.desc.clone(),
             Arc::new(cache),

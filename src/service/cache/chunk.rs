@@ -39,7 +39,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use crate::service::array::source::classify;
-use crate::service::node::NodePath;
+use crate::service::node::{ArrayNode, NodePath};
 use crate::storage::mount::RecheckPolicy;
 use crate::storage::{Mount, StorageError, StoreKey};
 use crate::zarr::chunk::ChunkData;
@@ -75,6 +75,13 @@ pub struct Version {
     pub etag: Option<String>,
     /// When that was last confirmed.
     pub checked: Instant,
+    /// What it was decoded with: the array's [`ArrayNode::decoding`]. The
+    /// same stored bytes decode to other values under other metadata (a
+    /// byte order, a codec, a data type changed), so an entry decoded under
+    /// another document is not used.
+    ///
+    /// [`ArrayNode::decoding`]: crate::service::node::ArrayNode::decoding
+    pub decoding: u64,
 }
 
 impl Version {
@@ -252,6 +259,8 @@ pub struct ArrayCache {
     mount: Arc<Mount>,
     mount_name: Arc<str>,
     path: NodePath,
+    /// The array's [`ArrayNode::decoding`](crate::service::node::ArrayNode::decoding).
+    decoding: u64,
     recheck: RecheckPolicy,
     /// Whether decoded data read now may enter the cache (shard indexes
     /// always do: they are small and every later read needs them).
@@ -259,13 +268,14 @@ pub struct ArrayCache {
 }
 
 impl ArrayCache {
-    /// The view of `cache` for the array at `path` in `mount` (named
-    /// `mount_name`), revalidating by `recheck`; `fill`: whether decoded
+    /// The view of `cache` for `array` in `mount` (named `mount_name`),
+    /// revalidating by the mount's recheck policy; `fill`: whether decoded
     /// data may enter it.
     #[must_use]
-    pub fn new(cache: Arc<ChunkCache>, mount: Arc<Mount>, mount_name: Arc<str>, path: NodePath, fill: bool) -> Self {
+    pub fn new(cache: Arc<ChunkCache>, mount_name: Arc<str>, array: &ArrayNode, fill: bool) -> Self {
+        let mount = array.mount.clone();
         let recheck = mount.recheck_policy();
-        Self { cache, mount, mount_name, path, recheck, fill }
+        Self { cache, mount, mount_name, path: array.path.clone(), decoding: array.decoding, recheck, fill }
     }
 
     /// The shared cache.
@@ -294,6 +304,9 @@ impl ArrayCache {
     /// Whether the cached `version` of `key` may be used now (revalidating
     /// by ETag when the policy asks).
     async fn usable(&self, key: &StoreKey, version: &Version) -> Result<bool, SourceError> {
+        if version.decoding != self.decoding {
+            return Ok(false);
+        }
         if !version.needs_recheck(self.recheck) {
             return Ok(true);
         }
@@ -313,7 +326,7 @@ impl UnitCache for ArrayCache {
                     self.cache.record(true);
                     if version.needs_recheck(self.recheck) {
                         // Confirmed: stored again with the new check time.
-                        let version = Version { etag: version.etag.clone(), checked: Instant::now() };
+                        let version = Version { checked: Instant::now(), ..version.clone() };
                         self.cache.insert(ck, Cached::Chunk { version, data: data.clone() }, g);
                     }
                     return Ok(Some(data.clone()));
@@ -337,7 +350,7 @@ impl UnitCache for ArrayCache {
             return;
         }
         let Some(sk) = self.store_key(key) else { return };
-        let version = Version { etag: version, checked: Instant::now() };
+        let version = Version { etag: version, checked: Instant::now(), decoding: self.decoding };
         self.cache.insert(self.cache_key(&sk, Part::Chunk), Cached::Chunk { version, data }, ticket);
     }
 
@@ -349,7 +362,7 @@ impl UnitCache for ArrayCache {
                 let g = self.cache.generation();
                 if self.usable(&sk, version).await? {
                     if version.needs_recheck(self.recheck) {
-                        let v = Version { etag: version.etag.clone(), checked: Instant::now() };
+                        let v = Version { checked: Instant::now(), ..version.clone() };
                         self.cache.insert(ck, Cached::Index { version: v, stamp: *stamp, index: index.clone() }, g);
                     }
                     return Ok(Some(IndexEntry { version: version.etag.clone(), stamp: *stamp, index: index.clone() }));
@@ -362,7 +375,7 @@ impl UnitCache for ArrayCache {
     fn insert_index(&self, key: &str, version: Option<String>, index: Option<Arc<ShardIndex>>, ticket: u64) -> u64 {
         let stamp = self.cache.new_stamp();
         if let Some(sk) = self.store_key(key) {
-            let version = Version { etag: version, checked: Instant::now() };
+            let version = Version { etag: version, checked: Instant::now(), decoding: self.decoding };
             self.cache.insert(self.cache_key(&sk, Part::Index), Cached::Index { version, stamp, index }, ticket);
         }
         stamp
@@ -401,7 +414,7 @@ mod tests {
 
     fn chunk(bytes: usize) -> Cached {
         Cached::Chunk {
-            version: Version { etag: Some("\"1\"".into()), checked: Instant::now() },
+            version: Version { etag: Some("\"1\"".into()), checked: Instant::now(), decoding: 0 },
             data: Some(Arc::new(ChunkData::Fixed(vec![7; bytes]))),
         }
     }
@@ -444,7 +457,7 @@ mod tests {
 
     #[test]
     fn recheck_policies() {
-        let v = Version { etag: None, checked: Instant::now() };
+        let v = Version { etag: None, checked: Instant::now(), decoding: 0 };
         assert!(!v.needs_recheck(RecheckPolicy::Never));
         assert!(v.needs_recheck(RecheckPolicy::Always));
         assert!(!v.needs_recheck(RecheckPolicy::After(std::time::Duration::from_secs(60))));

@@ -40,9 +40,32 @@ pub struct ArrayNode {
     pub metadata: Value,
     /// v2 only: the stored `.zattrs` (v3 keeps attributes inside `metadata`).
     pub zattrs: Option<Value>,
+    /// Which decoding of its chunks the metadata makes: a hash of every
+    /// member of the stored document but `attributes` (the data type, the
+    /// chunk shape, the codecs, the fill value...), keyed per process. A
+    /// decoded chunk cached under one document is not served under another
+    /// (see [`crate::service::cache::chunk::Version`]).
+    pub decoding: u64,
 }
 
+/// The keys of [`ArrayNode::decoding`]'s hash: random per process, so no
+/// document can be made to collide with another on purpose.
+static DECODING_KEYS: std::sync::LazyLock<std::hash::RandomState> = std::sync::LazyLock::new(Default::default);
+
 impl ArrayNode {
+    /// The array described by `metadata` (parsed into `desc`).
+    #[must_use]
+    pub fn new(
+        mount: Arc<Mount>,
+        path: NodePath,
+        desc: ArrayDescription,
+        metadata: Value,
+        zattrs: Option<Value>,
+    ) -> Self {
+        let decoding = decoding_of(&metadata);
+        Self { mount, path, desc: Arc::new(desc), metadata, zattrs, decoding }
+    }
+
     /// The metadata format.
     #[must_use]
     pub fn format(&self) -> ZarrFormat {
@@ -241,6 +264,22 @@ pub(super) async fn existing_versioned(node: &NodeRef<'_>) -> ServiceResult<(Opt
     Ok((found, Versions::new(read)))
 }
 
+/// [`ArrayNode::decoding`] of a stored array document.
+fn decoding_of(metadata: &Value) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = DECODING_KEYS.build_hasher();
+    match metadata {
+        Value::Object(members) => {
+            for (name, value) in members.iter().filter(|(name, _)| name.as_str() != "attributes") {
+                name.hash(&mut h);
+                value.to_string().hash(&mut h);
+            }
+        }
+        other => other.to_string().hash(&mut h),
+    }
+    h.finish()
+}
+
 /// Reads and parses a node's documents; also returns what to revalidate
 /// them by (each document key read and its ETag).
 ///
@@ -269,7 +308,7 @@ async fn load_or_absent(
         return match NodeMetadataV3::from_json(&value, "").map_err(invalid(&v3_key))? {
             NodeMetadataV3::Array(meta) => {
                 let desc = ArrayDescription::from_v3(&meta).map_err(|e| unsupported(&v3_key, &e))?;
-                let node = ArrayNode { mount, path: path.clone(), desc: Arc::new(desc), metadata: value, zattrs: None };
+                let node = ArrayNode::new(mount, path.clone(), desc, value, None);
                 Ok((Some(Node::Array(Arc::new(node))), validators))
             }
             NodeMetadataV3::Group(group) => Ok((
@@ -304,7 +343,7 @@ async fn load_or_absent(
         let value = gate.parse(&zarray_key, bytes).await?;
         let meta = ArrayMetadataV2::from_json(&value, "").map_err(invalid(&zarray_key))?;
         let desc = ArrayDescription::from_v2(&meta, attributes).map_err(|e| unsupported(&zarray_key, &e))?;
-        let node = ArrayNode { mount, path: path.clone(), desc: Arc::new(desc), metadata: value, zattrs: zattrs_value };
+        let node = ArrayNode::new(mount, path.clone(), desc, value, zattrs_value);
         return Ok((Some(Node::Array(Arc::new(node))), validators));
     }
     if let Some(bytes) = zgroup {
@@ -376,7 +415,7 @@ mod tests {
             let attrs = zattrs.clone().and_then(|z| z.as_object().cloned()).unwrap_or_default();
             ArrayDescription::from_v2(&ArrayMetadataV2::from_json(doc, "").unwrap(), attrs).unwrap()
         };
-        ArrayNode { mount, path: NodePath::root(), desc: Arc::new(desc), metadata: doc.clone(), zattrs }
+        ArrayNode::new(mount, NodePath::root(), desc, doc.clone(), zattrs)
     }
 
     #[test]
