@@ -584,7 +584,7 @@ fn engine(
     let threads = rayon::current_num_threads().max(2);
     let source_options = RegionOptions { concurrency: (threads * 4).max(8), ..RegionOptions::default() };
     let array = source.array;
-    let cache = ArrayCache::new(app.chunk_cache().clone(), source.mount_name.into(), &array, source.fill_cache);
+    let cache = ArrayCache::new(app.chunk_cache().clone(), source.mount_name.into(), array, source.fill_cache);
     let source_ctx =
         ReadCtx::new(array.desc.clone(), Arc::new(cache), Arc::new(cpu::Pool), source.fill_missing, &source_options);
     let tiles = Arc::new(Tiles {
