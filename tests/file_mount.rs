@@ -228,6 +228,30 @@ async fn files_changed_behind_zarrds_back_are_served_with_new_etags() {
     let r = raw_request(l.addr, "PUT", "/zarr/data/ext.bin", &[("If-Match", &e1)], b"version three").await;
     r.expect_error(412, "precondition_failed");
     assert_eq!(std::fs::read(l.root.join("ext.bin")).unwrap(), b"version two");
+    // Rewritten in place with its modification time put back (`rsync
+    // --inplace -t`, `tar -x`): the change time still tells it apart.
+    let file = std::fs::OpenOptions::new().write(true).open(l.root.join("ext.bin")).unwrap();
+    let mtime = file.metadata().unwrap().modified().unwrap();
+    let e2 = raw_request(l.addr, "GET", "/zarr/data/ext.bin", &[], b"").await.must_header("etag").to_string();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::os::unix::fs::FileExt::write_all_at(&file, b"VERSION", 0).unwrap();
+    file.set_modified(mtime).unwrap();
+    drop(file);
+    assert_eq!(std::fs::metadata(l.root.join("ext.bin")).unwrap().modified().unwrap(), mtime);
+    let r = raw_request(l.addr, "GET", "/zarr/data/ext.bin", &[("If-None-Match", &e2)], b"").await;
+    assert_eq!(r.status, 200, "content rewritten under the same mtime must not answer 304: {r}");
+    assert_eq!(r.body, b"VERSION two");
+    let e3 = r.must_header("etag").to_string();
+    assert_ne!(e3, e2);
+    let r = raw_request(l.addr, "PUT", "/zarr/data/ext.bin", &[("If-Match", &e2)], b"version four").await;
+    r.expect_error(412, "precondition_failed");
+    // zarrd's own writes of the same length, back to back: each a new ETag.
+    let mut seen = std::collections::HashSet::from([e3]);
+    for i in 0..20 {
+        let r = raw_request(l.addr, "PUT", "/zarr/data/ext.bin", &[], format!("version {i:04}").as_bytes()).await;
+        r.expect_status(204);
+        assert!(seen.insert(r.must_header("etag").to_string()), "write {i} repeated an ETag: {r}");
+    }
     // Removed behind zarrd's back: 404.
     std::fs::remove_file(l.root.join("ext.bin")).unwrap();
     raw_request(l.addr, "GET", "/zarr/data/ext.bin", &[("Range", "bytes=-16")], b"").await.expect_status(404);

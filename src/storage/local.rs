@@ -168,15 +168,24 @@ impl Validator {
         }
     }
 
+    /// The object's metadata. Its ETag is the inode, the modification and
+    /// change times to the nanosecond and the size: any write changes the
+    /// change time, also one that puts the modification time back (`rsync
+    /// --inplace -t`, `tar -x`, `touch -r`), and zarrd's own writes set a
+    /// modification time no other write of this process has
+    /// ([`unique_mtime`]), so two versions it writes within one tick of a
+    /// coarse kernel clock (ext4 before multigrain timestamps moves once a
+    /// jiffy) still differ. A filesystem that keeps whole seconds only
+    /// cannot tell apart same-size versions written in one second.
     fn meta(&self) -> ObjectMeta {
         let modified = u64::try_from(self.mtime.0)
             .ok()
             .map(|s| UNIX_EPOCH + Duration::new(s, u32::try_from(self.mtime.1).unwrap_or(0)));
-        let micros = modified.and_then(|m| m.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_micros());
+        let nanos = |(s, ns): (i64, i64)| i128::from(s) * 1_000_000_000 + i128::from(ns);
         ObjectMeta {
             size: self.size,
             last_modified: modified,
-            etag: format!("\"{:x}-{:x}-{:x}\"", self.ino, micros, self.size),
+            etag: format!("\"{:x}-{:x}-{:x}-{:x}\"", self.ino, nanos(self.mtime), nanos(self.ctime), self.size),
             version_token: None,
             version_id: None,
         }
@@ -372,6 +381,33 @@ fn place(
         let _ = rustix::fs::unlinkat(from_dir, from, AtFlags::empty());
     }
     result
+}
+
+/// The last modification time [`unique_mtime`] gave, in nanoseconds.
+static LAST_MTIME: AtomicU64 = AtomicU64::new(0);
+
+/// A modification time for a file this process writes: now, to the
+/// nanosecond, and later than every one it gave before.
+fn unique_mtime() -> rustix::fs::Timespec {
+    let now = std::time::SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let now = u64::try_from(now).unwrap_or(u64::MAX);
+    let mut last = LAST_MTIME.load(Ordering::Relaxed);
+    let ns = loop {
+        let next = now.max(last.saturating_add(1));
+        match LAST_MTIME.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break next,
+            Err(seen) => last = seen,
+        }
+    };
+    #[allow(clippy::cast_possible_wrap)] // Nanoseconds since 1970 fit i64 until 2262.
+    rustix::fs::Timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as _ }
+}
+
+/// Sets a written file's modification time to [`unique_mtime`] (its access
+/// time untouched).
+fn stamp(file: &File) -> rustix::io::Result<()> {
+    let omit = rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT };
+    rustix::fs::futimens(file, &rustix::fs::Timestamps { last_access: omit, last_modification: unique_mtime() })
 }
 
 fn staging_name() -> String {
@@ -655,6 +691,7 @@ impl LocalBackend {
             Err(e) => return Err(e),
         };
         (&tmp).write_all(body).map_err(|e| io_errno(&e))?;
+        stamp(&tmp)?;
         if how == Placement::Create {
             link_fd(&tmp, parent.as_fd(), name)?;
         } else {
@@ -699,9 +736,9 @@ impl LocalBackend {
         for (dir, staged) in places {
             let flags = OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
             let file = File::from(rustix::fs::openat(dir, staged.as_str(), flags, Mode::from_raw_mode(0o666))?);
-            if let Err(e) = (&file).write_all(body) {
+            if let Err(e) = (&file).write_all(body).map_err(|e| io_errno(&e)).and_then(|()| stamp(&file)) {
                 let _ = rustix::fs::unlinkat(dir, staged.as_str(), AtFlags::empty());
-                return Err(io_errno(&e));
+                return Err(e);
             }
             match place(dir, &staged, parent.as_fd(), name, how) {
                 Ok(()) => return rustix::fs::fstat(&file).map(|st| Validator::of(&st)),
@@ -1200,6 +1237,19 @@ mod tests {
 
     fn key(k: &str) -> StoreKey {
         StoreKey::new(k).unwrap()
+    }
+
+    /// Every modification time this process gives its writes is later than
+    /// the one before, even within one tick of the clock.
+    #[test]
+    fn unique_mtimes_always_move_on() {
+        let ns = |t: rustix::fs::Timespec| i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec);
+        let mut last = ns(unique_mtime());
+        for _ in 0..10_000 {
+            let next = ns(unique_mtime());
+            assert!(next > last, "{next} after {last}");
+            last = next;
+        }
     }
 
     /// A limited read keeps the first names in name order of those it
