@@ -622,12 +622,15 @@ async fn describes_plain_directories(s: TestServer) {
     assert_eq!(names(&page(2).await), Vec::<String>::new());
     let huge = s.get("/api/v1/nodes/data/plain?page=4611686018427387904").await.json();
     assert_eq!((huge["children"].clone(), huge["children_total"].as_u64()), (json!([]), Some(4)));
-    // Bad paging names the parameter; a directory has no stats.
+    // Bad paging names the parameter, on a directory, an array or a group;
+    // a directory has no stats.
     for q in ["per_page=0", "per_page=1001", "page=-1", "page=99999999999999999999", "per_page=x"] {
-        let r = s.get(&format!("/api/v1/nodes/data/plain?{q}")).await;
-        r.expect_error(400, "invalid_query");
-        let field = q.split('=').next().unwrap();
-        assert!(r.error_message().contains(field), "{q}: {}", r.error_message());
+        for at in ["plain", "plain/arr", "plain/grp"] {
+            let r = s.get(&format!("/api/v1/nodes/data/{at}?{q}")).await;
+            r.expect_error(400, "invalid_query");
+            let field = q.split('=').next().unwrap();
+            assert!(r.error_message().contains(field), "{at}?{q}: {}", r.error_message());
+        }
     }
     let r = s.get("/api/v1/nodes/data/plain?stats=true").await;
     r.expect_error(400, "invalid_query");

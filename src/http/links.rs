@@ -198,10 +198,17 @@ pub async fn read_linked(
         return Err(ErrorCode::Forbidden.error("the link has expired"));
     }
     // `/s/{link}/{key}` reads `{prefix}/{key}`: nothing outside the prefix can be named.
-    let key = percent_decode_str(raw_key).decode_utf8_lossy();
+    // Decoded and checked as the store protocol's keys are; a link reads
+    // objects, never listings.
+    let key = percent_decode_str(raw_key)
+        .decode_utf8()
+        .map_err(|_| ErrorCode::InvalidKey.error(format!("`{raw_key}` is not valid percent-encoded UTF-8")))?;
+    if key.is_empty() || key.ends_with('/') {
+        // Not found, as a client probing for a "directory" expects.
+        return Err(ErrorCode::NotFound.error(format!("`{key}` names a prefix; a signed link reads objects only")));
+    }
     let full = if grant.prefix.is_empty() { key.to_string() } else { format!("{}/{}", grant.prefix, key) };
-    let key =
-        StoreKey::new(full.trim_end_matches('/')).map_err(|e| ApiError::from(crate::service::ServiceError::from(e)))?;
+    let key = StoreKey::new(&full).map_err(|e| ApiError::from(crate::service::ServiceError::from(e)))?;
     let req = crate::http::store::read_request(&headers, method == Method::HEAD);
     let mount = app.mount_ref(&grant.mount)?;
     let out = store::read(&mount, &key, &req).await?;

@@ -67,6 +67,11 @@ def test_clients_read_a_protected_mount_through_a_link(secured):
     assert requests.put(base + "img/zarr.json", data=b"{}", timeout=30).status_code in (403, 405)
     assert requests.get(base + "../other/zarr.json", timeout=30).status_code in (400, 403, 404)
     assert requests.get(base + "%2E%2E/other/zarr.json", timeout=30).status_code in (400, 403, 404)
+    # Keys are decoded as the store protocol decodes them, and a link has no listings.
+    r = requests.get(base + "img/%ff", timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_key", r.text
+    r = requests.get(base + "img/zarr.json/", timeout=30)
+    assert r.status_code == 404 and "reads objects only" in r.text, r.text
     # The credential is not in the log.
     secret_part = link.split("/")[2]
     assert secret_part not in server.log_tail(2000)

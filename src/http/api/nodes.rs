@@ -365,7 +365,7 @@ pub struct DescribeQuery {
     #[param(example = 0)]
     pub page: Option<usize>,
     /// Plain directories: children a page (1 to 1000, default 100).
-    /// Arrays and groups ignore it.
+    /// Arrays and groups ignore it (a value out of range is 400 anywhere).
     #[param(example = 100, minimum = 1, maximum = 1000)]
     pub per_page: Option<usize>,
 }
@@ -373,15 +373,21 @@ pub struct DescribeQuery {
 /// Children a directory page holds by default.
 const DIRECTORY_PER_PAGE: usize = 100;
 
-/// The plain directory at `target`, when there is one there.
-async fn describe_directory(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResult<Option<DirectoryInfo>> {
-    let per_page = match q.per_page.unwrap_or(DIRECTORY_PER_PAGE) {
-        n if (1..=browse::MAX_PAGE).contains(&n) => n,
+/// `per_page`, checked on every description (an array or a group ignores
+/// a valid one, as it ignores `page`).
+fn per_page(q: &DescribeQuery) -> ApiResult<usize> {
+    match q.per_page.unwrap_or(DIRECTORY_PER_PAGE) {
+        n if (1..=browse::MAX_PAGE).contains(&n) => Ok(n),
         n => {
             let max = browse::MAX_PAGE;
-            return Err(ErrorCode::InvalidQuery.error(format!("per_page: 1 to {max}, got {n}")));
+            Err(ErrorCode::InvalidQuery.error(format!("per_page: 1 to {max}, got {n}")))
         }
-    };
+    }
+}
+
+/// The plain directory at `target`, when there is one there.
+async fn describe_directory(app: &App, target: &NodeTarget, q: &DescribeQuery) -> ApiResult<Option<DirectoryInfo>> {
+    let per_page = per_page(q)?;
     let at = app.node(&target.mount, &target.path)?;
     if !browse::directory(&at).await? {
         return Ok(None);
@@ -513,6 +519,7 @@ pub async fn get_node(
     target: NodeTarget,
     ApiQuery(q): ApiQuery<DescribeQuery>,
 ) -> ApiResult<Response> {
+    per_page(&q)?;
     let info = match describe(&app, &target, &q).await {
         Ok(info) => Description::Node(Box::new(info)),
         Err(e) if e.code == ErrorCode::NodeNotFound => match describe_directory(&app, &target, &q).await? {
