@@ -505,7 +505,7 @@ async fn corrupt_chunks(backend: Backend) {
 }
 
 /// A stored chunk larger than any encoding of its chunk (a 1 MiB file behind
-/// a 100-byte zstd chunk, whose most is 100 + 100/64 + 64 KiB) is damage: a
+/// a 100-byte zstd chunk, whose most is 100 + 100/8 + 64 KiB) is damage: a
 /// 502 naming the key and both sizes, for reads, decoded chunk reads and
 /// writes into the chunk, decided from the object's size before it is read.
 /// A shard index claiming more bytes for an inner chunk than any encoding of
@@ -522,7 +522,7 @@ async fn oversized_chunks(backend: Backend) {
     s.put("/zarr/data/z/zarr.json", meta).await.expect_status(201);
     let big = vec![7u8; 1 << 20];
     s.put("/zarr/data/z/c/0/0", big.clone()).await.expect_status(201);
-    let most = 100 + 100 / 64 + 64 * 1024;
+    let most = 100 + 100 / 8 + 64 * 1024;
     let r = s.get("/api/v1/data/data/z?sel=0:2,0:2&format=json").await;
     r.expect_error(502, "corrupt_chunk");
     let m = r.error_message();

@@ -28,7 +28,7 @@ use futures::stream::{self, StreamExt};
 use crate::service::node::{self, Node};
 use crate::service::wire::zarr_name;
 use crate::service::{NodeRef, ServiceError, ServiceResult};
-use crate::storage::ListName;
+use crate::storage::{ListName, StorageError};
 use crate::zarr::array::ZarrFormat;
 
 /// The most entries one page holds.
@@ -197,7 +197,8 @@ pub async fn page(at: &NodeRef<'_>, page: usize, per_page: usize) -> ServiceResu
     let mut entries: Vec<Entry> = stream::iter(classify).buffered(OPEN_CONCURRENCY).collect().await;
     let first_object = start.saturating_sub(dirs.len());
     let objects_wanted = (end - start) - entries.len();
-    // Only the objects shown are looked up (a listing of names has no sizes).
+    // Only the objects shown are looked up (a listing of names has no
+    // sizes); one gone meanwhile is left out.
     let sized = objects.into_iter().skip(first_object).take(objects_wanted).map(|(name, size)| {
         let prefix = &prefix;
         async move {
@@ -207,13 +208,16 @@ pub async fn page(at: &NodeRef<'_>, page: usize, per_page: usize) -> ServiceResu
                     Err(e) => EntryKind::Unreadable(e.to_string()),
                     Ok(key) => match storage.head(&key).await {
                         Ok(meta) => EntryKind::Object { size: meta.size },
+                        Err(StorageError::NotFound { .. } | StorageError::IsPrefix { .. }) => return None,
                         Err(e) => EntryKind::Unreadable(e.to_string()),
                     },
                 },
             };
-            Entry { name, kind }
+            Some(Entry { name, kind })
         }
     });
-    entries.extend(stream::iter(sized).buffered(OPEN_CONCURRENCY).collect::<Vec<_>>().await);
+    entries.extend(
+        stream::iter(sized).buffered(OPEN_CONCURRENCY).filter_map(std::future::ready).collect::<Vec<_>>().await,
+    );
     Ok(Page { entries, total, page, per_page, has_zmetadata, truncated })
 }

@@ -404,10 +404,16 @@ fn unique_mtime() -> rustix::fs::Timespec {
 }
 
 /// Sets a written file's modification time to [`unique_mtime`] (its access
-/// time untouched).
+/// time untouched), where the filesystem lets it: a mount that makes files
+/// another user's (CIFS or ntfs3 with `uid=`, some FUSE filesystems) or has
+/// no such call keeps the kernel's time, and the change time in the ETag
+/// still tells most versions apart.
 fn stamp(file: &File) -> rustix::io::Result<()> {
     let omit = rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT };
-    rustix::fs::futimens(file, &rustix::fs::Timestamps { last_access: omit, last_modification: unique_mtime() })
+    match rustix::fs::futimens(file, &rustix::fs::Timestamps { last_access: omit, last_modification: unique_mtime() }) {
+        Err(Errno::PERM | Errno::ACCESS | Errno::NOSYS | Errno::OPNOTSUPP | Errno::INVAL) => Ok(()),
+        other => other,
+    }
 }
 
 fn staging_name() -> String {
@@ -1005,13 +1011,20 @@ impl LocalBackend {
         file_type: FileType,
     ) -> Option<(FileType, bool)> {
         prefix.child(name).ok()?;
+        // A filesystem without `d_type` (XFS with ftype=0, NFS without
+        // READDIRPLUS) says nothing: one `stat` then says what it is.
+        let file_type = match file_type {
+            FileType::Directory | FileType::RegularFile | FileType::Symlink => file_type,
+            _ => kind(&rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?),
+        };
         match file_type {
             FileType::Directory => Some((file_type, true)),
             FileType::RegularFile => Some((file_type, false)),
-            _ => match self.entry(dir, prefix.as_str(), name, file_type)? {
+            FileType::Symlink => match self.entry(dir, prefix.as_str(), name, file_type)? {
                 Entry::Dir => Some((file_type, true)),
                 Entry::File(_) => Some((file_type, false)),
             },
+            _ => None,
         }
     }
 

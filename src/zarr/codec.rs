@@ -122,13 +122,13 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     /// The most bytes a valid encoding of `decoded` bytes can take (the
     /// codec's worst case): what a decoder of an earlier stage may be
     /// asked to produce when the exact size is not known. The default
-    /// allows any compressor's expansion of incompressible data: a 64th
-    /// plus 64 KiB (deflate adds 5 bytes a 64 KiB block, zstd and lz4 a
-    /// 256th and a 255th, bzip2 a 100th plus 600 bytes, blosc 16 bytes).
-    /// Each stage of a chain compounds it, which the chain's length bounds
-    /// (`MAX_CHAIN_CODECS`: 16 stages, at most 1.27× plus 1.1 MiB).
+    /// allows any compressor's expansion of incompressible data (deflate,
+    /// zstd, lz4, bzip2 and blosc all stay far below an eighth plus 64 KiB;
+    /// deflate in fixed Huffman blocks, which hardware encoders emit, adds
+    /// up to an eighth). A chain compounds it stage by stage, up to
+    /// [`CodecChain::stage_limit`].
     fn max_encoded_size(&self, decoded: u64) -> u64 {
-        self.encoded_size(decoded).unwrap_or_else(|| decoded.saturating_add(decoded / 64).saturating_add(64 * 1024))
+        self.encoded_size(decoded).unwrap_or_else(|| decoded.saturating_add(decoded / 8).saturating_add(64 * 1024))
     }
     /// Decodes, producing at most `max_decoded` bytes: more is an error
     /// (never an allocation of the claimed size).
@@ -248,13 +248,26 @@ impl CodecChain {
     /// length data) the variable decode cap. So a chain such as
     /// gzip→gzip caps every stage near the chunk's size.
     fn decode_caps(&self, a2b_input: &ChunkRepr) -> Vec<usize> {
-        let mut bound = self.array_to_bytes.encoded_size(a2b_input);
+        let first = self.array_to_bytes.encoded_size(a2b_input);
+        let mut bound = first;
         let mut caps = Vec::with_capacity(self.bytes_to_bytes.len());
         for codec in &self.bytes_to_bytes {
             caps.push(bound.and_then(|b| usize::try_from(b).ok()).unwrap_or(self.variable_decode_cap));
-            bound = bound.map(|b| codec.max_encoded_size(b));
+            bound = bound.zip(first).map(|(b, f)| codec.max_encoded_size(b).min(Self::stage_limit(f)));
         }
         caps
+    }
+
+    /// The most any stage of a chain may decode to, or a chunk be stored
+    /// as, for a chunk whose array→bytes encoding takes `first` bytes:
+    /// twice that plus 1 MiB. Worst cases compound stage by stage (five
+    /// deflate stages allow 1.8 times), and chains of more stages than any
+    /// real array stacks (at most [`MAX_CHAIN_CODECS`] codecs) would
+    /// otherwise let a small chunk's outermost decoder inflate to gigabytes.
+    ///
+    /// [`MAX_CHAIN_CODECS`]: crate::zarr::metadata::codec::MAX_CHAIN_CODECS
+    fn stage_limit(first: u64) -> u64 {
+        first.saturating_mul(2).saturating_add(1 << 20)
     }
 
     /// The most bytes a stored chunk of `decoded` can take: the array→bytes
@@ -269,7 +282,8 @@ impl CodecChain {
         let Ok(reprs) = self.reprs(decoded) else { return u64::MAX };
         let a2b_input = reprs.last().expect("non-empty");
         let first = self.array_to_bytes.max_encoded_size(a2b_input).unwrap_or(self.variable_decode_cap as u64);
-        self.bytes_to_bytes.iter().fold(first, |bound, codec| codec.max_encoded_size(bound))
+        let limit = Self::stage_limit(first);
+        self.bytes_to_bytes.iter().fold(first, |bound, codec| codec.max_encoded_size(bound).min(limit))
     }
 
     /// The exact size of the bytes entering each bytes→bytes codec (index 0:

@@ -331,7 +331,7 @@ def test_one_pass_streams_holds_and_falls_back_exactly(root, logs):
         ({"factors": [2, 2, 2**40]}, "factors[2]"),
         ({"levels": 0}, "levels"),
         ({"levels": 33}, "levels"),
-        ({"method": "average"}, "request body: unknown variant `average`"),
+        ({"method": "average"}, "request body: `method`: unknown variant `average`"),
         ({"destination": "../x"}, "destination"),
         ({"destination": "bad_src"}, "destination"),
         ({"factors": [[2, 2, 2], [2, 2]]}, "factors[1]: 2 factors"),
