@@ -18,8 +18,8 @@
 //!
 //! Memory of a page: the listing of the names under the prefix, held while
 //! the page is made (about `70 + 2 * name` bytes per entry directly under
-//! it: 100,000 entries are about 10 MB; a local directory's read holds all
-//! its names once while they are sorted), and the opened nodes of the
+//! it: 100,000 entries are about 10 MB; a local directory is read name by
+//! name, holding only those), and the opened nodes of the
 //! page's directories (at most [`MAX_PAGE`], through the metadata cache).
 //! The answer holds one page.
 

@@ -203,10 +203,11 @@ pub async fn propfind(mount: &MountRef<'_>, path: &KeyPrefix, depth: Depth) -> S
     let limit = mount.app().config().limits.max_list_entries;
     let (members, truncated) = match depth {
         Depth::Zero => {
-            let (entries, more) =
-                if path.is_root() { (Vec::new(), true) } else { m.storage().list_names_limited(path, 1).await? };
-            if entries.is_empty() && !more {
-                return Err(ServiceError::PrefixNotFound(path.as_str().to_string()));
+            if !path.is_root() {
+                let (entries, more) = m.storage().list_names_limited(path, 1).await?;
+                if entries.is_empty() && !more {
+                    return Err(ServiceError::PrefixNotFound(path.as_str().to_string()));
+                }
             }
             (Vec::new(), false)
         }

@@ -935,11 +935,7 @@ impl LocalBackend {
     }
 
     fn list_blocking(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>> {
-        let dir = match self.root.open_at(prefix.as_str(), OFlags::RDONLY | OFlags::DIRECTORY) {
-            Ok(fd) => fd,
-            Err(e) if beneath::is_absent(e) => return Ok(Vec::new()),
-            Err(e) => return Err(lookup_error(prefix.as_str(), e)),
-        };
+        let Some(dir) = self.open_listed(prefix)? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for (name, file_type) in Self::read_dir(&dir, prefix.as_str())? {
             if prefix.child(&name).is_err() {
@@ -961,10 +957,7 @@ impl LocalBackend {
     /// decides whether they are listed at all (a directory of a million
     /// files costs `limit` names, not a million `stat`s and their metadata).
     fn list_limited_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListEntry>, bool)> {
-        let Some(dir) = self.open_listed(prefix)? else { return Ok((Vec::new(), false)) };
-        let (kept, more) = Self::first_entries(&dir, prefix.as_str(), limit, |name, file_type| {
-            self.listed_kind(&dir, prefix, name, file_type)
-        })?;
+        let Some((dir, kept, more)) = self.first_listed(prefix, limit)? else { return Ok((Vec::new(), false)) };
         let mut out = Vec::with_capacity(kept.len());
         for (name, (file_type, _)) in kept {
             // Looked up now; gone meanwhile is left out.
@@ -981,12 +974,25 @@ impl LocalBackend {
     /// and the types the directory read gave; a look-up only for links and
     /// entries of unknown type.
     fn list_names_limited_blocking(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListName>, bool)> {
-        let Some(dir) = self.open_listed(prefix)? else { return Ok((Vec::new(), false)) };
+        let Some((_, kept, more)) = self.first_listed(prefix, limit)? else { return Ok((Vec::new(), false)) };
+        let out = kept.into_iter().map(|(name, (_, prefix))| ListName { name, prefix, size: None }).collect();
+        Ok((out, more))
+    }
+
+    /// The directory of a limited listing (`None` when there is none) and
+    /// its first `limit` listed entries by name ([`Self::first_entries`] of
+    /// [`Self::listed_kind`]), and whether it lists more.
+    #[allow(clippy::type_complexity)]
+    fn first_listed(
+        &self,
+        prefix: &KeyPrefix,
+        limit: usize,
+    ) -> StorageResult<Option<(OwnedFd, Vec<(String, (FileType, bool))>, bool)>> {
+        let Some(dir) = self.open_listed(prefix)? else { return Ok(None) };
         let (kept, more) = Self::first_entries(&dir, prefix.as_str(), limit, |name, file_type| {
             self.listed_kind(&dir, prefix, name, file_type)
         })?;
-        let out = kept.into_iter().map(|(name, (_, prefix))| ListName { name, prefix, size: None }).collect();
-        Ok((out, more))
+        Ok(Some((dir, kept, more)))
     }
 
     /// The directory of a listing, `None` when there is none.

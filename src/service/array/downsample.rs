@@ -53,6 +53,7 @@ use crate::zarr::array::ArrayDescription;
 use crate::zarr::byte_range::ByteRangeRequest;
 use crate::zarr::chunk::ChunkData;
 use crate::zarr::downsample::{self, Method};
+use crate::zarr::metadata::error::describe;
 use crate::zarr::region::read::IndexEntry;
 use crate::zarr::region::{
     plan_read, read_slab, ChunkSource, ReadCtx, RegionError, RegionOptions, SlabData, SourceError, UnitCache,
@@ -104,7 +105,7 @@ pub fn parse_json(factors: Option<&serde_json::Value>, method: Option<&str>) -> 
                 .enumerate()
                 .map(|(i, item)| match item.as_u64() {
                     Some(f) => factor(i, f),
-                    None => Err(bad_factor(i, &item.to_string())),
+                    None => Err(bad_factor(i, &describe(item))),
                 })
                 .collect::<ServiceResult<Vec<u64>>>()?,
         ),
@@ -113,23 +114,12 @@ pub fn parse_json(factors: Option<&serde_json::Value>, method: Option<&str>) -> 
                 "downsample",
                 format!(
                     "expected a list of positive integer factors, or their text \"1,4,4\", got {}",
-                    json_kind(other)
+                    describe(other)
                 ),
             ))
         }
     };
     parse_factors(factors, method)
-}
-
-fn json_kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "a list",
-        serde_json::Value::Object(_) => "an object",
-    }
 }
 
 fn factor(i: usize, f: u64) -> ServiceResult<u64> {
