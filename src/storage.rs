@@ -166,7 +166,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
 
     /// [`Storage::list`], the first `limit` entries in name order, and
     /// whether there were more. (The default lists them all first; a local
-    /// directory looks up only the entries it answers.)
+    /// directory looks up only the entries it answers; S3, GCS and Azure
+    /// ask for them a page at a time and stop after `limit + 1`.)
     ///
     /// # Errors
     /// A backend failure.

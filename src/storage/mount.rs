@@ -318,14 +318,14 @@ impl Mount {
                     option: option.into(),
                     scheme: scheme.into(),
                 };
-                let store: Arc<dyn object_store::ObjectStore> = match scheme {
+                let backend = match scheme {
                     "s3" => {
                         let mut b = AmazonS3Builder::from_env().with_url(spec.url.as_str()).with_retry(retry);
                         for (k, v) in &spec.options {
                             let key = AmazonS3ConfigKey::from_str(&k.to_ascii_lowercase()).map_err(|_| opts(k))?;
                             b = b.with_config(key, v);
                         }
-                        Arc::new(b.build().map_err(|e| bad(e.to_string()))?)
+                        ObjectBackend::paged(Arc::new(b.build().map_err(|e| bad(e.to_string()))?), &prefix)
                     }
                     "gs" => {
                         let mut b = GoogleCloudStorageBuilder::from_env().with_url(spec.url.as_str()).with_retry(retry);
@@ -333,7 +333,7 @@ impl Mount {
                             let key = GoogleConfigKey::from_str(&k.to_ascii_lowercase()).map_err(|_| opts(k))?;
                             b = b.with_config(key, v);
                         }
-                        Arc::new(b.build().map_err(|e| bad(e.to_string()))?)
+                        ObjectBackend::paged(Arc::new(b.build().map_err(|e| bad(e.to_string()))?), &prefix)
                     }
                     _ => {
                         let mut b = MicrosoftAzureBuilder::from_env().with_url(spec.url.as_str()).with_retry(retry);
@@ -341,10 +341,10 @@ impl Mount {
                             let key = AzureConfigKey::from_str(&k.to_ascii_lowercase()).map_err(|_| opts(k))?;
                             b = b.with_config(key, v);
                         }
-                        Arc::new(b.build().map_err(|e| bad(e.to_string()))?)
+                        ObjectBackend::paged(Arc::new(b.build().map_err(|e| bad(e.to_string()))?), &prefix)
                     }
                 };
-                Arc::new(ObjectBackend::new(store, &prefix).map_err(|e| bad(e.to_string()))?)
+                Arc::new(backend.map_err(|e| bad(e.to_string()))?)
             }
             Some((scheme, _)) => {
                 return Err(bad(format!(

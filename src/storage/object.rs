@@ -5,6 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::TryStreamExt;
+use object_store::list::{PaginatedListOptions, PaginatedListStore};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 
@@ -24,11 +25,32 @@ const CHANGED_RETRIES: usize = 3;
 /// backend's threshold, [`super::local::INLINE_READ_MAX`]).
 pub const STREAM_ABOVE: u64 = super::local::INLINE_READ_MAX;
 
+/// The most names one page of a paged listing asks for (S3's and Azure's
+/// own maximum; GCS allows more).
+const LIST_PAGE: usize = 1000;
+
+/// Empty pages in a row after which a paged listing gives up.
+const MAX_EMPTY_PAGES: usize = 16;
+
 /// A mount backed by any `object_store` implementation, under a key prefix.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ObjectBackend {
     store: Arc<dyn ObjectStore>,
+    /// The same store's paged listing (S3, GCS, Azure): a limited listing
+    /// asks for as many names as it answers, a page at a time, instead of
+    /// gathering a whole directory of perhaps millions of objects first.
+    pages: Option<Arc<dyn PaginatedListStore>>,
     prefix: Option<Path>,
+}
+
+impl std::fmt::Debug for ObjectBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectBackend")
+            .field("store", &self.store)
+            .field("paged_listing", &self.pages.is_some())
+            .field("prefix", &self.prefix)
+            .finish()
+    }
 }
 
 impl ObjectBackend {
@@ -39,7 +61,81 @@ impl ObjectBackend {
     pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> StorageResult<Self> {
         let prefix = KeyPrefix::new(prefix.trim_start_matches('/'))?;
         let prefix = if prefix.is_root() { None } else { Some(Self::parse(prefix.as_str())?) };
-        Ok(Self { store, prefix })
+        Ok(Self { store, pages: None, prefix })
+    }
+
+    /// [`ObjectBackend::new`] over a store with a paged listing (S3, GCS,
+    /// Azure), which limited listings use.
+    ///
+    /// # Errors
+    /// As [`ObjectBackend::new`].
+    pub fn paged<S: ObjectStore + PaginatedListStore>(store: Arc<S>, prefix: &str) -> StorageResult<Self> {
+        let pages: Arc<dyn PaginatedListStore> = store.clone();
+        Ok(Self { pages: Some(pages), ..Self::new(store, prefix)? })
+    }
+
+    /// The first names directly under `base` in the store's listing order
+    /// (byte order of the whole key), objects and common prefixes, a page
+    /// at a time until more than `limit` are in hand or the listing ends:
+    /// memory and requests follow `limit`, not the directory's size.
+    async fn list_pages(
+        &self,
+        pages: &dyn PaginatedListStore,
+        prefix: &KeyPrefix,
+        limit: usize,
+    ) -> StorageResult<(Vec<ListEntry>, bool)> {
+        let base = self.prefix_path(prefix)?;
+        // The paged listing adds no delimiter to the prefix itself.
+        let listed_prefix = base.as_ref().map(|b| format!("{b}/"));
+        let mut entries = Vec::new();
+        let mut page_token = None;
+        // A store that hands back token after token with nothing in them
+        // (none should) ends the listing with an error, not a loop.
+        let mut empty_pages = 0;
+        loop {
+            let wanted = limit.saturating_add(1).saturating_sub(entries.len()).clamp(1, LIST_PAGE);
+            let opts = PaginatedListOptions {
+                delimiter: Some(std::borrow::Cow::Borrowed("/")),
+                max_keys: Some(wanted),
+                page_token: page_token.take(),
+                ..PaginatedListOptions::default()
+            };
+            let page = pages
+                .list_paginated(listed_prefix.as_deref(), opts)
+                .await
+                .map_err(|e| StorageError::from_object_store(prefix.as_str(), e))?;
+            let listed = page.result;
+            let before = entries.len();
+            entries.extend(
+                listed
+                    .common_prefixes
+                    .iter()
+                    .map(|p| ListEntry::Prefix { name: self.relative_name(base.as_ref(), p) })
+                    .chain(listed.objects.iter().map(|o| ListEntry::Object {
+                        name: self.relative_name(base.as_ref(), &o.location),
+                        meta: Self::meta(o),
+                    }))
+                    .filter(|e| !entry_name(e).is_empty() && !entry_name(e).contains('/')),
+            );
+            empty_pages = if entries.len() == before { empty_pages + 1 } else { 0 };
+            if empty_pages > MAX_EMPTY_PAGES {
+                return Err(StorageError::Unavailable {
+                    reason: format!(
+                        "listing `{}`: the store answered {empty_pages} empty pages in a row",
+                        prefix.as_str()
+                    ),
+                });
+            }
+            match page.page_token {
+                Some(token) if entries.len() <= limit => page_token = Some(token),
+                more => {
+                    entries.sort_by(|a, b| entry_name(a).cmp(entry_name(b)));
+                    let more = more.is_some() || entries.len() > limit;
+                    entries.truncate(limit);
+                    return Ok((entries, more));
+                }
+            }
+        }
     }
 
     fn parse(raw: &str) -> StorageResult<Path> {
@@ -265,6 +361,18 @@ impl Storage for ObjectBackend {
         Ok(entries)
     }
 
+    async fn list_limited(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListEntry>, bool)> {
+        match &self.pages {
+            Some(pages) => self.list_pages(pages.as_ref(), prefix, limit).await,
+            None => {
+                let mut entries = self.list(prefix).await?;
+                let more = entries.len() > limit;
+                entries.truncate(limit);
+                Ok((entries, more))
+            }
+        }
+    }
+
     async fn list_recursive(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<Vec<(String, ObjectMeta)>> {
         let base = self.prefix_path(prefix)?;
         let mut out = Vec::new();
@@ -296,16 +404,33 @@ impl Storage for ObjectBackend {
     }
 
     async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
-        let listed = self.list(&key.as_prefix()).await?;
-        Ok(!listed.is_empty())
+        // One name answers it: the first of a listing, not the whole of one.
+        let base = self.path(key.as_str())?;
+        let mut stream = self.store.list(Some(&base));
+        while let Some(o) = stream.try_next().await.map_err(|e| StorageError::from_object_store(key.as_str(), e))? {
+            if !self.relative_name(Some(&base), &o.location).is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     async fn probe(&self) -> StorageResult<()> {
-        self.store
-            .list_with_delimiter(self.prefix.as_ref())
-            .await
-            .map(|_| ())
-            .map_err(|e| StorageError::from_object_store("", e))
+        // The first name, or none: a listing that asks for one answers
+        // whether the store is reachable without listing a whole bucket.
+        let failed = |e| StorageError::from_object_store("", e);
+        match &self.pages {
+            Some(pages) => {
+                let opts = PaginatedListOptions {
+                    delimiter: Some(std::borrow::Cow::Borrowed("/")),
+                    max_keys: Some(1),
+                    ..PaginatedListOptions::default()
+                };
+                let prefix = self.prefix.as_ref().map(|p| format!("{p}/"));
+                pages.list_paginated(prefix.as_deref(), opts).await.map(|_| ()).map_err(failed)
+            }
+            None => self.store.list(self.prefix.as_ref()).try_next().await.map(|_| ()).map_err(failed),
+        }
     }
 }
 
@@ -322,6 +447,7 @@ mod tests {
     use object_store::memory::InMemory;
 
     use super::*;
+    use crate::storage::ListName;
 
     fn key(k: &str) -> StoreKey {
         StoreKey::new(k).unwrap()
@@ -378,5 +504,155 @@ mod tests {
         // Without `stream`, the same read is whole in `body`.
         let out = b.read(&key("big"), &ReadRequest::default()).await.unwrap();
         assert!(out.tail.is_none() && out.body.len() == data.len());
+    }
+
+    /// An in-memory store with a paged listing that answers at most `page`
+    /// names a request, counting its requests.
+    #[derive(Debug)]
+    struct Paged {
+        inner: InMemory,
+        page: usize,
+        requests: std::sync::atomic::AtomicUsize,
+    }
+
+    impl std::fmt::Display for Paged {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Paged({})", self.page)
+        }
+    }
+
+    #[async_trait]
+    impl PaginatedListStore for Paged {
+        async fn list_paginated(
+            &self,
+            prefix: Option<&str>,
+            opts: PaginatedListOptions,
+        ) -> object_store::Result<object_store::list::PaginatedListResult> {
+            use std::collections::BTreeMap;
+            self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(opts.delimiter.as_deref(), Some("/"));
+            let prefix = prefix.unwrap_or("");
+            let all: Vec<object_store::ObjectMeta> = self.inner.list(None).try_collect().await?;
+            // Names in key order: a common prefix sorts as itself plus "/".
+            let mut names = BTreeMap::new();
+            for o in all {
+                let Some(rest) = o.location.as_ref().strip_prefix(prefix) else { continue };
+                match rest.split_once('/') {
+                    Some((dir, _)) => names.insert(format!("{prefix}{dir}/"), None),
+                    None => names.insert(o.location.to_string(), Some(o)),
+                };
+            }
+            let after = opts.page_token.unwrap_or_default();
+            let max = opts.max_keys.unwrap_or(usize::MAX).min(self.page);
+            let mut result =
+                object_store::ListResult { common_prefixes: vec![], objects: vec![], extensions: Default::default() };
+            let mut rest = names.into_iter().filter(|(k, _)| *k > after).peekable();
+            let mut last = String::new();
+            for (k, o) in rest.by_ref().take(max) {
+                match o {
+                    Some(o) => result.objects.push(o),
+                    None => result.common_prefixes.push(Path::from(k.trim_end_matches('/'))),
+                }
+                last = k;
+            }
+            let page_token = rest.peek().is_some().then_some(last);
+            Ok(object_store::list::PaginatedListResult { result, page_token })
+        }
+    }
+
+    #[async_trait]
+    impl ObjectStore for Paged {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: object_store::PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.inner.get_opts(location, options).await
+        }
+
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            self.inner.delete_stream(locations)
+        }
+
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+
+        async fn list_with_delimiter(&self, _prefix: Option<&Path>) -> object_store::Result<object_store::ListResult> {
+            panic!("a paged store's listings go a page at a time")
+        }
+
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    /// A store with a paged listing lists a directory a page at a time and
+    /// stops once it holds more than it answers: the first names in key
+    /// order and whether there were more, in requests and memory that
+    /// follow the limit; `is_prefix` and `probe` ask for one name.
+    #[tokio::test]
+    async fn paged_listings_stop_at_the_limit() {
+        let store = Arc::new(Paged { inner: InMemory::new(), page: 2, requests: 0.into() });
+        for k in ["p/a", "p/b", "p/c", "p/d/x", "p/d/y", "p/e/f/z", "p/g", "pz", "q/a", "p.x"] {
+            store.inner.put(&Path::from(k), Bytes::from_static(b"12").into()).await.unwrap();
+        }
+        let b = ObjectBackend::paged(store.clone(), "p").unwrap();
+        let requests = || store.requests.swap(0, std::sync::atomic::Ordering::Relaxed);
+        let root = KeyPrefix::new("").unwrap();
+        let names = |entries: &[ListEntry]| entries.iter().map(|e| entry_name(e).to_string()).collect::<Vec<String>>();
+        for (limit, want, more, pages) in [
+            (1, vec!["a"], true, 1),
+            (3, vec!["a", "b", "c"], true, 2),
+            (5, vec!["a", "b", "c", "d", "e"], true, 3),
+            (6, vec!["a", "b", "c", "d", "e", "g"], false, 3),
+            (100, vec!["a", "b", "c", "d", "e", "g"], false, 3),
+        ] {
+            let (entries, got_more) = b.list_limited(&root, limit).await.unwrap();
+            let want: Vec<String> = want.into_iter().map(String::from).collect();
+            assert_eq!((names(&entries), got_more, requests()), (want, more, pages), "limit {limit}");
+        }
+        let (entries, more) = b.list_limited(&root, 10).await.unwrap();
+        assert!(!more && matches!(&entries[3], ListEntry::Prefix { name } if name == "d"), "{entries:?}");
+        assert!(matches!(&entries[0], ListEntry::Object { meta, .. } if meta.size == 2), "{entries:?}");
+        let (entries, more) = b.list_limited(&KeyPrefix::new("d").unwrap(), 10).await.unwrap();
+        assert_eq!((names(&entries), more), (vec!["x".to_string(), "y".to_string()], false));
+        let (names, more) = b.list_names_limited(&KeyPrefix::new("e").unwrap(), 10).await.unwrap();
+        assert_eq!((names, more), (vec![ListName { name: "f".into(), prefix: true, size: None }], false));
+        requests();
+        assert!(b.is_prefix(&key("d")).await.unwrap());
+        assert!(b.is_prefix(&key("e/f")).await.unwrap());
+        assert!(!b.is_prefix(&key("a")).await.unwrap());
+        assert!(!b.is_prefix(&key("zz")).await.unwrap());
+        b.probe().await.unwrap();
+        assert_eq!(requests(), 1, "the probe asks for one name");
     }
 }
