@@ -28,7 +28,12 @@ where
 {
     let (tx, rx) = oneshot::channel();
     rayon::spawn(move || {
-        // The receiver may be gone (the request was cancelled): nothing to do.
+        // A request cancelled while its work waited for a thread (the
+        // client went away): the work is not done at all.
+        if tx.is_closed() {
+            return;
+        }
+        // The receiver may be gone since (cancelled meanwhile): nothing to do.
         let _ = tx.send(guarded(f));
     });
     match rx.await {
@@ -147,6 +152,49 @@ mod tests {
             let _ = tx.send(rayon::current_thread_index());
         }));
         assert!(rx.await.unwrap().is_some(), "CPU work left the rayon pool");
+    }
+
+    /// Work whose request was cancelled while it waited for a pool thread
+    /// is not done: a client that goes away takes its queued decodes along.
+    #[tokio::test]
+    async fn work_cancelled_while_queued_never_runs() {
+        use futures::FutureExt;
+        // Every pool thread busy until released.
+        let threads = rayon::current_num_threads();
+        let (release, gate) = gate(threads);
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        for _ in 0..threads {
+            let gate = gate.clone();
+            let started_tx = started_tx.clone();
+            rayon::spawn(move || {
+                let _ = started_tx.send(());
+                let _ = gate.lock().unwrap().recv();
+            });
+        }
+        for _ in 0..threads {
+            started_rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        }
+        let (ran_tx, ran_rx) = std::sync::mpsc::channel();
+        let queued = run(move || {
+            let _ = ran_tx.send(());
+        });
+        // Polled once (queued on the pool), then dropped: cancelled.
+        assert!(queued.now_or_never().is_none());
+        release();
+        // Work queued after it runs; the cancelled work never does.
+        assert_eq!(run(|| 7).await.unwrap(), 7);
+        assert!(ran_rx.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "cancelled work ran");
+    }
+
+    /// A gate `n` pool threads wait at; calling the first value opens it.
+    fn gate(n: usize) -> (impl FnOnce(), std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let open = move || {
+            for _ in 0..n {
+                let _ = tx.send(());
+            }
+        };
+        (open, std::sync::Arc::new(std::sync::Mutex::new(rx)))
     }
 
     #[test]

@@ -695,7 +695,11 @@ impl Ctx<'_, '_> {
                 let (desc, plan) = (Arc::clone(desc), Arc::clone(plan));
                 let (tx, rx) = futures::channel::oneshot::channel();
                 offload.spawn(Box::new(move || {
-                    // The receiver may be gone (the request was cancelled).
+                    // A write cancelled while this waited for a thread
+                    // leaves the chunk undone (nothing was stored yet).
+                    if tx.is_canceled() {
+                        return;
+                    }
                     let _ = tx.send(f(&desc, &plan.placement, input));
                 }));
                 rx.await.map_err(|_| RegionError::Internal("the CPU work of a chunk write failed".into()))

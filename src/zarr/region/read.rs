@@ -400,7 +400,12 @@ impl<'a> ReadCtx<'a> {
     ) -> impl std::future::Future<Output = Result<R, RegionError>> {
         let (tx, rx) = oneshot::channel();
         let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-            // The receiver may be gone (the read was cancelled).
+            // A read cancelled while this waited for a thread (the client
+            // went away) leaves its queued units undone.
+            if tx.is_canceled() {
+                return;
+            }
+            // The receiver may be gone since (the read was cancelled).
             let _ = tx.send(f());
         });
         if io {
