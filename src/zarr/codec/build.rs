@@ -24,7 +24,7 @@
 //! filter `dtype` that is not the array's, `bytes` on a variable-length type)
 //! is found here, not when the first chunk is read.
 
-use super::array_to_array::{DeltaCodec, FixedScaleOffsetCodec, TransposeCodec};
+use super::array_to_array::{CastCodec, DeltaCodec, FixedScaleOffsetCodec, TransposeCodec};
 use super::array_to_bytes::bytes::Endian;
 use super::array_to_bytes::sharding::ShardingConfig;
 use super::array_to_bytes::{BytesCodec, ShardingCodec, VlenCodec, VlenKind};
@@ -177,6 +177,15 @@ pub fn chain_from_v2(meta: &ArrayMetadataV2, decoded: &ChunkRepr) -> CodecResult
                 big_endian = c.astype_big_endian();
                 b.array_to_array(Box::new(c))?;
             }
+            "astype" | "quantize" | "bitround" => {
+                let c = match f.id.as_str() {
+                    "astype" => CastCodec::astype(&f.configuration)?,
+                    "quantize" => CastCodec::quantize(&f.configuration)?,
+                    _ => CastCodec::bitround(&f.configuration)?,
+                };
+                big_endian = c.astype_big_endian().unwrap_or(big_endian);
+                b.array_to_array(Box::new(c))?;
+            }
             "vlen-utf8" => b.vlen(VlenKind::Utf8)?,
             "vlen-bytes" => b.vlen(VlenKind::Bytes)?,
             id if v3_kind(id) == Some(CodecKind::BytesToBytes) => {
@@ -204,7 +213,8 @@ pub fn chain_from_v2(meta: &ArrayMetadataV2, decoded: &ChunkRepr) -> CodecResult
 fn filter_unsupported(id: &str) -> CodecError {
     CodecError::new(
         id,
-        "unsupported filter (zarrd implements delta, fixedscaleoffset, vlen-utf8, vlen-bytes and bytes -> bytes filters)",
+        "unsupported filter (zarrd implements delta, fixedscaleoffset, astype, quantize, bitround, vlen-utf8, \
+         vlen-bytes and bytes -> bytes filters)",
     )
 }
 
@@ -251,12 +261,12 @@ mod tests {
     #[test]
     fn unsupported_codecs_are_named() {
         let e = v3_chain(
-            json!([{"name": "numcodecs.bitround", "configuration": {"keepbits": 3}}, {"name": "bytes", "configuration": {"endian": "little"}}]),
-            &DataType::Float32,
+            json!([{"name": "numcodecs.packbits", "configuration": {}}, {"name": "bytes", "configuration": {"endian": "little"}}]),
+            &DataType::Bool,
             &[4],
         )
         .unwrap_err();
-        assert_eq!(e.codec, "bitround");
+        assert_eq!(e.codec, "packbits");
         assert!(v3_chain(
             json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.zstd", "configuration": {"level": 1}}]),
             &DataType::Float32,

@@ -17,7 +17,7 @@
 
 use serde_json::{Map, Value};
 
-use super::array_to_array::{DeltaCodec, FixedScaleOffsetCodec};
+use super::array_to_array::{CastCodec, DeltaCodec, FixedScaleOffsetCodec};
 use super::bytes_to_bytes::{self, blosc, bz2, crc32c, gzip, lz4, zlib, zstd, Config};
 use super::registry::{BuiltCodec, CodecConfig, CodecKind};
 use super::{ArrayToArrayCodec, BytesToBytesCodec, CodecError, CodecResult};
@@ -116,8 +116,8 @@ use CodecKind::{ArrayToArray as A2A, ArrayToBytes as A2B, BytesToBytes as B2B};
 /// The numcodecs registry, by id (alphabetical, as messages list them).
 pub(crate) const NUMCODECS: &[Numcodec] = &[
     row("adler32", B2B, true, None, Build::Unsupported),
-    row("astype", A2A, false, Some(dtype_members), Build::Unsupported),
-    row("bitround", A2A, false, Some(bitround), Build::Unsupported),
+    row("astype", A2A, false, Some(dtype_members), Build::ArrayToArray(build_astype)),
+    row("bitround", A2A, false, Some(bitround), Build::ArrayToArray(build_bitround)),
     row("blosc", B2B, false, Some(blosc::validate_numcodecs), Build::BytesToBytes(build_blosc)),
     row("bz2", B2B, false, Some(bz2::validate_numcodecs), Build::BytesToBytes(build_bz2)),
     row("crc32", B2B, true, None, Build::Unsupported),
@@ -131,7 +131,7 @@ pub(crate) const NUMCODECS: &[Numcodec] = &[
     row("lzma", B2B, false, None, Build::Unsupported),
     row("packbits", A2A, false, None, Build::Unsupported),
     row("pcodec", A2B, false, None, Build::Unsupported),
-    row("quantize", A2A, false, Some(dtype_members), Build::Unsupported),
+    row("quantize", A2A, false, Some(dtype_members), Build::ArrayToArray(build_quantize)),
     row("shuffle", B2B, true, None, Build::Unsupported),
     row("zfpy", A2B, false, None, Build::Unsupported),
     row("zlib", B2B, false, Some(zlib::validate_numcodecs), Build::BytesToBytes(build_zlib)),
@@ -168,6 +168,18 @@ fn build_zstd(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCod
 
 fn build_delta(cfg: &Map<String, Value>) -> CodecResult<Box<dyn ArrayToArrayCodec>> {
     Ok(Box::new(DeltaCodec::from_config(cfg)?))
+}
+
+fn build_astype(cfg: &Map<String, Value>) -> CodecResult<Box<dyn ArrayToArrayCodec>> {
+    Ok(Box::new(CastCodec::astype(cfg)?))
+}
+
+fn build_quantize(cfg: &Map<String, Value>) -> CodecResult<Box<dyn ArrayToArrayCodec>> {
+    Ok(Box::new(CastCodec::quantize(cfg)?))
+}
+
+fn build_bitround(cfg: &Map<String, Value>) -> CodecResult<Box<dyn ArrayToArrayCodec>> {
+    Ok(Box::new(CastCodec::bitround(cfg)?))
 }
 
 fn build_fixedscaleoffset(cfg: &Map<String, Value>) -> CodecResult<Box<dyn ArrayToArrayCodec>> {
