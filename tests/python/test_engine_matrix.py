@@ -63,8 +63,9 @@ TS_UNSUPPORTED = [
     ("bytes -> bytes codecs after sharding_indexed (zarr-python writes and reads them)",
      lambda e, m: any(c.get("name") == "sharding_indexed" for c in m.get("codecs", [])[:-1]),
      r"not compatible with subsequent bytes -> bytes codecs"),
-    ("the v2 lz4 and crc32c compressors", lambda e, m: (m.get("compressor") or {}).get("id") in ("lz4", "crc32c"),
-     r'"(lz4|crc32c)" is not registered'),
+    ("the v2 lz4 and checksum compressors",
+     lambda e, m: (m.get("compressor") or {}).get("id") in ("lz4", "crc32c", "crc32", "adler32"),
+     r'"(lz4|crc32c|crc32|adler32)" is not registered'),
     ("v2 zstd with checksum", lambda e, m: "checksum" in (m.get("compressor") or {}),
      r'extra members: "checksum"'),
     # Checked after the compressor rules: TensorStore parses "compressor" first.

@@ -115,12 +115,12 @@ use CodecKind::{ArrayToArray as A2A, ArrayToBytes as A2B, BytesToBytes as B2B};
 
 /// The numcodecs registry, by id (alphabetical, as messages list them).
 pub(crate) const NUMCODECS: &[Numcodec] = &[
-    row("adler32", B2B, true, None, Build::Unsupported),
+    row("adler32", B2B, true, Some(crc32c::validate_numcodecs), Build::BytesToBytes(build_adler32)),
     row("astype", A2A, false, Some(dtype_members), Build::ArrayToArray(build_astype)),
     row("bitround", A2A, false, Some(bitround), Build::ArrayToArray(build_bitround)),
     row("blosc", B2B, false, Some(blosc::validate_numcodecs), Build::BytesToBytes(build_blosc)),
     row("bz2", B2B, false, Some(bz2::validate_numcodecs), Build::BytesToBytes(build_bz2)),
-    row("crc32", B2B, true, None, Build::Unsupported),
+    row("crc32", B2B, true, Some(crc32c::validate_numcodecs), Build::BytesToBytes(build_crc32)),
     row("crc32c", B2B, true, Some(crc32c::validate_numcodecs), Build::BytesToBytes(build_crc32c)),
     row("delta", A2A, false, Some(dtype_members), Build::ArrayToArray(build_delta)),
     row("fixedscaleoffset", A2A, false, Some(dtype_members), Build::ArrayToArray(build_fixedscaleoffset)),
@@ -148,6 +148,14 @@ fn build_bz2(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCode
 
 fn build_crc32c(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
     Ok(Box::new(crc32c::Crc32c::from_numcodecs(cfg)))
+}
+
+fn build_crc32(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
+    Ok(Box::new(crc32c::Crc32c::from_numcodecs_sum(crc32c::Sum::Crc32, cfg)))
+}
+
+fn build_adler32(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
+    Ok(Box::new(crc32c::Crc32c::from_numcodecs_sum(crc32c::Sum::Adler32, cfg)))
 }
 
 fn build_gzip(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {

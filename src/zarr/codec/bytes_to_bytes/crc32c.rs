@@ -3,7 +3,10 @@
 //! little-endian bytes, verified on decode.
 //!
 //! numcodecs' `crc32c` (a `Checksum32`) is the same with a `location`
-//! member: `"end"` (its default, and the v3 layout) or `"start"`.
+//! member: `"end"` (its default, and the v3 layout) or `"start"`. Its
+//! other `Checksum32`s, `crc32` (zlib's CRC-32) and `adler32` (zlib's),
+//! are the same codec with another sum and `"start"` as the default
+//! location (numcodecs 0.16, `checksum32.py`).
 
 use serde_json::{Map, Value};
 
@@ -63,9 +66,42 @@ pub enum Location {
     End,
 }
 
-/// The `crc32c` codec.
+/// Which 32-bit checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sum {
+    /// CRC-32C (Castagnoli): the v3 codec, numcodecs `crc32c`.
+    #[default]
+    Crc32c,
+    /// zlib's CRC-32: numcodecs `crc32`.
+    Crc32,
+    /// zlib's Adler-32: numcodecs `adler32`.
+    Adler32,
+}
+
+impl Sum {
+    /// The codec's name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Crc32c => NAME,
+            Self::Crc32 => "crc32",
+            Self::Adler32 => "adler32",
+        }
+    }
+
+    fn of(self, data: &[u8]) -> u32 {
+        match self {
+            Self::Crc32c => ::crc32c::crc32c(data),
+            Self::Crc32 => libdeflater::crc32(data),
+            Self::Adler32 => libdeflater::adler32(data),
+        }
+    }
+}
+
+/// The `crc32c` codec, and numcodecs' `crc32` and `adler32`.
 #[derive(Debug, Clone, Default)]
 pub struct Crc32c {
+    sum: Sum,
     location: Location,
 }
 
@@ -79,18 +115,29 @@ impl Crc32c {
     /// A codec with the checksum at `location`.
     #[must_use]
     pub fn with_location(location: Location) -> Self {
-        Self { location }
+        Self { sum: Sum::Crc32c, location }
     }
 
     /// numcodecs' `crc32c` (`location`: `"end"`, its default, or `"start"`).
     pub(crate) fn from_numcodecs(cfg: &Config<'_>) -> Self {
-        Self::with_location(if cfg.str("location") == Some("start") { Location::Start } else { Location::End })
+        Self::from_numcodecs_sum(Sum::Crc32c, cfg)
+    }
+
+    /// numcodecs' checksum `sum` (`location`: `"start"` or `"end"`; the
+    /// default `"end"` for `crc32c`, `"start"` for the others).
+    pub(crate) fn from_numcodecs_sum(sum: Sum, cfg: &Config<'_>) -> Self {
+        let location = match (cfg.str("location"), sum) {
+            (Some("start"), _) => Location::Start,
+            (Some("end"), _) | (None, Sum::Crc32c) => Location::End,
+            _ => Location::Start,
+        };
+        Self { sum, location }
     }
 }
 
 impl BytesToBytesCodec for Crc32c {
     fn name(&self) -> &str {
-        NAME
+        self.sum.name()
     }
 
     fn encoded_size(&self, decoded: u64) -> Option<u64> {
@@ -98,7 +145,7 @@ impl BytesToBytesCodec for Crc32c {
     }
 
     fn encode(&self, mut bytes: Vec<u8>) -> CodecResult<Vec<u8>> {
-        let crc = ::crc32c::crc32c(&bytes).to_le_bytes();
+        let crc = self.sum.of(&bytes).to_le_bytes();
         match self.location {
             Location::End => {
                 bytes.extend_from_slice(&crc);
@@ -116,12 +163,12 @@ impl BytesToBytesCodec for Crc32c {
     fn decode(&self, mut bytes: Vec<u8>, max_decoded: usize) -> CodecResult<Vec<u8>> {
         let Some(payload_len) = bytes.len().checked_sub(4) else {
             return Err(CodecError::new(
-                NAME,
+                self.sum.name(),
                 format!("input of {} bytes is too short to hold the 4-byte checksum", bytes.len()),
             ));
         };
         if payload_len > max_decoded {
-            return Err(super::too_large(NAME, max_decoded));
+            return Err(super::too_large(self.sum.name(), max_decoded));
         }
         let (payload, stored) = match self.location {
             Location::End => bytes.split_at(payload_len),
@@ -131,10 +178,10 @@ impl BytesToBytesCodec for Crc32c {
             }
         };
         let stored = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
-        let computed = ::crc32c::crc32c(payload);
+        let computed = self.sum.of(payload);
         if stored != computed {
             return Err(CodecError::new(
-                NAME,
+                self.sum.name(),
                 format!("checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"),
             ));
         }
@@ -174,6 +221,31 @@ mod tests {
         assert_eq!(s.decode(hex(HELLO_START), 10).unwrap(), b"hello zarr");
         assert_eq!(s.encode(b"hello zarr".to_vec()).unwrap(), hex(HELLO_START));
         assert_eq!(c.encoded_size(10), Some(14));
+    }
+
+    /// numcodecs 0.16.6: `CRC32()`, `CRC32(location="end")`, `Adler32()`,
+    /// `Adler32(location="end")`, each `.encode(b"hello zarr")` and `.encode(b"")`.
+    #[test]
+    fn numcodecs_crc32_and_adler32() {
+        let cases = [
+            (Sum::Crc32, None, "7c03ea2a68656c6c6f207a617272", "00000000"),
+            (Sum::Crc32, Some("end"), "68656c6c6f207a6172727c03ea2a", "00000000"),
+            (Sum::Adler32, None, "f403961568656c6c6f207a617272", "01000000"),
+            (Sum::Adler32, Some("end"), "68656c6c6f207a617272f4039615", "01000000"),
+        ];
+        for (sum, location, hello, empty) in cases {
+            let map = location.map_or_else(|| serde_json::json!({}), |l| serde_json::json!({ "location": l }));
+            let c = Crc32c::from_numcodecs_sum(sum, &Config { map: map.as_object().unwrap() });
+            assert_eq!(c.encode(b"hello zarr".to_vec()).unwrap(), hex(hello), "{sum:?} {location:?}");
+            assert_eq!(c.decode(hex(hello), 10).unwrap(), b"hello zarr");
+            assert_eq!(c.encode(Vec::new()).unwrap(), hex(empty));
+            assert_eq!(c.decode(hex(empty), 0).unwrap(), b"");
+            let mut bad = hex(hello);
+            bad[5] ^= 1;
+            let e = c.decode(bad, 10).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{}: checksum mismatch", sum.name())), "{e}");
+            assert_hostile_inputs_fail_cleanly(&c, b"hello zarr", &hex(hello));
+        }
     }
 
     #[test]
