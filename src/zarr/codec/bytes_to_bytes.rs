@@ -19,6 +19,7 @@ pub mod bz2;
 pub mod crc32c;
 pub mod gzip;
 pub mod lz4;
+pub mod shuffle;
 pub mod zlib;
 pub mod zstd;
 

@@ -18,7 +18,7 @@
 use serde_json::{Map, Value};
 
 use super::array_to_array::{CastCodec, DeltaCodec, FixedScaleOffsetCodec};
-use super::bytes_to_bytes::{self, blosc, bz2, crc32c, gzip, lz4, zlib, zstd, Config};
+use super::bytes_to_bytes::{self, blosc, bz2, crc32c, gzip, lz4, shuffle, zlib, zstd, Config};
 use super::registry::{BuiltCodec, CodecConfig, CodecKind};
 use super::{ArrayToArrayCodec, BytesToBytesCodec, CodecError, CodecResult};
 use crate::zarr::chunk::ChunkRepr;
@@ -132,7 +132,7 @@ pub(crate) const NUMCODECS: &[Numcodec] = &[
     row("packbits", A2A, false, None, Build::Unsupported),
     row("pcodec", A2B, false, None, Build::Unsupported),
     row("quantize", A2A, false, Some(dtype_members), Build::ArrayToArray(build_quantize)),
-    row("shuffle", B2B, true, None, Build::Unsupported),
+    row("shuffle", B2B, true, Some(shuffle::validate_numcodecs), Build::BytesToBytes(build_shuffle)),
     row("zfpy", A2B, false, None, Build::Unsupported),
     row("zlib", B2B, false, Some(zlib::validate_numcodecs), Build::BytesToBytes(build_zlib)),
     row("zstd", B2B, false, Some(zstd::validate_numcodecs), Build::BytesToBytes(build_zstd)),
@@ -164,6 +164,10 @@ fn build_gzip(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCod
 
 fn build_lz4(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
     Ok(Box::new(lz4::Lz4::from_numcodecs(cfg)))
+}
+
+fn build_shuffle(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
+    Ok(Box::new(shuffle::Shuffle::from_numcodecs(cfg)))
 }
 
 fn build_zlib(cfg: &Config<'_>, _: usize) -> CodecResult<Box<dyn BytesToBytesCodec>> {
