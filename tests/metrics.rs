@@ -115,3 +115,45 @@ async fn the_docs_page_is_served_from_the_binary() {
     assert!(r.body.len() > 100_000, "the whole bundle is in the binary");
     s.get("/docs/no-such-file.js").await.expect_error(404, "no_route");
 }
+
+/// A read that takes a sliver of many large chunks leaves the chunk cache
+/// alone (each entry would hold a whole decoded chunk: 16 one-element reads
+/// of 1 MiB chunks would put 16 MiB into an 8 MiB cache, faster than it
+/// evicts); a read of one whole chunk still fills it.
+#[tokio::test]
+async fn slivers_of_large_chunks_are_not_cached() {
+    let mut config = common::test_config();
+    config.cache.chunk_bytes = 8 << 20;
+    config.limits.max_body_bytes = 32 << 20;
+    config.limits.max_put_bytes = 32 << 20;
+    let s = TestServer::start_with(Backend::Memory, "slivers_not_cached", config).await.expect("server");
+    let spec = r#"{"driver": "zarr3", "dtype": "uint8", "shape": [4096, 4096],
+                   "schema": {"chunk_layout": {"chunk": {"shape": [1024, 1024]}},
+                              "codec": {"driver": "zarr3", "codecs": [{"name": "zstd"}]}}}"#;
+    let r =
+        s.send(s.request("PUT", "/api/v1/nodes/data/a").header("content-type", "application/json").body(spec)).await;
+    r.expect_status(201);
+    let body: Vec<u8> = (0..4096u32 * 4096).map(|i| (i % 251) as u8).collect();
+    let r = s
+        .send(
+            s.request("PUT", "/api/v1/data/data/a?sel=:,:")
+                .header("content-type", "application/octet-stream")
+                .body(body.clone()),
+        )
+        .await;
+    r.expect_status(204);
+    let r = s.get("/api/v1/data/data/a?sel=1023::1024,1023::1024&format=raw").await;
+    r.expect_status(200);
+    let want: Vec<u8> = (0..4)
+        .flat_map(|i| (0..4).map(move |j| (1023 + i * 1024, 1023 + j * 1024)))
+        .map(|(i, j)| body[i * 4096 + j])
+        .collect();
+    assert_eq!(r.body, want);
+    let text = scrape(&s).await;
+    assert_eq!(sample(&text, "zarrd_chunk_cache_bytes"), 0, "{text}");
+    let r = s.get("/api/v1/data/data/a?sel=0:1024,0:1024&format=raw").await;
+    r.expect_status(200);
+    assert_eq!(r.body.len(), 1 << 20);
+    let text = scrape(&s).await;
+    assert!(sample(&text, "zarrd_chunk_cache_bytes") >= 1 << 20, "{text}");
+}

@@ -418,8 +418,14 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
         )));
     }
     // A scan larger than half the cache would only evict hot chunks (each
-    // entry, even of a missing chunk, weighs its overhead too).
-    let fill_cache = total.max(touched.saturating_mul(CACHE_ENTRY_ESTIMATE)) <= src.cache.capacity() / 2;
+    // entry, even of a missing chunk, weighs its overhead too; each stored
+    // one its whole decoded unit, however little of it the selection takes:
+    // the last element of 256 chunks of 64 MiB would otherwise fill the
+    // cache with 16 GiB, faster than it evicts).
+    let unit_shape = desc.sharding.as_ref().map_or(&desc.chunk_shape[..], |s| s.inner_chunk_shape());
+    let unit_bytes = crate::zarr::array::decoded_bytes(unit_shape, &desc.data_type).unwrap_or(u64::MAX);
+    let cached = touched.saturating_mul(unit_bytes.saturating_add(CACHE_ENTRY_ESTIMATE));
+    let fill_cache = total.max(cached) <= src.cache.capacity() / 2;
     let engine = src.engine(fill_cache);
     // Chunks whose parts are read straight into the slab may be cut by
     // slabs at no cost beyond the bytes each holds: slabs of at most

@@ -139,6 +139,10 @@ pub struct ChunkCache {
 
 const ENTRY_OVERHEAD: usize = 128;
 
+/// Entries at least this heavy make the cache evict at once
+/// ([`ChunkCache::insert`]).
+const EVICT_NOW_WEIGHT: u32 = 1 << 20;
+
 fn data_weight(d: &ChunkData) -> usize {
     match d {
         ChunkData::Fixed(b) => b.len(),
@@ -213,9 +217,18 @@ impl ChunkCache {
         if self.generation() != generation {
             return;
         }
-        cache.insert(key.clone(), Arc::new(value));
+        let value = Arc::new(value);
+        let large = weight(&key, &value) >= EVICT_NOW_WEIGHT;
+        cache.insert(key.clone(), value);
         if self.generation() != generation {
             cache.invalidate(&key);
+        }
+        // moka evicts in housekeeping that runs every so often: large
+        // entries inserted quickly would pile up far past the capacity
+        // before it runs. After a large one it runs now (its cost is the
+        // entries logged since, a few microseconds each).
+        if large {
+            cache.run_pending_tasks();
         }
     }
 
