@@ -403,6 +403,46 @@ async fn shard_indexes_are_bounded() {
     assert_eq!(r.json(), json!([0, 9, 0, 8]));
 }
 
+/// A shard nested in every inner chunk of a shard counts its own inner
+/// chunks: toward `limits.max_inner_chunks_per_shard` (a shard of 256 inner
+/// chunks, each a shard of 65,536 one-element chunks, was accepted and one
+/// 256-element read decoded 2^24 chunks, 36 s of both cores) and toward
+/// `limits.max_chunks_per_request`. Within both, nested shards read back.
+#[tokio::test]
+async fn nested_shards_count_their_inner_chunks() {
+    let s = file_server("nested-shards").await;
+    let nested = |outer_inner: u64, leaf: u64| {
+        json!([{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [outer_inner, outer_inner],
+            "codecs": sharded(&[leaf, leaf]),
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]
+        }}])
+    };
+    // 256 inner chunks of 256 x 256, each a shard of 65,536 chunks: 2^24.
+    let over = v3(&[4096, 4096], &[4096, 4096], "uint8", json!(0), nested(256, 1));
+    let check = |r: &common::Reply| {
+        r.expect_error(422, "unsupported_array");
+        let m = r.error_message();
+        assert!(m.contains("nested sharding") && m.contains("16777216 in all"), "{m}");
+    };
+    check(&s.send(json_req(&s, "PUT", "/api/v1/nodes/data/a", &over)).await);
+    write_behind(&s, "b/zarr.json", &over);
+    check(&s.get("/api/v1/data/data/b?sel=0:2,0:2&format=json").await);
+    // One inner chunk per shard, a shard of 2^16 in it: at the per-shard
+    // limit, but a read of 32 shards is 2^21 decodes, past the per-request one.
+    let at = v3(&[8192, 256], &[256, 256], "uint8", json!(0), nested(256, 1));
+    s.send(json_req(&s, "PUT", "/api/v1/nodes/data/c", &at)).await.expect_status(201);
+    let r = s.get("/api/v1/data/data/c?sel=::256,0&format=json").await;
+    r.expect_error(413, "selection_too_large");
+    assert!(r.error_message().contains("2097152 inner chunks of nested shards"), "{r}");
+    // Small nested shards read and write.
+    let small = v3(&[8, 8], &[8, 8], "uint8", json!(0), nested(4, 2));
+    s.send(json_req(&s, "PUT", "/api/v1/nodes/data/d", &small)).await.expect_status(201);
+    put_data(&s, "d", "sel=1:3,5:7", "[[1,2],[3,4]]").await.expect_status(204);
+    let r = s.get("/api/v1/data/data/d?sel=1:3,4:8&format=json").await;
+    assert_eq!(r.json(), json!([[0, 1, 2, 0], [0, 3, 4, 0]]));
+}
+
 /// Finding 8, the budget: with a parse budget smaller than one document,
 /// concurrent creates and attribute updates (each holding the budget while
 /// it parses, checks and writes its document, and parsing again inside)

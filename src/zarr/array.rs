@@ -155,11 +155,20 @@ impl ArrayDescription {
         // chunk); it is bounded by its inner chunks and their number.
         if let Some(sharding) = &self.sharding {
             check_chunk("inner chunk", sharding.inner_chunk_shape())?;
-            let per_shard = sharding.chunks_per_shard().iter().fold(1u64, |a, &d| a.saturating_mul(d));
+            let outer = sharding.chunks_per_shard().iter().fold(1u64, |a, &d| a.saturating_mul(d));
+            // A shard nested in each inner chunk counts its own inner chunks
+            // (and theirs): each is a decode of its own.
+            let nested = sharding.units_per_inner_chunk();
+            let per_shard = outer.saturating_mul(nested);
             if per_shard > limits.max_inner_chunks_per_shard {
+                let nesting = if nested > 1 {
+                    format!(" each of them a shard of {nested} chunks (nested sharding),")
+                } else {
+                    String::new()
+                };
                 return Err(ArrayError::TooLarge(format!(
-                    "a shard of shape {:?} holds {per_shard} inner chunks of shape {:?} (a {}-byte index), more \
-                     than limits.max_inner_chunks_per_shard = {}",
+                    "a shard of shape {:?} holds {outer} inner chunks of shape {:?} (a {}-byte index),{nesting} \
+                     {per_shard} in all, more than limits.max_inner_chunks_per_shard = {}",
                     self.chunk_shape,
                     sharding.inner_chunk_shape(),
                     sharding.index_size(),

@@ -96,6 +96,13 @@ pub trait ArrayToBytesCodec: Send + Sync + Debug {
         let _ = decoded;
         None
     }
+    /// How many chunks a chunk of `decoded` is decoded as: 1, or for a
+    /// shard its inner chunks times what each of them is decoded as
+    /// (nested shards): what the limits on inner chunks count.
+    fn units_per_chunk(&self, decoded: &ChunkRepr) -> u64 {
+        let _ = decoded;
+        1
+    }
 }
 
 /// Decodes, in place, elements read by byte ranges from a chunk whose
@@ -378,6 +385,12 @@ impl ArrayToBytesCodec for CodecChain {
     fn encoded_size(&self, decoded: &ChunkRepr) -> Option<u64> {
         let reprs = self.reprs(decoded).ok()?;
         *self.byte_sizes(reprs.last()?).last()?
+    }
+
+    /// Its array -> bytes codec's (a shard nested in a shard counts its
+    /// inner chunks); an unusable representation counts as one.
+    fn units_per_chunk(&self, decoded: &ChunkRepr) -> u64 {
+        self.reprs(decoded).ok().and_then(|r| r.last().map(|r| self.array_to_bytes.units_per_chunk(r))).unwrap_or(1)
     }
 
     /// Nested in a shard: a chain's most is [`CodecChain::max_stored_size`].

@@ -411,10 +411,18 @@ pub async fn read(at: &NodeRef<'_>, params: ReadParams) -> ServiceResult<DataRea
     .await
     .map_err(|e| cpu_error(&e))?
     .map_err(|e| plan_error(&e))?;
-    if touched > max_units {
-        let what = if sharded { "inner chunks" } else { "chunks" };
+    // Inner chunks that are shards themselves are decoded as their inner
+    // chunks (and theirs): each counts.
+    let nested = desc.sharding.as_ref().map_or(1, |s| s.units_per_inner_chunk());
+    let decodes = touched.saturating_mul(nested);
+    if decodes > max_units {
+        let what = match (sharded, nested > 1) {
+            (true, true) => "inner chunks of nested shards",
+            (true, false) => "inner chunks",
+            _ => "chunks",
+        };
         return Err(ServiceError::SelectionTooLarge(format!(
-            "the selection touches {touched} {what}, more than limits.max_chunks_per_request = {max_units}"
+            "the selection touches {decodes} {what}, more than limits.max_chunks_per_request = {max_units}"
         )));
     }
     // A scan larger than half the cache would only evict hot chunks (each

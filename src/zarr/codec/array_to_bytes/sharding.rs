@@ -478,6 +478,13 @@ impl ShardingCodec {
         &self.layout.inner_repr
     }
 
+    /// How many chunks each inner chunk is decoded as: 1, or a nested
+    /// shard's inner chunks (and theirs).
+    #[must_use]
+    pub fn units_per_inner_chunk(&self) -> u64 {
+        self.inner.units_per_chunk(&self.layout.inner_repr)
+    }
+
     /// The inner chain (which may itself shard).
     #[must_use]
     pub fn inner_codecs(&self) -> &CodecChain {
@@ -758,6 +765,12 @@ impl ArrayToBytesCodec for ShardingCodec {
     /// Shards omit empty inner chunks, so their size depends on the values.
     fn encoded_size(&self, _decoded: &ChunkRepr) -> Option<u64> {
         None
+    }
+
+    /// Its inner chunks, each as many as its own chain decodes it as.
+    fn units_per_chunk(&self, decoded: &ChunkRepr) -> u64 {
+        let Ok(layout) = self.layout_for(decoded) else { return 1 };
+        (layout.num_inner as u64).saturating_mul(self.inner.units_per_chunk(&layout.inner_repr))
     }
 
     /// The index and every inner chunk at its most, twice over: room for
