@@ -656,7 +656,12 @@ async fn produce(plan: &Arc<Plan>, out: &mut Out) -> ServiceResult<bool> {
         }
         let cap = if small { SMALL_ANSWER } else { a.slab_bytes };
         let engine = &plan.engine;
-        let read = read_slab(&engine.ctx, &engine.store, slab.clone(), cap).await;
+        // A client that goes away ends the read now, not after the slab
+        // (which may take minutes of decoding): its queued units are dropped.
+        let read = tokio::select! {
+            read = read_slab(&engine.ctx, &engine.store, slab.clone(), cap) => read,
+            () = out.tx.closed() => return Ok(false),
+        };
         let Some(data) = read.map_err(|e| region_error(&engine.path, e))? else {
             if small {
                 // Larger than it looked: take a share, then go on as a large answer.
@@ -738,7 +743,13 @@ async fn produce_fixed(plan: &Arc<Plan>, out: &mut Out, mut json: Option<JsonEnc
     slabs = rest;
     let mut next = first.map(|slab| SlabTask::spawn(plan, slab));
     while let Some(task) = next.take() {
-        let data = task.join().await?;
+        // A client that goes away ends the read now, not after the slab
+        // (which may take minutes of decoding): the slab's task is aborted
+        // and its queued units dropped.
+        let data = tokio::select! {
+            data = task.join() => data?,
+            () = out.tx.closed() => return Ok(false),
+        };
         if !encode_slab(plan, data, &mut json, &mut text, out).await? {
             return Ok(false);
         }
