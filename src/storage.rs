@@ -126,6 +126,13 @@ pub struct ListName {
     pub size: Option<u64>,
 }
 
+/// The first `limit` of a whole listing, and whether there were more.
+fn first_of(mut entries: Vec<ListEntry>, limit: usize) -> (Vec<ListEntry>, bool) {
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    (entries, more)
+}
+
 /// A storage backend. Implementations must be cheap to share (`Arc`).
 ///
 /// Concurrency: every method may be called concurrently. Writes are atomic
@@ -172,10 +179,7 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// A backend failure.
     async fn list_limited(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListEntry>, bool)> {
-        let mut entries = self.list(prefix).await?;
-        let more = entries.len() > limit;
-        entries.truncate(limit);
-        Ok((entries, more))
+        Ok(first_of(self.list(prefix).await?, limit))
     }
 
     /// [`Storage::list_limited`] without the objects' metadata: what a page

@@ -106,17 +106,7 @@ impl ObjectBackend {
                 .map_err(|e| StorageError::from_object_store(prefix.as_str(), e))?;
             let listed = page.result;
             let before = entries.len();
-            entries.extend(
-                listed
-                    .common_prefixes
-                    .iter()
-                    .map(|p| ListEntry::Prefix { name: self.relative_name(base.as_ref(), p) })
-                    .chain(listed.objects.iter().map(|o| ListEntry::Object {
-                        name: self.relative_name(base.as_ref(), &o.location),
-                        meta: Self::meta(o),
-                    }))
-                    .filter(|e| !entry_name(e).is_empty() && !entry_name(e).contains('/')),
-            );
+            entries.extend(self.entries(base.as_ref(), &listed).filter(|e| !entry_name(e).contains('/')));
             empty_pages = if entries.len() == before { empty_pages + 1 } else { 0 };
             if empty_pages > MAX_EMPTY_PAGES {
                 return Err(StorageError::Unavailable {
@@ -170,6 +160,26 @@ impl ObjectBackend {
             version_token: m.e_tag.clone(),
             version_id: m.version.clone(),
         }
+    }
+
+    /// The common prefixes and objects of one listing of `base`, named
+    /// relative to it (the entry for `base` itself left out).
+    fn entries<'a>(
+        &'a self,
+        base: Option<&'a Path>,
+        listed: &'a object_store::ListResult,
+    ) -> impl Iterator<Item = ListEntry> + 'a {
+        listed
+            .common_prefixes
+            .iter()
+            .map(move |p| ListEntry::Prefix { name: self.relative_name(base, p) })
+            .chain(
+                listed.objects.iter().map(move |o| ListEntry::Object {
+                    name: self.relative_name(base, &o.location),
+                    meta: Self::meta(o),
+                }),
+            )
+            .filter(|e| !entry_name(e).is_empty())
     }
 
     fn relative_name(&self, base: Option<&Path>, location: &Path) -> String {
@@ -345,18 +355,7 @@ impl Storage for ObjectBackend {
             .list_with_delimiter(base.as_ref())
             .await
             .map_err(|e| StorageError::from_object_store(prefix.as_str(), e))?;
-        let mut entries: Vec<ListEntry> = listed
-            .common_prefixes
-            .iter()
-            .map(|p| ListEntry::Prefix { name: self.relative_name(base.as_ref(), p) })
-            .chain(listed.objects.iter().map(|o| ListEntry::Object {
-                name: self.relative_name(base.as_ref(), &o.location),
-                meta: Self::meta(o),
-            }))
-            .filter(|e| match e {
-                ListEntry::Prefix { name } | ListEntry::Object { name, .. } => !name.is_empty(),
-            })
-            .collect();
+        let mut entries: Vec<ListEntry> = self.entries(base.as_ref(), &listed).collect();
         entries.sort_by(|a, b| entry_name(a).cmp(entry_name(b)));
         Ok(entries)
     }
@@ -364,12 +363,7 @@ impl Storage for ObjectBackend {
     async fn list_limited(&self, prefix: &KeyPrefix, limit: usize) -> StorageResult<(Vec<ListEntry>, bool)> {
         match &self.pages {
             Some(pages) => self.list_pages(pages.as_ref(), prefix, limit).await,
-            None => {
-                let mut entries = self.list(prefix).await?;
-                let more = entries.len() > limit;
-                entries.truncate(limit);
-                Ok((entries, more))
-            }
+            None => Ok(super::first_of(self.list(prefix).await?, limit)),
         }
     }
 
