@@ -784,8 +784,20 @@ async fn children_are_bounded_by_the_listing_limit() {
     assert_eq!(j["children_truncated"], true);
     let j = s.get("/api/v1/nodes/data").await.json();
     assert_eq!((j["children"].as_array().unwrap().len(), j["children_truncated"].as_bool()), (1, Some(false)));
-    // From consolidated metadata too.
-    s.send(s.request("POST", "/api/v1/consolidate/data/g")).await.expect_status(200);
+    // Consolidating lists at most the limit's names in all: g holds four (its document
+    // and three arrays), so it is refused, naming the limit, and nothing is written.
+    let r = s.send(s.request("POST", "/api/v1/consolidate/data/g")).await;
+    r.expect_error(413, "hierarchy_too_large");
+    assert!(r.error_message().contains("limits.max_list_entries (2)"), "{r}");
+    let mut doc = s.get("/zarr/data/g/zarr.json").await.json();
+    assert!(doc.get("consolidated_metadata").is_none(), "{doc}");
+    // From consolidated metadata too (written by another tool).
+    let mut inline = serde_json::Map::new();
+    for name in ["a", "b", "c"] {
+        inline.insert(name.into(), s.get(&format!("/zarr/data/g/{name}/zarr.json")).await.json());
+    }
+    doc["consolidated_metadata"] = json!({"kind": "inline", "must_understand": false, "metadata": inline});
+    s.put("/zarr/data/g/zarr.json", doc.to_string()).await.expect_status(204);
     let j = s.get("/api/v1/nodes/data/g").await.json();
     assert_eq!((j["consolidated"].as_bool(), j["children_truncated"].as_bool()), (Some(true), Some(true)));
     assert_eq!(j["children"].as_array().unwrap().len(), 2);

@@ -466,3 +466,33 @@ async fn a_tiny_parse_budget_serialises_document_work_without_deadlock() {
     });
     tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(work)).await.expect("no deadlock");
 }
+
+/// Consolidation holds at most what one stored document may be: a
+/// hierarchy whose documents pass twice `limits.max_body_bytes` is refused
+/// while it is walked (413 naming the limit), with nothing written, and a
+/// smaller one still consolidates.
+#[tokio::test]
+async fn consolidation_holds_at_most_one_document() {
+    let mut config = common::test_config();
+    config.limits.max_body_bytes = 4096;
+    let s = TestServer::start_with(Backend::File, "consolidate_bound", config).await.expect("file backend");
+    let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
+    s.put("/zarr/data/g/zarr.json", group.to_string()).await.expect_status(201);
+    // Each array's document is ~400 bytes: 30 of them pass 8192.
+    let doc = v3(&[4], &[4], "uint8", json!(0), bytes_codec());
+    for i in 0..30 {
+        s.put(&format!("/zarr/data/g/a{i:02}/zarr.json"), doc.to_string()).await.expect_status(201);
+    }
+    let before = std::fs::read(s.root.as_ref().unwrap().join("g/zarr.json")).unwrap();
+    let r = s.send(s.request("POST", "/api/v1/consolidate/data/g")).await;
+    r.expect_error(413, "hierarchy_too_large");
+    assert!(r.error_message().contains("twice limits.max_body_bytes"), "{r}");
+    assert_eq!(std::fs::read(s.root.as_ref().unwrap().join("g/zarr.json")).unwrap(), before, "nothing written");
+    // Ten fit.
+    for i in 10..30 {
+        s.delete(&format!("/api/v1/nodes/data/g/a{i:02}")).await.expect_status(204);
+    }
+    let r = s.send(s.request("POST", "/api/v1/consolidate/data/g")).await;
+    r.expect_status(200);
+    assert_eq!(r.json()["nodes"], 10, "{r}");
+}

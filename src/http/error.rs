@@ -143,6 +143,8 @@ pub enum ErrorCode {
     CorruptChunk,
     /// A selection over the answer limits.
     SelectionTooLarge,
+    /// A hierarchy too large to consolidate within the limits.
+    HierarchyTooLarge,
     /// A fault of zarrd.
     Internal,
 }
@@ -200,6 +202,7 @@ impl ErrorCode {
             Self::MissingChunk => (S::NOT_FOUND, "missing_chunk"),
             Self::CorruptChunk => (S::BAD_GATEWAY, "corrupt_chunk"),
             Self::SelectionTooLarge => (S::PAYLOAD_TOO_LARGE, "selection_too_large"),
+            Self::HierarchyTooLarge => (S::PAYLOAD_TOO_LARGE, "hierarchy_too_large"),
             Self::Internal => (S::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -342,6 +345,7 @@ impl From<ServiceError> for ApiError {
                 C::CorruptChunk.error(message)
             }
             ServiceError::SelectionTooLarge(_) => C::SelectionTooLarge.error(message),
+            ServiceError::HierarchyTooLarge(_) => C::HierarchyTooLarge.error(message),
             ServiceError::Busy(_) => C::Overloaded.error(message).with_header(header::RETRY_AFTER, "10"),
             ServiceError::Internal(_) | ServiceError::Cpu(_) => {
                 tracing::error!(error = %message, "internal error");

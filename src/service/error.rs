@@ -103,6 +103,10 @@ pub enum ServiceError {
     /// and the limit).
     #[error("{0}")]
     SelectionTooLarge(String),
+    /// A hierarchy over the limits a consolidation may list and hold (the
+    /// message names the limit).
+    #[error("{0}")]
+    HierarchyTooLarge(String),
     /// Work refused for want of room (as many background jobs running as
     /// allowed); the message says what to wait for.
     #[error("{0}")]

@@ -28,6 +28,11 @@ pub struct ConsolidateResult {
 /// Consolidate a group's metadata, as zarr-python's `consolidate_metadata`
 /// does: v3 inline `consolidated_metadata` in the group's `zarr.json`, or a
 /// v2 `.zmetadata`, so clients open the whole hierarchy in one request.
+///
+/// The walk lists at most `limits.max_list_entries` names in all and holds
+/// at most the documents one stored document may be (twice
+/// `limits.max_body_bytes`); a larger hierarchy is 413
+/// `hierarchy_too_large`, naming the limit, and nothing is written.
 #[utoipa::path(
     post,
     path = "/api/v1/consolidate/{mount}/{*path}",
@@ -38,6 +43,7 @@ pub struct ConsolidateResult {
         (status = 400, description = "Invalid path, or the node is an array", body = ErrorBody),
         (status = 404, description = "No such mount or node", body = ErrorBody),
         (status = 405, description = "Read-only mount", body = ErrorBody),
+        (status = 413, description = "The hierarchy has more names than `limits.max_list_entries`, or more documents than one stored document may hold", body = ErrorBody),
         (status = 422, description = "Stored metadata is invalid", body = ErrorBody),
         (status = 503, description = "Storage unavailable", body = ErrorBody),
     )

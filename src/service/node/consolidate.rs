@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map};
 
-use super::documents::put_doc;
+use super::documents::{put_doc, DocumentGate};
 use super::open::{existing, existing_versioned};
 use super::versioned::retry;
 use super::{Node, NodePath};
@@ -20,25 +20,61 @@ use crate::storage::{Mount, StorageError, StoreKey};
 use crate::zarr::array::ZarrFormat;
 
 /// Every node below `group` (any depth), with its documents.
+///
+/// Bounded before it holds much: the walk lists at most
+/// `limits.max_list_entries` names in all (one listing's worth, spread over
+/// every directory it visits), and the documents it holds at most what one
+/// stored document may be (twice `limits.max_body_bytes`, which the
+/// consolidated document must fit anyway). Past either, 413 naming the
+/// limit, before anything is written.
 async fn descendants(group: &NodeRef<'_>) -> ServiceResult<Vec<(NodePath, Node)>> {
+    let limits = &group.app().config().limits;
+    let max_names = limits.max_list_entries;
+    let max_doc_bytes = DocumentGate::of(group.app()).max_bytes();
+    let too_large = |what: String| {
+        ServiceError::HierarchyTooLarge(format!("consolidating `{}`: {what}; nothing was written", group.path()))
+    };
+    let mut names = 0usize;
+    let mut doc_bytes = 0u64;
     let mut out = Vec::new();
     let mut frontier = vec![group.path().clone()];
     while let Some(path) = frontier.pop() {
-        for entry in group.mount().mount().list(&path.prefix()?).await? {
-            let crate::storage::ListEntry::Prefix { name } = entry else { continue };
-            let Ok(child) = path.child(&name) else { continue };
-            match existing(&group.at(child.clone())).await? {
-                Some(n @ Node::Group(_)) => {
-                    frontier.push(child.clone());
-                    out.push((child, n));
-                }
-                Some(n) => out.push((child, n)),
-                None => {}
+        let storage = group.mount().mount().storage();
+        let (entries, more) = storage.list_names_limited(&path.prefix()?, max_names - names).await?;
+        names += entries.len();
+        if more {
+            return Err(too_large(format!(
+                "the hierarchy has more than limits.max_list_entries ({max_names}) names (`{}/` and the directories before it)",
+                path
+            )));
+        }
+        for entry in entries.into_iter().filter(|e| e.prefix) {
+            let Ok(child) = path.child(&entry.name) else { continue };
+            let Some(n) = existing(&group.at(child.clone())).await? else { continue };
+            doc_bytes = doc_bytes.saturating_add(held_bytes(&n));
+            if doc_bytes > max_doc_bytes {
+                return Err(too_large(format!(
+                    "its documents are more than the {max_doc_bytes} bytes one stored document may have (twice limits.max_body_bytes)"
+                )));
             }
+            if matches!(n, Node::Group(_)) {
+                frontier.push(child.clone());
+            }
+            out.push((child, n));
         }
     }
     out.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
     Ok(out)
+}
+
+/// What a node adds to the consolidated document: its documents' compact
+/// JSON text.
+fn held_bytes(n: &Node) -> u64 {
+    let text = |v: &serde_json::Value| serde_json::to_vec(v).map_or(0, |b| b.len() as u64);
+    match n {
+        Node::Array(a) => text(&a.metadata) + a.zattrs.as_ref().map_or(0, text),
+        Node::Group(g) => text(&g.metadata) + g.zattrs.as_ref().map_or(0, text),
+    }
 }
 
 /// Writes consolidated metadata for the group at `path`; returns how many
