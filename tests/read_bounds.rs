@@ -6,9 +6,10 @@
 //! materialising the chunk.
 //!
 //! The tests that measure memory read this process's peak RSS (`VmHWM`,
-//! reset through `/proc/self/clear_refs`): the server runs in-process, and
+//! reset through `/proc/self/clear_refs`), and the one that checks an
+//! abandoned read stops reads its CPU time: the server runs in-process, and
 //! every test here holds [`SERIAL`] so no other test of this binary
-//! allocates meanwhile.
+//! allocates or works meanwhile.
 
 mod common;
 
@@ -436,4 +437,67 @@ async fn stalled_readers_are_cut_off_and_others_are_served() {
     // Their shares are back: a large answer read at once gets everything.
     let (status, n, _) = get_streamed(&s, "/api/v1/data/data/big?sel=0:33554432", 0).await;
     assert_eq!((status, n), (200, 32 << 20));
+}
+
+/// This process's CPU time so far (user + system, all threads), from
+/// `/proc/self/stat` in clock ticks (100 per second on Linux).
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // Fields after the command name (which is in parentheses): utime is the
+    // 14th field of the line, stime the 15th.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// A slice read whose client goes away stops working at once, not after
+/// the slab in progress: the slab's task is aborted and its queued units
+/// are never decoded. The array is the attack's shape: one shard whose
+/// 8192 index entries all point at one zstd blob of 8 MiB of zeros, read
+/// one element per inner chunk, so one 8 KiB slab stands for 64 GiB of
+/// decoding. The client gives up after 0.5 s; the process must then be
+/// idle, where before the slab went on for seconds on every core.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_read_stops_decoding() {
+    let _serial = SERIAL.lock().await;
+    let (inner_rows, cols, inners) = (2048u64, 4096u64, 8192u64);
+    let mut config = common::test_config();
+    config.cache.chunk_bytes = 0;
+    config.limits.max_put_bytes = 1 << 20;
+    let s = TestServer::start_with(Backend::Memory, "abandoned_read", config).await.expect("server");
+    let meta = format!(
+        r#"{{"zarr_format":3,"node_type":"array","shape":[{rows},{cols}],"data_type":"uint8",
+ "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":[{rows},{cols}]}}}},
+ "chunk_key_encoding":{{"name":"default"}},"fill_value":0,
+ "codecs":[{{"name":"sharding_indexed","configuration":{{"chunk_shape":[{inner_rows},{cols}],
+   "codecs":[{{"name":"bytes"}},{{"name":"zstd","configuration":{{"level":1,"checksum":false}}}}],
+   "index_codecs":[{{"name":"bytes","configuration":{{"endian":"little"}}}}]}}}}]}}"#,
+        rows = inner_rows * inners
+    );
+    s.put("/zarr/data/a/zarr.json", meta).await.expect_status(201);
+    let blob = zstd::bulk::compress(&vec![0u8; (inner_rows * cols) as usize], 1).unwrap();
+    let mut shard = blob.clone();
+    for _ in 0..inners {
+        shard.extend_from_slice(&0u64.to_le_bytes());
+        shard.extend_from_slice(&(blob.len() as u64).to_le_bytes());
+    }
+    s.put("/zarr/data/a/c/0/0", shard).await.expect_status(201);
+    // The shape is right: a read of two inner chunks answers their last elements.
+    let r = s
+        .get(&format!("/api/v1/data/data/a?sel={}:{}:{inner_rows},-1&format=raw", inner_rows - 1, 2 * inner_rows))
+        .await;
+    r.expect_status(200);
+    assert_eq!(r.body, [0, 0]);
+    let path = format!("/api/v1/data/data/a?sel={}::{inner_rows},-1&format=raw", inner_rows - 1);
+    let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_millis(500)).build().unwrap();
+    let started = Instant::now();
+    let gave_up = client.get(s.url(&path)).send().await;
+    assert!(gave_up.is_err(), "the read should take longer than the client waits: {gave_up:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Let the units already on a thread finish, then watch the process.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = cpu_ticks();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let spent = cpu_ticks() - before;
+    assert!(spent < 20, "{spent} ticks (1/100 s) of CPU in 2 s after the client left: the read went on");
 }
