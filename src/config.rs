@@ -279,8 +279,9 @@ pub struct Limits {
     /// enough to dodge the idle timeout is cut off after the grace.
     #[serde(default = "default_min_body_rate")]
     pub min_body_bytes_per_second: u64,
-    /// Memory all request bodies of array data being received and stored
-    /// (store protocol PUTs, slice writes) may hold at once: a body counts
+    /// Memory all request bodies being received and stored (array data:
+    /// store protocol PUTs, slice writes; documents: JSON, XML) may hold at
+    /// once: a body counts
     /// what its buffer holds as its bytes arrive (as much again as arrived
     /// ahead of them, at most 8 MiB; all of this at most for one body) until its request is
     /// answered; one that would go past it is 503 at once (nothing waits).
@@ -317,7 +318,8 @@ pub struct Limits {
     pub decode_budget_bytes: u64,
     /// Memory the process spends parsing metadata documents (and JSON
     /// bodies) at once, each counted at 32 times its size (a parsed JSON
-    /// tree takes up to ~30 times its text); more parses wait.
+    /// tree takes up to ~30 times its text); more parses wait. A request
+    /// with a document body takes its share once the body is whole.
     #[serde(default = "default_document_budget")]
     pub document_parse_budget_bytes: u64,
     /// Memory all started slice and chunk read answers may hold at once

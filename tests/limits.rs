@@ -357,3 +357,51 @@ async fn connections_past_max_connections_wait_to_be_accepted() {
     // The open connection is still served.
     assert!(health_on(&mut b, Duration::from_secs(5)).await.is_some_and(|h| h.starts_with("HTTP/1.1 200")));
 }
+
+/// A client that announces a large document body and trickles it holds only
+/// what it sent: the parse budget is taken once a body is whole. Before,
+/// the share came from the announced length, so one stalled body announcing
+/// `max_body_bytes` here held the whole `document_parse_budget_bytes` and
+/// every other request with a document body waited until it timed out.
+#[tokio::test]
+async fn announced_document_bodies_hold_no_parse_budget() {
+    let mut config = common::test_config();
+    config.limits.max_body_bytes = 1 << 20;
+    config.limits.document_parse_budget_bytes = 32 << 20;
+    config.limits.body_read_timeout_seconds = 30;
+    let (addr, _task) = start(config).await;
+    let base = format!("http://{addr}");
+    let c = client();
+    let spec = r#"{"driver": "zarr3", "dtype": "uint8", "shape": [4]}"#;
+    let r = c.put(format!("{base}/api/v1/nodes/data/a")).header("content-type", "application/json").body(spec);
+    assert_eq!(r.send().await.unwrap().status(), 201);
+    // Announces 1 MiB (32 MiB once parsed: the whole budget) and sends one byte.
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "PUT /api/v1/attributes/data/a HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{{",
+        1 << 20
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Other document requests are answered meanwhile.
+    let quick = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(5)).build().unwrap();
+    for _ in 0..3 {
+        let r = quick
+            .patch(format!("{base}/api/v1/attributes/data/a"))
+            .header("content-type", "application/json")
+            .body(r#"{"k": 1}"#)
+            .send()
+            .await
+            .expect("a small document request is answered while a large body trickles");
+        assert_eq!(r.status(), 200);
+        let r = quick
+            .post(format!("{base}/api/v1/data/data/a"))
+            .header("content-type", "application/json")
+            .body(r#"{"selection": "0:2", "format": "json"}"#)
+            .send()
+            .await
+            .expect("a POST selection is answered while a large body trickles");
+        assert_eq!(r.status(), 200);
+    }
+    drop(slow);
+}

@@ -321,8 +321,9 @@ fn no_room(bytes: usize) -> ApiError {
         .with_header(header::CONNECTION, "close")
 }
 
-/// `limits.upload_budget_bytes`: memory the array-data bodies being
-/// received may hold at once ([`read_upload`]).
+/// `limits.upload_budget_bytes`: memory the request bodies being
+/// received (array data here, documents in [`super::front`]) may hold at
+/// once ([`read_upload`]).
 #[derive(Debug, Clone)]
 pub struct UploadBudget {
     permits: Arc<tokio::sync::Semaphore>,

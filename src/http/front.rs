@@ -47,6 +47,7 @@ use tokio::time::Timeout;
 
 use super::auth::{self, TokenName};
 use super::cors::Cors;
+use super::extract::{read_upload, UploadBudget};
 use super::guard::{Guard, Permit};
 use super::metrics::Counted;
 use super::{store, REQUEST_ID};
@@ -236,7 +237,7 @@ impl Front {
             req.extensions_mut().insert(ConnectInfo(peer));
         }
         let rule = rule.and_then(|i| auth::RULES.get(i));
-        let document = rule.and_then(|r| document_len(r, &req, has_body, shared.app.config().limits.max_body_bytes));
+        let document = rule.is_some_and(|r| has_document(r, &req, has_body));
         let admitted = match shared.guard.admit_from(rule, mount, req, peer, &mut done.token) {
             Ok(admitted) => admitted,
             Err(e) => {
@@ -252,15 +253,32 @@ impl Front {
             let read: DirectFuture =
                 Box::pin(async move { store::get_key(State(app), admitted.request).await.into_response() });
             Stage::Direct { inner: tokio::time::timeout(timeout, read), head: done.head }
-        } else if let Some(len) = document {
+        } else if document {
             // A document body (JSON, XML) costs many times its size once
-            // parsed: from before its body is read to the answer, the request
-            // holds its share of limits.document_parse_budget_bytes, so
-            // requests waiting for room hold no parsed documents, and the
-            // extractor and service inside do not reserve again.
+            // parsed. It is read whole first, counting against
+            // limits.upload_budget_bytes as its bytes arrive (503 at once
+            // past it, as array data), so a client that announces a large
+            // body and trickles it holds only what it sent. Once whole, the
+            // request holds its share of limits.document_parse_budget_bytes
+            // (waiting for room) until it is answered, so the extractor and
+            // service inside do not reserve again. (The share was once taken
+            // from the announced length before the body was read: three
+            // slow connections announcing 16 MB held the whole 1 GiB budget
+            // and stalled every document request of the server.)
             let gate = DocumentGate::of(&shared.app);
-            let routed = tower::Service::call(&mut shared.router.clone(), admitted.request);
+            let uploads = UploadBudget::of(&shared.app);
+            let max_body = shared.app.config().limits.max_body_bytes;
+            let mut router = shared.router.clone();
             let held: DirectFuture = Box::pin(async move {
+                let (parts, body) = admitted.request.into_parts();
+                let received = read_upload(&parts.headers, body, max_body, "limits.max_body_bytes", &uploads).await;
+                let (bytes, _share) = match received {
+                    Ok(received) => received,
+                    Err(e) => return e.into_response(),
+                };
+                let len = bytes.len();
+                let routed =
+                    tower::Service::call(&mut router, axum::http::Request::from_parts(parts, Body::from(bytes)));
                 match gate.scoped(len, routed).await {
                     Ok(response) => response,
                     Err(never) => match never {},
@@ -392,15 +410,10 @@ fn counted(body: Body, figures: &Arc<HttpMetrics>, slot: usize, pick: fn(&RouteM
 /// A store read's handler future.
 type DirectFuture = Pin<Box<dyn Future<Output = Response> + Send>>;
 
-/// The size a request's document body counts for in the parse budget: its
-/// `Content-Length`, or `max_body` when it is sent in chunks. `None` for
-/// requests without a body and for array data (store PUTs, slice writes).
-fn document_len(rule: &auth::Rule, req: &axum::http::Request<Body>, has_body: bool, max_body: u64) -> Option<usize> {
-    if !has_body || rule.data_body(req.method()) {
-        return None;
-    }
-    let length = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    Some(usize::try_from(length.unwrap_or(max_body).min(max_body)).unwrap_or(usize::MAX))
+/// Whether a request carries a document body (JSON, XML), as opposed to
+/// none or array data (store PUTs, slice writes).
+fn has_document(rule: &auth::Rule, req: &axum::http::Request<Body>, has_body: bool) -> bool {
+    has_body && !rule.data_body(req.method())
 }
 
 pin_project! {

@@ -38,9 +38,9 @@
 //!   shedding and unavailable storage, which are worth retrying at once).
 //! - A body that stops arriving, or arrives slower on average than
 //!   `limits.min_body_bytes_per_second` once `body_read_timeout_seconds`
-//!   has passed, is 408 `body_timeout` (RFC 9110 §15.5.9). Array-data
-//!   bodies also count against `limits.upload_budget_bytes` as they arrive
-//!   (503 at once past it: `super::extract::read_upload`).
+//!   has passed, is 408 `body_timeout` (RFC 9110 §15.5.9). Bodies (array
+//!   data and documents) also count against `limits.upload_budget_bytes`
+//!   as they arrive (503 at once past it: `super::extract::read_upload`).
 
 use std::future::Future;
 use std::pin::Pin;
