@@ -153,7 +153,8 @@ pub struct NodeInfo {
     /// object of documents): `children` then come from listing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consolidated_error: Option<String>,
-    /// Groups: whether `children` stops at `limits.max_list_entries`.
+    /// Groups: whether `children` stops at `limits.max_list_entries` (of
+    /// children, or of candidate folders opened, nodes or not).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub children_truncated: Option<bool>,
 }

@@ -86,6 +86,13 @@ pub struct Children {
 /// consolidated metadata when the group has it, else by listing (each
 /// candidate opened).
 ///
+/// A listing opens at most `limit` candidate folders in all, nodes or not:
+/// each costs up to four document reads (`zarr.json`, `.zarray`, `.zgroup`,
+/// `.zattrs`), and a group beside thousands of plain folders once cost four
+/// upstream requests per folder without a node to show for them (5,000
+/// folders on S3: 20,000 GETs and 77 s for an empty answer). Past that, the
+/// answer says it was cut.
+///
 /// A child whose documents do not open (invalid, over the size bound,
 /// unsupported: anyone who can write below the group can leave one) is
 /// listed as `unreadable` with the reason, and not descended into: one
@@ -111,11 +118,13 @@ pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceR
     let mut out = Vec::new();
     let mut frontier = vec![(group.path.clone(), 0usize)];
     let mut truncated = false;
+    // Candidate folders opened so far (at least the children found).
+    let mut opened = 0usize;
     while let Some((path, level)) = frontier.pop() {
         if level >= depth {
             continue;
         }
-        if out.len() >= limit {
+        if opened >= limit {
             truncated = true;
             break;
         }
@@ -126,11 +135,12 @@ pub async fn children(group: &GroupNode, depth: usize, limit: usize) -> ServiceR
         let (entries, more) = group.mount.storage().list_names_limited(&path.prefix()?, listed).await?;
         truncated |= more;
         for entry in entries {
-            if out.len() >= limit {
+            let crate::storage::ListName { name, prefix: true, .. } = entry else { continue };
+            if opened >= limit {
                 truncated = true;
                 break;
             }
-            let crate::storage::ListName { name, prefix: true, .. } = entry else { continue };
+            opened += 1;
             let Ok(child_path) = path.child(&name) else { continue };
             let relative = child_path.relative_to(&group.path).to_string();
             let child = match open_in_with(group.mount.clone(), &child_path, &group.gate).await {
