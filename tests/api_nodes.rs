@@ -809,14 +809,19 @@ async fn children_are_bounded_by_the_listing_limit() {
 /// number of reads, and the answer says it was cut.
 #[tokio::test]
 async fn children_open_at_most_the_listing_limit_of_folders() {
-    let mut config = common::test_config();
-    config.limits.max_list_entries = 3;
-    let s = TestServer::start_with(Backend::Memory, "children_folders", config).await.expect("memory backend");
-    let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [2]});
-    send_json(&s, "PUT", "/api/v1/nodes/data/g/z", &spec).await.expect_status(201);
-    for i in 0..20 {
-        s.put(&format!("/zarr/data/g/p{i:02}/x"), vec![1u8]).await.expect_status(201);
+    // A group `g` of one array `z` behind 20 plain folders, under listing limit `limit`.
+    async fn group_behind_folders(limit: usize, test: &str) -> TestServer {
+        let mut config = common::test_config();
+        config.limits.max_list_entries = limit;
+        let s = TestServer::start_with(Backend::Memory, test, config).await.expect("memory backend");
+        let spec = json!({"driver": "zarr3", "dtype": "uint8", "shape": [2]});
+        send_json(&s, "PUT", "/api/v1/nodes/data/g/z", &spec).await.expect_status(201);
+        for i in 0..20 {
+            s.put(&format!("/zarr/data/g/p{i:02}/x"), vec![1u8]).await.expect_status(201);
+        }
+        s
     }
+    let s = group_behind_folders(3, "children_folders").await;
     let reads = |text: &str| -> u64 {
         let series = r#"zarrd_storage_operation_duration_seconds_count{mount="data",op="read"} "#;
         text.lines().find_map(|l| l.strip_prefix(series)?.parse().ok()).unwrap_or(0)
@@ -828,14 +833,8 @@ async fn children_open_at_most_the_listing_limit_of_folders() {
     assert_eq!((j["children"].as_array().unwrap().len(), j["children_truncated"].as_bool()), (0, Some(true)), "{j}");
     assert!(after - before <= 20, "{} reads to describe g", after - before);
     // With room for every folder, the array is found.
-    let mut config = common::test_config();
-    config.limits.max_list_entries = 30;
-    let s2 = TestServer::start_with(Backend::Memory, "children_folders_2", config).await.expect("memory backend");
-    send_json(&s2, "PUT", "/api/v1/nodes/data/g/z", &spec).await.expect_status(201);
-    for i in 0..20 {
-        s2.put(&format!("/zarr/data/g/p{i:02}/x"), vec![1u8]).await.expect_status(201);
-    }
-    let j = s2.get("/api/v1/nodes/data/g").await.json();
+    let s = group_behind_folders(30, "children_folders_2").await;
+    let j = s.get("/api/v1/nodes/data/g").await.json();
     assert_eq!((j["children"].as_array().unwrap().len(), j["children_truncated"].as_bool()), (1, Some(false)), "{j}");
 }
 

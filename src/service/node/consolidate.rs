@@ -37,9 +37,9 @@ async fn descendants(group: &NodeRef<'_>) -> ServiceResult<Vec<(NodePath, Node)>
     let mut names = 0usize;
     let mut doc_bytes = 0u64;
     let mut out = Vec::new();
+    let storage = group.mount().mount().storage();
     let mut frontier = vec![group.path().clone()];
     while let Some(path) = frontier.pop() {
-        let storage = group.mount().mount().storage();
         let (entries, more) = storage.list_names_limited(&path.prefix()?, max_names - names).await?;
         names += entries.len();
         if more {
