@@ -157,3 +157,38 @@ async fn slivers_of_large_chunks_are_not_cached() {
     let text = scrape(&s).await;
     assert!(sample(&text, "zarrd_chunk_cache_bytes") >= 1 << 20, "{text}");
 }
+
+/// A read lets at most half the chunk cache in, counted at each entry's
+/// real size: variable-length chunks are planned at an estimate per
+/// element, so a scan of string chunks that each decode to megabytes
+/// passed the planned check and took the whole cache (a black-box attack's
+/// finding: one 256 MiB entry kept from a scan).
+#[tokio::test]
+async fn a_scan_of_large_string_chunks_fills_at_most_half_the_cache() {
+    let mut config = common::test_config();
+    config.cache.chunk_bytes = 8 << 20;
+    config.limits.max_body_bytes = 32 << 20;
+    config.limits.max_put_bytes = 32 << 20;
+    let s = TestServer::start_with(Backend::Memory, "string_scan_cache", config).await.expect("server");
+    let doc = r#"{"zarr_format":3,"node_type":"array","shape":[8],"data_type":"string",
+ "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[2]}},
+ "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+ "fill_value":"","codecs":[{"name":"vlen-utf8"}],"attributes":{}}"#;
+    s.put("/zarr/data/s/zarr.json", doc).await.expect_status(201);
+    // Four chunks of two 1 MiB strings: 8 MiB decoded, the whole cache.
+    for c in 0..4u8 {
+        let mut chunk = 2u32.to_le_bytes().to_vec();
+        for e in 0..2u8 {
+            chunk.extend_from_slice(&(1u32 << 20).to_le_bytes());
+            chunk.extend(std::iter::repeat_n(b'a' + c * 2 + e, 1 << 20));
+        }
+        s.put(&format!("/zarr/data/s/c/{c}"), chunk).await.expect_status(201);
+    }
+    let r = s.get("/api/v1/data/data/s?sel=0:8&format=json").await;
+    r.expect_status(200);
+    let v: Vec<String> = serde_json::from_slice(&r.body).expect("JSON");
+    assert!(v.iter().enumerate().all(|(i, x)| x.len() == 1 << 20 && x.as_bytes()[0] == b'a' + i as u8));
+    let text = scrape(&s).await;
+    let cached = sample(&text, "zarrd_chunk_cache_bytes");
+    assert!(cached > 0 && cached <= 4 << 20, "half the 8 MiB cache at most, and the first chunk: {cached}");
+}

@@ -419,6 +419,13 @@ impl ArrayToBytesCodec for CodecChain {
         for (codec, &max) in self.bytes_to_bytes.iter().zip(&caps).rev() {
             bytes = codec.decode(bytes, max)?;
         }
+        if a2b_input.data_type.is_variable() {
+            // Reserved at an estimate: the decompressed bytes say what the
+            // elements take (their copies beside these bytes, a vector
+            // each), which the decode budget counts before they are made.
+            let items = a2b_input.num_elements().saturating_mul(std::mem::size_of::<Vec<u8>>() as u64);
+            budget::grow((bytes.len() as u64).saturating_mul(2).saturating_add(items));
+        }
         let mut data = self.array_to_bytes.decode(bytes, a2b_input)?;
         for (codec, repr) in self.array_to_array.iter().zip(&reprs).rev() {
             data = codec.decode(data, repr)?;

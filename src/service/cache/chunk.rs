@@ -30,7 +30,12 @@
 //! is one read's view (an array in a mount), which turns the engine's keys
 //! (relative to the array) into store keys, revalidates entries against
 //! the store's ETags as the mount's policy says, and lets a read's results
-//! in only when the read is small enough not to evict hot chunks.
+//! in only when the read is small enough not to evict hot chunks: the read
+//! decides from its planned size, and each view lets in at most half the
+//! cache's capacity in all, counted as entries arrive (a variable-length
+//! chunk's real size is known only once it is decoded: a scan of string
+//! chunks that each decode to hundreds of MiB would otherwise pass the
+//! planned check and take the whole cache).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -278,6 +283,10 @@ pub struct ArrayCache {
     /// Whether decoded data read now may enter the cache (shard indexes
     /// always do: they are small and every later read needs them).
     fill: bool,
+    /// Bytes of decoded data this view may still let in (half the cache's
+    /// capacity at first); an entry heavier than what is left ends the
+    /// view's filling.
+    allowance: AtomicU64,
 }
 
 impl ArrayCache {
@@ -288,7 +297,19 @@ impl ArrayCache {
     pub fn new(cache: Arc<ChunkCache>, mount_name: Arc<str>, array: &ArrayNode, fill: bool) -> Self {
         let mount = array.mount.clone();
         let recheck = mount.recheck_policy();
-        Self { cache, mount, mount_name, path: array.path.clone(), decoding: array.decoding, recheck, fill }
+        let allowance = AtomicU64::new(if fill { cache.capacity() / 2 } else { 0 });
+        Self { cache, mount, mount_name, path: array.path.clone(), decoding: array.decoding, recheck, fill, allowance }
+    }
+
+    /// Takes `data`'s weight from the allowance: `false` (and no more
+    /// filling by this view) when it does not fit in what is left.
+    fn admit(&self, data: Option<&ChunkData>) -> bool {
+        let w = data.map_or(0, data_weight) as u64 + ENTRY_OVERHEAD as u64;
+        let taken = self.allowance.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(w));
+        if taken.is_err() {
+            self.allowance.store(0, Ordering::Relaxed);
+        }
+        taken.is_ok()
     }
 
     /// The shared cache.
@@ -359,7 +380,7 @@ impl UnitCache for ArrayCache {
     }
 
     fn insert_chunk(&self, key: &str, version: Option<String>, data: Option<Arc<ChunkData>>, ticket: u64) {
-        if !self.fill {
+        if !self.fill || !self.admit(data.as_deref()) {
             return;
         }
         let Some(sk) = self.store_key(key) else { return };
@@ -409,7 +430,7 @@ impl UnitCache for ArrayCache {
     }
 
     fn insert_inner(&self, key: &str, inner: Vec<u64>, stamp: u64, data: Arc<ChunkData>, ticket: u64) {
-        if !self.fill {
+        if !self.fill || !self.admit(Some(&data)) {
             return;
         }
         let Some(sk) = self.store_key(key) else { return };
