@@ -135,6 +135,8 @@ pub enum StorageOp {
     Head,
     Put,
     Delete,
+    /// Many deletes at once ([`Storage::delete_many`](crate::storage::Storage::delete_many)).
+    DeleteMany,
     List,
     ListRecursive,
     IsPrefix,
@@ -143,8 +145,17 @@ pub enum StorageOp {
 
 impl StorageOp {
     /// Every operation, in slot order.
-    pub const ALL: [Self; 8] =
-        [Self::Read, Self::Head, Self::Put, Self::Delete, Self::List, Self::ListRecursive, Self::IsPrefix, Self::Probe];
+    pub const ALL: [Self; 9] = [
+        Self::Read,
+        Self::Head,
+        Self::Put,
+        Self::Delete,
+        Self::DeleteMany,
+        Self::List,
+        Self::ListRecursive,
+        Self::IsPrefix,
+        Self::Probe,
+    ];
 
     /// The label value.
     #[must_use]
@@ -154,6 +165,7 @@ impl StorageOp {
             Self::Head => "head",
             Self::Put => "put",
             Self::Delete => "delete",
+            Self::DeleteMany => "delete_many",
             Self::List => "list",
             Self::ListRecursive => "list_recursive",
             Self::IsPrefix => "is_prefix",

@@ -133,6 +133,10 @@ fn first_of(mut entries: Vec<ListEntry>, limit: usize) -> (Vec<ListEntry>, bool)
     (entries, more)
 }
 
+/// How many deletes [`Storage::delete_many`] keeps in flight, on backends
+/// that delete one object per request.
+pub const DELETE_CONCURRENCY: usize = 16;
+
 /// A storage backend. Implementations must be cheap to share (`Arc`).
 ///
 /// Concurrency: every method may be called concurrently. Writes are atomic
@@ -164,6 +168,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// A backend failure.
     async fn delete(&self, key: &StoreKey) -> StorageResult<()>;
+
+    /// Deletes many objects; deleting missing ones succeeds. On an error
+    /// some of them may be deleted. (The default deletes
+    /// [`DELETE_CONCURRENCY`] at a time; S3 and Azure send one request per
+    /// 1,000 and 256 keys.)
+    ///
+    /// # Errors
+    /// A backend failure.
+    async fn delete_many(&self, keys: &[StoreKey]) -> StorageResult<()> {
+        for batch in keys.chunks(DELETE_CONCURRENCY) {
+            futures::future::try_join_all(batch.iter().map(|k| self.delete(k))).await?;
+        }
+        Ok(())
+    }
 
     /// Lists the objects and common prefixes directly under `prefix`.
     ///

@@ -37,7 +37,7 @@ pub mod versioned;
 pub use attributes::{update_attributes, AttributeUpdate};
 pub use consolidate::consolidate;
 pub use create::{create, parse_create_body, Created, NewNode, OpenMode};
-pub use delete::{delete, DELETE_CONCURRENCY};
+pub use delete::delete;
 pub use describe::{children, describe, stats, ArrayFacts, Child, Children, Stats};
 pub use documents::{json_len, node_of_document_key, DocumentGate, DOCUMENT_NAMES, PARSE_COST_FACTOR};
 pub use open::{

@@ -109,6 +109,12 @@ impl Storage for Measured {
         self.record(StorageOp::Delete, start, self.inner.delete(key).await)
     }
 
+    async fn delete_many(&self, keys: &[StoreKey]) -> StorageResult<()> {
+        turn().await;
+        let start = Instant::now();
+        self.record(StorageOp::DeleteMany, start, self.inner.delete_many(keys).await)
+    }
+
     async fn list(&self, prefix: &KeyPrefix) -> StorageResult<Vec<ListEntry>> {
         turn().await;
         let start = Instant::now();

@@ -517,12 +517,16 @@ impl Mount {
     }
 
     fn stripe(&self, key: &StoreKey) -> &Mutex<()> {
+        &self.write_locks[self.stripe_index(key)]
+    }
+
+    fn stripe_index(&self, key: &StoreKey) -> usize {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         key.hash(&mut h);
         // Truncation is fine: only the low bits pick a stripe.
         #[allow(clippy::cast_possible_truncation)]
         let i = (h.finish() as usize) % self.write_locks.len();
-        &self.write_locks[i]
+        i
     }
 
     /// Writes one key. Writes to the same key are serialised in this process,
@@ -547,6 +551,29 @@ impl Mount {
         let _guard = self.stripe(key).lock().await;
         let result = self.storage.delete(key).await;
         self.notify(key);
+        result
+    }
+
+    /// Deletes `keys` together ([`Storage::delete_many`]: S3 takes 1,000 per
+    /// request), holding the write locks of all of them, taken in stripe
+    /// order (every other writer holds one stripe at a time, so two of
+    /// these never wait for each other), and tells the listener of each.
+    ///
+    /// # Errors
+    /// As [`Storage::delete_many`]; every key is reported to the listener
+    /// even then (some may be gone).
+    pub async fn delete_many(&self, keys: &[StoreKey]) -> StorageResult<()> {
+        let mut stripes: Vec<usize> = keys.iter().map(|k| self.stripe_index(k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for i in stripes {
+            guards.push(self.write_locks[i].lock().await);
+        }
+        let result = self.storage.delete_many(keys).await;
+        for key in keys {
+            self.notify(key);
+        }
         result
     }
 

@@ -12,7 +12,9 @@ use crate::service::{NodeRef, ServiceError, ServiceResult};
 use crate::storage::{KeyPrefix, Mount};
 use crate::zarr::array::ZarrFormat;
 
-/// Deletes keys (relative to `prefix`), in batches of [`DELETE_CONCURRENCY`].
+/// Deletes keys (relative to `prefix`), [`DELETE_BATCH`] at a time
+/// ([`Mount::delete_many`]: one request per batch on S3, where one per key
+/// cost a recursive delete of 24,000 objects 23,810 requests and 93 s).
 pub(super) async fn delete_keys<'a>(
     mount: &Mount,
     prefix: &KeyPrefix,
@@ -20,14 +22,16 @@ pub(super) async fn delete_keys<'a>(
 ) -> ServiceResult<u64> {
     let keys = names.map(|n| prefix.child(n)).collect::<Result<Vec<_>, _>>()?;
     let count = keys.len() as u64;
-    for batch in keys.chunks(DELETE_CONCURRENCY) {
-        futures::future::try_join_all(batch.iter().map(|k| mount.delete(k))).await?;
+    for batch in keys.chunks(DELETE_BATCH) {
+        mount.delete_many(batch).await?;
     }
     Ok(count)
 }
 
-/// How many deletes a delete or resize keeps in flight.
-pub const DELETE_CONCURRENCY: usize = 16;
+/// How many keys a delete or resize deletes together: S3's most per
+/// request. (Backends that delete one object per request keep
+/// [`DELETE_CONCURRENCY`](crate::storage::DELETE_CONCURRENCY) in flight.)
+pub const DELETE_BATCH: usize = 1000;
 
 /// Deletes every key of the node (its documents and everything under it)
 /// through `mount`, the node's mount as [`NodeRef::writable`] gave it.
