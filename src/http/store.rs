@@ -419,10 +419,11 @@ fn redirect_to_listing(uri: &Uri) -> Response {
 )]
 pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let (mount, target) = parse_target(&uri)?;
+    // A read-only mount refuses every write (405), whatever the key.
+    app.mount_ref(&mount)?.writable()?;
     let Target::Key(key) = target else {
         return Err(ErrorCode::InvalidKey.error("cannot PUT a prefix: the key must not end with `/`"));
     };
-    app.mount_ref(&mount)?.writable()?;
     let preconditions = read_request(&headers, false).preconditions;
     let (bytes, _share) =
         read_upload(&headers, body, app.config().limits.max_put_bytes, "limits.max_put_bytes", &UploadBudget::of(&app))
@@ -460,10 +461,13 @@ pub async fn put_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, 
 )]
 pub async fn delete_key(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap) -> ApiResult<StatusCode> {
     let (mount, target) = parse_target(&uri)?;
+    // A read-only mount refuses every delete (405), whatever the key.
+    let at = app.mount_ref(&mount)?;
+    at.writable()?;
     let Target::Key(key) = target else {
         return Err(ErrorCode::InvalidKey.error("cannot DELETE a prefix: the key must not end with `/`"));
     };
-    store::delete(&app.mount_ref(&mount)?, &key, &read_request(&headers, false).preconditions).await?;
+    store::delete(&at, &key, &read_request(&headers, false).preconditions).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
