@@ -598,6 +598,27 @@ fn float_of(v: &Value) -> Option<f64> {
     }
 }
 
+/// `narrow`, the value `x` (from `v`) as an element of the narrower float
+/// type `dt`, unless a finite number became infinite: a number beyond the
+/// type's range is refused rather than stored as an infinity nobody wrote
+/// (`1e39` as float32; the infinities are written `"Infinity"`).
+fn in_range<T: Copy>(
+    v: &Value,
+    dt: &DataType,
+    x: f64,
+    narrow: T,
+    infinite: impl Fn(T) -> bool,
+) -> std::result::Result<T, String> {
+    if x.is_finite() && infinite(narrow) {
+        return Err(format!(
+            "{} is beyond the range of {} (write \"Infinity\" for an infinity)",
+            brief(v),
+            type_name(dt)
+        ));
+    }
+    Ok(narrow)
+}
+
 /// One element of `dt` from JSON.
 fn element(v: &Value, dt: &DataType, out: &mut Out) -> std::result::Result<(), String> {
     let wrong = || format!("{} is not a {} value", brief(v), type_name(dt));
@@ -632,10 +653,19 @@ fn element(v: &Value, dt: &DataType, out: &mut Out) -> std::result::Result<(), S
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // checked range
             out.bytes(&[(x as i8) as u8]);
         }
-        DataType::Float16 => out.bytes(&f16::from_f64(float_of(v).ok_or_else(wrong)?).to_le_bytes()),
-        DataType::BFloat16 => out.bytes(&bf16::from_f64(float_of(v).ok_or_else(wrong)?).to_le_bytes()),
+        DataType::Float16 => {
+            let x = float_of(v).ok_or_else(wrong)?;
+            out.bytes(&in_range(v, dt, x, f16::from_f64(x), f16::is_infinite)?.to_le_bytes());
+        }
+        DataType::BFloat16 => {
+            let x = float_of(v).ok_or_else(wrong)?;
+            out.bytes(&in_range(v, dt, x, bf16::from_f64(x), bf16::is_infinite)?.to_le_bytes());
+        }
         #[allow(clippy::cast_possible_truncation)] // float32 elements
-        DataType::Float32 => out.bytes(&(float_of(v).ok_or_else(wrong)? as f32).to_le_bytes()),
+        DataType::Float32 => {
+            let x = float_of(v).ok_or_else(wrong)?;
+            out.bytes(&in_range(v, dt, x, x as f32, f32::is_infinite)?.to_le_bytes());
+        }
         DataType::Float64 => out.bytes(&float_of(v).ok_or_else(wrong)?.to_le_bytes()),
         DataType::Complex64 | DataType::Complex128 => {
             let parts = v.as_array().filter(|a| a.len() == 2).ok_or_else(|| format!("{} is not [re, im]", brief(v)))?;
@@ -643,7 +673,7 @@ fn element(v: &Value, dt: &DataType, out: &mut Out) -> std::result::Result<(), S
                 let x = float_of(p).ok_or_else(|| format!("{} is not [re, im]", brief(v)))?;
                 if *dt == DataType::Complex64 {
                     #[allow(clippy::cast_possible_truncation)] // complex64 parts are float32
-                    out.bytes(&(x as f32).to_le_bytes());
+                    out.bytes(&in_range(v, dt, x, x as f32, f32::is_infinite)?.to_le_bytes());
                 } else {
                     out.bytes(&x.to_le_bytes());
                 }
@@ -820,5 +850,28 @@ mod tests {
         let e = decode(b"[300]", &DataType::UInt8, &[1]).unwrap_err().0;
         assert!(e.contains("300") && e.contains("uint8"), "{e}");
         assert!(decode(b"[1,", &DataType::UInt8, &[1]).unwrap_err().0.contains("not valid JSON"));
+    }
+
+    /// A finite number beyond a narrower float type's range is refused,
+    /// naming the element and the type; the largest finite values, the
+    /// infinities written as such, and values that round to zero are not.
+    #[test]
+    fn numbers_beyond_a_float_types_range_are_refused() {
+        for (body, dt, shape) in [
+            (&b"[1, 1e39]"[..], DataType::Float32, 2),
+            (b"[1, -3.5e38]", DataType::Float32, 2),
+            (b"[[1e39, 0], [0, 0]]", DataType::Complex64, 2),
+            (b"[70000]", DataType::Float16, 1),
+            (b"[1e39]", DataType::BFloat16, 1),
+        ] {
+            let e = decode(body, &dt, &[shape]).unwrap_err().0;
+            assert!(e.contains("beyond the range of") && e.contains(&type_name(&dt)), "{dt:?}: {e}");
+        }
+        let d = decode(br#"[3.4028234e38, "Infinity", 1e-50]"#, &DataType::Float32, &[3]).unwrap();
+        let got: Vec<f32> = fixed(&d).chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(got, vec![f32::MAX, f32::INFINITY, 0.0]);
+        assert!(decode(b"[65504]", &DataType::Float16, &[1]).is_ok(), "float16's largest");
+        let e = decode(b"[1e39]", &DataType::Float32, &[1]).unwrap_err().0;
+        assert!(e.contains("at [0]") || e.contains("1e39"), "{e}");
     }
 }
