@@ -710,7 +710,8 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
     let composes = matches!(plan.method, Method::Stride | Method::Min | Method::Max);
     for (k, cumulative) in cumulative.iter().enumerate().skip(scheme.held + 1) {
         job.level.store(k as u64, Ordering::Relaxed);
-        let onepass::Level { array: level, path } = &levels[k - 1];
+        let target = &levels[k - 1];
+        let level = &target.array;
         // The level it is computed from, and by which factors.
         let (from, factors) = if composes {
             (level_path(k - 1)?, plan.steps[k - 1].clone())
@@ -742,7 +743,7 @@ async fn run(app: &Arc<App>, job: &Job, plan: &Plan, source: &ArrayNode) -> Serv
                             start.iter().zip(chunk).zip(shape).map(|((&s, &n), &e)| (s + n).min(e) - s).collect();
                         let data = view.read_box(&start, &size).await?;
                         job.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                        onepass::write_box(app, mount_name, path, &start, &size, data).await?;
+                        onepass::write_box(app, mount_name, target, &start, &size, data).await?;
                     }
                     job.done.fetch_add(1, Ordering::Relaxed);
                     Ok::<_, ServiceError>(())

@@ -219,6 +219,11 @@ def test_pyramids_of_v3_v2_and_sharded_arrays_equal_tensorstore(root, logs):
         with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
             metrics = r.read().decode()
         assert 'zarrd_jobs{state="completed"} 3' in metrics and "zarrd_job_chunks_done " in metrics, metrics[-2000:]
+        # Level chunks of nothing but the fill value (the sources' missing thirds) are not
+        # written, nor deleted: they were found missing (a delete per chunk on S3 before).
+        deletes = [line for line in metrics.splitlines()
+                   if line.startswith("zarrd_storage_operation_duration_seconds_count") and 'op="delete' in line]
+        assert all(line.endswith(" 0") for line in deletes), deletes
     finally:
         server.stop()
 

@@ -123,7 +123,7 @@ fn chunks_in_flight(node: &ArrayNode) -> usize {
 }
 
 /// Whether the array keeps chunks equal to the fill value.
-fn keeps_empty_chunks(node: &ArrayNode, requested: Option<bool>) -> bool {
+pub(crate) fn keeps_empty_chunks(node: &ArrayNode, requested: Option<bool>) -> bool {
     requested.unwrap_or_else(|| {
         node.desc.attributes.get(WRITE_EMPTY_CHUNKS_ATTRIBUTE).and_then(serde_json::Value::as_bool).unwrap_or(false)
     })
