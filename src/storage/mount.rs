@@ -37,6 +37,38 @@ use crate::metrics::StorageMetrics;
 /// Number of lock stripes per mount serialising writes to one key.
 const WRITE_STRIPES: usize = 256;
 
+/// The most keys [`Mount::delete_many`] deletes in one batch (S3's most
+/// per `DeleteObjects` request).
+pub const DELETE_BATCH: usize = 1000;
+
+/// The most write-lock stripes one batch of [`Mount::delete_many`] holds:
+/// a sixteenth of them.
+pub const STRIPES_PER_DELETE: usize = WRITE_STRIPES / 16;
+
+/// `keys` (sorted by stripe) cut into batches of at most [`DELETE_BATCH`]
+/// keys and [`STRIPES_PER_DELETE`] distinct stripes, in order.
+fn delete_batches<'a, T>(keys: &'a [(usize, T)]) -> impl Iterator<Item = &'a [(usize, T)]> + 'a {
+    let mut rest = keys;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (mut end, mut stripes) = (0, 0);
+        while end < rest.len() && end < DELETE_BATCH {
+            if end == 0 || rest[end].0 != rest[end - 1].0 {
+                if stripes == STRIPES_PER_DELETE {
+                    break;
+                }
+                stripes += 1;
+            }
+            end += 1;
+        }
+        let (batch, after) = rest.split_at(end);
+        rest = after;
+        Some(batch)
+    })
+}
+
 /// A mount as configured.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -554,27 +586,42 @@ impl Mount {
         result
     }
 
-    /// Deletes `keys` together ([`Storage::delete_many`]: S3 takes 1,000 per
-    /// request), holding the write locks of all of them, taken in stripe
-    /// order (every other writer holds one stripe at a time, so two of
-    /// these never wait for each other), and tells the listener of each.
+    /// Deletes `keys` in batches ([`Storage::delete_many`]: S3 takes 1,000
+    /// keys per request), each holding the write locks of its keys, taken
+    /// in stripe order (every other writer holds one stripe at a time, so
+    /// two of these never wait for each other), and tells the listener of
+    /// each key of a batch once it is done. The keys are sorted by stripe
+    /// and a batch covers at most [`DELETE_BATCH`] keys and
+    /// [`STRIPES_PER_DELETE`] stripes: a batch whose request hangs (until
+    /// the request timeout) holds back writes to a sixteenth of the keys,
+    /// not all of them (1,000 keys spread over every stripe held 98 % of
+    /// them). A round of many keys still makes full batches: 100,000 keys
+    /// are about 390 per stripe.
     ///
     /// # Errors
-    /// As [`Storage::delete_many`]; every key is reported to the listener
-    /// even then (some may be gone).
+    /// As [`Storage::delete_many`], for the first batch that fails (its
+    /// keys are reported to the listener: some may be gone); later batches
+    /// are not sent.
     pub async fn delete_many(&self, keys: &[StoreKey]) -> StorageResult<()> {
-        let mut stripes: Vec<usize> = keys.iter().map(|k| self.stripe_index(k)).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let mut guards = Vec::with_capacity(stripes.len());
-        for i in stripes {
-            guards.push(self.write_locks[i].lock().await);
+        let mut by_stripe: Vec<(usize, &StoreKey)> = keys.iter().map(|k| (self.stripe_index(k), k)).collect();
+        by_stripe.sort_unstable_by_key(|&(stripe, _)| stripe);
+        for batch in delete_batches(&by_stripe) {
+            let mut guards = Vec::with_capacity(STRIPES_PER_DELETE);
+            let mut last = None;
+            for &(stripe, _) in batch {
+                if last != Some(stripe) {
+                    guards.push(self.write_locks[stripe].lock().await);
+                    last = Some(stripe);
+                }
+            }
+            let batch_keys: Vec<StoreKey> = batch.iter().map(|&(_, k)| k.clone()).collect();
+            let result = self.storage.delete_many(&batch_keys).await;
+            for key in &batch_keys {
+                self.notify(key);
+            }
+            result?;
         }
-        let result = self.storage.delete_many(keys).await;
-        for key in keys {
-            self.notify(key);
-        }
-        result
+        Ok(())
     }
 
     /// Checks the backend answers.
@@ -614,6 +661,115 @@ impl From<MountError> for StorageError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delete_batches_hold_few_stripes_and_cover_every_key_once() {
+        // Keys on stripes in sorted order: few per stripe, then many.
+        let mut keys: Vec<(usize, u32)> = (0..3000u32).map(|i| ((i as usize * 7919) % WRITE_STRIPES, i)).collect();
+        keys.extend((0..2500u32).map(|i| (WRITE_STRIPES - 1, 10_000 + i)));
+        keys.sort_unstable();
+        let batches: Vec<_> = delete_batches(&keys).collect();
+        let mut seen = Vec::new();
+        for b in &batches {
+            let mut stripes: Vec<usize> = b.iter().map(|&(s, _)| s).collect();
+            stripes.dedup();
+            assert!(!b.is_empty() && b.len() <= DELETE_BATCH && stripes.len() <= STRIPES_PER_DELETE, "{}", b.len());
+            seen.extend_from_slice(b);
+        }
+        assert_eq!(seen, keys);
+        // 3,000 keys over 256 stripes: batches of 16 stripes (the last with the start of the
+        // stripe of 2,500 keys); the rest of that stripe: batches of 1,000.
+        assert_eq!(batches.len(), 15 + 3, "{:?}", batches.iter().map(|b| b.len()).collect::<Vec<_>>());
+        assert_eq!(delete_batches::<u32>(&[]).count(), 0);
+    }
+
+    /// Memory storage whose bulk delete waits until released.
+    #[derive(Debug)]
+    struct HeldDeletes {
+        inner: ObjectBackend,
+        started: tokio::sync::Notify,
+        release: tokio::sync::Notify,
+    }
+
+    #[async_trait::async_trait]
+    impl Storage for HeldDeletes {
+        async fn read(
+            &self,
+            key: &StoreKey,
+            r: &super::super::ReadRequest,
+        ) -> StorageResult<super::super::ReadOutcome> {
+            self.inner.read(key, r).await
+        }
+        async fn head(&self, key: &StoreKey) -> StorageResult<super::super::ObjectMeta> {
+            self.inner.head(key).await
+        }
+        async fn put(&self, key: &StoreKey, body: Bytes, condition: &PutCondition) -> StorageResult<PutOutcome> {
+            self.inner.put(key, body, condition).await
+        }
+        async fn delete(&self, key: &StoreKey) -> StorageResult<()> {
+            self.inner.delete(key).await
+        }
+        async fn delete_many(&self, keys: &[StoreKey]) -> StorageResult<()> {
+            self.started.notify_one();
+            self.release.notified().await;
+            self.inner.delete_many(keys).await
+        }
+        async fn list(&self, prefix: &KeyPrefix) -> StorageResult<Vec<super::super::ListEntry>> {
+            self.inner.list(prefix).await
+        }
+        async fn list_recursive(
+            &self,
+            prefix: &KeyPrefix,
+            limit: usize,
+        ) -> StorageResult<Vec<(String, super::super::ObjectMeta)>> {
+            self.inner.list_recursive(prefix, limit).await
+        }
+        async fn is_prefix(&self, key: &StoreKey) -> StorageResult<bool> {
+            self.inner.is_prefix(key).await
+        }
+        async fn probe(&self) -> StorageResult<()> {
+            self.inner.probe().await
+        }
+    }
+
+    /// A bulk delete whose request hangs holds back writes to the keys of
+    /// its batch's stripes only: most writes to other keys go through
+    /// (2,000 keys spread over every stripe held all of them).
+    #[tokio::test]
+    async fn a_hung_bulk_delete_holds_back_few_writes() {
+        let inner = ObjectBackend::new(Arc::new(InMemory::new()), "").unwrap();
+        let storage =
+            Arc::new(HeldDeletes { inner, started: tokio::sync::Notify::new(), release: tokio::sync::Notify::new() });
+        let mount = Arc::new(Mount::from_storage("m", "memory://", false, storage.clone()));
+        let keys: Vec<StoreKey> = (0..2000).map(|i| StoreKey::new(&format!("old/{i}")).unwrap()).collect();
+        let deleting = tokio::spawn({
+            let (mount, keys) = (mount.clone(), keys.clone());
+            async move { mount.delete_many(&keys).await }
+        });
+        storage.started.notified().await;
+        let writes = (0..64).map(|i| {
+            let mount = mount.clone();
+            async move {
+                let key = StoreKey::new(&format!("new/{i}")).unwrap();
+                let put = mount.put(&key, Bytes::from_static(b"x"), &PutCondition::None);
+                tokio::time::timeout(std::time::Duration::from_millis(500), put).await.is_ok()
+            }
+        });
+        let done = futures::future::join_all(writes).await.into_iter().filter(|&ok| ok).count();
+        assert!(done >= 48, "{done} of 64 writes got through while a batch was held");
+        // Released, every batch goes and the delete ends.
+        let releaser = tokio::spawn({
+            let storage = storage.clone();
+            async move {
+                loop {
+                    storage.release.notify_one();
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+        });
+        deleting.await.unwrap().unwrap();
+        releaser.abort();
+    }
 
     #[test]
     fn bad_urls_name_the_mount() {

@@ -12,26 +12,20 @@ use crate::service::{NodeRef, ServiceError, ServiceResult};
 use crate::storage::{KeyPrefix, Mount};
 use crate::zarr::array::ZarrFormat;
 
-/// Deletes keys (relative to `prefix`), [`DELETE_BATCH`] at a time
-/// ([`Mount::delete_many`]: one request per batch on S3, where one per key
-/// cost a recursive delete of 24,000 objects 23,810 requests and 93 s).
+/// Deletes keys (relative to `prefix`) through [`Mount::delete_many`]:
+/// batches of up to 1,000 keys, one request each on S3, where one per key
+/// cost a recursive delete of 24,000 objects 23,810 requests and 93 s.
+/// (Backends that delete one object per request keep
+/// [`DELETE_CONCURRENCY`](crate::storage::DELETE_CONCURRENCY) in flight.)
 pub(super) async fn delete_keys<'a>(
     mount: &Mount,
     prefix: &KeyPrefix,
     names: impl Iterator<Item = &'a String>,
 ) -> ServiceResult<u64> {
     let keys = names.map(|n| prefix.child(n)).collect::<Result<Vec<_>, _>>()?;
-    let count = keys.len() as u64;
-    for batch in keys.chunks(DELETE_BATCH) {
-        mount.delete_many(batch).await?;
-    }
-    Ok(count)
+    mount.delete_many(&keys).await?;
+    Ok(keys.len() as u64)
 }
-
-/// How many keys a delete or resize deletes together: S3's most per
-/// request. (Backends that delete one object per request keep
-/// [`DELETE_CONCURRENCY`](crate::storage::DELETE_CONCURRENCY) in flight.)
-pub const DELETE_BATCH: usize = 1000;
 
 /// Deletes every key of the node (its documents and everything under it)
 /// through `mount`, the node's mount as [`NodeRef::writable`] gave it.
