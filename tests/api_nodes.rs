@@ -394,7 +394,7 @@ async fn resize_grows_and_shrinks(s: TestServer) {
 }
 
 /// A recursive delete and a shrinking resize delete their chunks together
-/// (`Storage::delete_many`: one request per 1,000 keys on S3, where one
+/// (`Storage::delete_many`: one request per batch of up to 1,000 keys on S3, where one
 /// per key cost 24,000 objects 23,810 requests), and what they delete
 /// leaves the caches: a chunk read before the delete is not read again
 /// from the cache after it.
@@ -410,12 +410,14 @@ async fn deletes_objects_together(s: TestServer) {
     let put = s.request("PUT", "/api/v1/data/data/g/a?sel=:").header("content-type", "application/octet-stream");
     s.send(put.body(body.clone())).await.expect_status(204);
     assert_eq!(s.get("/api/v1/data/data/g/a?sel=:&format=raw").await.body, body, "read, and cached");
-    // Shrinking to 20 deletes 40 chunks together.
+    // Shrinking to 20 deletes 40 chunks together: batches of at most 16 of the mount's
+    // 256 lock stripes, so at most 3 for 40 keys.
     let before = s.get("/metrics").await.text();
     let r = send_json(&s, "POST", "/api/v1/resize/data/g/a", &json!({"shape": [20]})).await;
     assert_eq!(r.json()["deleted_chunks"], 40);
     let after = s.get("/metrics").await.text();
-    assert_eq!(ops(&after, "delete_many") - ops(&before, "delete_many"), 1, "{after}");
+    let batches = ops(&after, "delete_many") - ops(&before, "delete_many");
+    assert!((1..=3).contains(&batches), "{batches} batches: {after}");
     assert_eq!(ops(&after, "delete"), ops(&before, "delete"), "no delete one key at a time");
     s.get("/zarr/data/g/a/39").await.expect_status(404);
     // Grown back, the deleted chunks read as the fill value, not the cached data.
