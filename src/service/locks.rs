@@ -53,6 +53,7 @@ pub struct WriteGuard {
 /// Held while changing a node as a whole (resize, attributes, delete).
 #[derive(Debug)]
 pub struct ExclusiveGuard {
+    _parents: Vec<OwnedRwLockReadGuard<()>>,
     _node: OwnedRwLockWriteGuard<()>,
 }
 
@@ -79,10 +80,14 @@ impl MountLocks {
     }
 
     /// The node locks that exist for `key`'s parent paths (`a/b/c` →
-    /// `a/b`, `a`, `""`).
+    /// `a/b`, `a`, `""`), innermost first; none for the root (`""`).
     fn existing_parents(&self, key: &str) -> Vec<Arc<RwLock<()>>> {
         let nodes = self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out = Vec::new();
+        if key.is_empty() {
+            // The mount's root has no parent.
+            return out;
+        }
         let mut path = key;
         loop {
             path = path.rsplit_once('/').map_or("", |(p, _)| p);
@@ -107,22 +112,71 @@ impl MountLocks {
         guards
     }
 
+    /// The node locks that exist for the paths strictly below `path`.
+    fn existing_below(&self, path: &str) -> Vec<Arc<RwLock<()>>> {
+        let nodes = self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        nodes
+            .iter()
+            .filter(|(p, _)| if path.is_empty() { !p.is_empty() } else { is_below(p, path) })
+            .filter_map(|(_, w)| w.upgrade())
+            .collect()
+    }
+
+    /// Takes, shared, the node locks that exist for `path`'s parents,
+    /// outermost first, then `own` (the node's own lock taken as its
+    /// caller says), then the stripes of `keys`; again from the start when
+    /// a parent's lock was made meanwhile (a delete or resize of a parent
+    /// began: its holder waits for writers below it that hold their own
+    /// lock, so the writer lets go and queues behind it). So a recursive
+    /// delete of a group keeps out writes to every node in it, not only
+    /// to the group's own keys (a black-box attack: slice writes to `G/A`
+    /// during a delete of `G` stored chunks after the delete's listing,
+    /// and they were found again under a new `G/A`).
+    async fn with_parents<G, F, Fut>(
+        &self,
+        path: &str,
+        keys: &[&str],
+        own: F,
+    ) -> (Vec<OwnedRwLockReadGuard<()>>, G, Vec<OwnedMutexGuard<()>>)
+    where
+        F: Fn(Arc<RwLock<()>>) -> Fut,
+        Fut: std::future::Future<Output = G>,
+    {
+        loop {
+            let parents = self.existing_parents(path);
+            let mut held = Vec::with_capacity(parents.len());
+            // `existing_parents` answers innermost first.
+            for lock in parents.iter().rev() {
+                held.push(lock.clone().read_owned().await);
+            }
+            let guard = own(self.node(path)).await;
+            let stripes = self.stripes(keys).await;
+            let now = self.existing_parents(path);
+            if now.iter().all(|l| parents.iter().any(|p| Arc::ptr_eq(p, l))) {
+                return (held, guard, stripes);
+            }
+        }
+    }
+
     /// Locks `keys` (full store keys) of the node at `node_path` for a
-    /// read-modify-write.
+    /// read-modify-write: the node's parents' locks and its own shared,
+    /// then the keys' stripes.
     pub async fn write_keys(&self, node_path: &str, keys: &[&str]) -> WriteGuard {
-        let node = self.node(node_path).read_owned().await;
-        WriteGuard { _nodes: vec![node], _whole: None, _stripes: self.stripes(keys).await }
+        let (mut nodes, own, stripes) = self.with_parents(node_path, keys, |l| l.read_owned()).await;
+        nodes.push(own);
+        WriteGuard { _nodes: nodes, _whole: None, _stripes: stripes }
     }
 
     /// Locks every key of the node at `node_path`, for a write that
     /// touches at least [`STRIPES`] chunks (cheaper than listing its
-    /// keys): its node lock exclusive, which every other writer of its keys
-    /// (slice writes, raw key writes) holds shared. The stripes, shared by
-    /// every array of the mount, stay free: writes to other arrays go on.
+    /// keys): its parents' locks shared and its node lock exclusive, which
+    /// every other writer of its keys (slice writes, raw key writes) holds
+    /// shared. The stripes, shared by every array of the mount, stay free:
+    /// writes to other arrays go on.
     pub async fn write_all_keys(&self, node_path: &str) -> WriteGuard {
-        let node = self.node(node_path).write_owned().await;
+        let (nodes, own, _) = self.with_parents(node_path, &[], |l| l.write_owned()).await;
         self.drain_stripes().await;
-        WriteGuard { _nodes: Vec::new(), _whole: Some(node), _stripes: Vec::new() }
+        WriteGuard { _nodes: nodes, _whole: Some(own), _stripes: Vec::new() }
     }
 
     /// Waits for every key write already holding a stripe to end (each
@@ -142,7 +196,7 @@ impl MountLocks {
         loop {
             let parents = self.existing_parents(key);
             let mut nodes = Vec::with_capacity(parents.len());
-            for lock in &parents {
+            for lock in parents.iter().rev() {
                 nodes.push(lock.clone().read_owned().await);
             }
             let stripes = self.stripes(&[key]).await;
@@ -155,13 +209,25 @@ impl MountLocks {
         }
     }
 
-    /// Locks the node at `node_path` exclusively: waits for every writer of
-    /// its keys to finish and keeps new ones out.
+    /// Locks the node at `node_path` exclusively (its parents' locks
+    /// shared): waits for every writer of its keys and of the nodes below
+    /// it to finish and keeps new ones out.
     pub async fn exclusive(&self, node_path: &str) -> ExclusiveGuard {
-        let node = self.node(node_path).write_owned().await;
+        let (parents, node, _) = self.with_parents(node_path, &[], |l| l.write_owned()).await;
         self.drain_stripes().await;
-        ExclusiveGuard { _node: node }
+        // Writers below that took their own lock before this one existed
+        // (they hold no lock of this node): each ends, or finds this lock
+        // when it checks its parents again and lets go.
+        for lock in self.existing_below(node_path) {
+            drop(lock.write_owned().await);
+        }
+        ExclusiveGuard { _parents: parents, _node: node }
     }
+}
+
+/// Whether `path` is strictly below `parent` (`a/b` is below `a`, `ab` is not).
+fn is_below(path: &str, parent: &str) -> bool {
+    path.len() > parent.len() && path.starts_with(parent) && path.as_bytes()[parent.len()] == b'/'
 }
 
 #[cfg(test)]
@@ -235,6 +301,50 @@ mod tests {
         assert!(!all.is_finished(), "the whole-array writer must wait for the raw write");
         drop(raw);
         tokio::time::timeout(Duration::from_secs(1), all).await.expect("released").unwrap();
+    }
+
+    /// A node's exclusive lock (a recursive delete, a resize) keeps out
+    /// writers of every node below it, those that began before it included
+    /// (a black-box attack: slice writes to `G/A` went on during a
+    /// recursive delete of `G`).
+    #[tokio::test]
+    async fn a_parents_exclusive_lock_keeps_out_writers_below_it() {
+        let quick = Duration::from_millis(50);
+        let locks = Arc::new(MountLocks::default());
+        // A writer of G/A that began before G's lock existed: the delete waits for it.
+        let early = locks.write_keys("G/A", &["G/A/c/0"]).await;
+        let l2 = locks.clone();
+        let delete = tokio::spawn(async move { l2.exclusive("G").await });
+        tokio::time::sleep(quick).await;
+        assert!(!delete.is_finished(), "the delete of G must wait for the writer of G/A");
+        drop(early);
+        let held = tokio::time::timeout(Duration::from_secs(1), delete).await.expect("acquired").unwrap();
+        // While it is held, writers below G wait: slice, whole-array, raw keys, resizes, deeper nodes.
+        let (a, b, c, d, e) = (locks.clone(), locks.clone(), locks.clone(), locks.clone(), locks.clone());
+        let waiting = [
+            tokio::spawn(async move { drop(a.write_keys("G/A", &["G/A/c/1"]).await) }),
+            tokio::spawn(async move { drop(b.write_all_keys("G/A").await) }),
+            tokio::spawn(async move { drop(c.raw_key("G/A/c/2").await) }),
+            tokio::spawn(async move { drop(d.exclusive("G/A").await) }),
+            tokio::spawn(async move { drop(e.write_keys("G/x/y", &["G/x/y/c/0"]).await) }),
+        ];
+        tokio::time::sleep(quick).await;
+        assert!(waiting.iter().all(|w| !w.is_finished()), "writers below G must wait");
+        // Others go on: a sibling whose name starts the same, the root's own keys.
+        drop(tokio::time::timeout(quick, locks.write_keys("GA", &["GA/c/0"])).await.expect("GA is not below G"));
+        drop(tokio::time::timeout(quick, locks.write_keys("", &["zarr.json"])).await.expect("the root"));
+        drop(held);
+        for w in waiting {
+            tokio::time::timeout(Duration::from_secs(1), w).await.expect("released").unwrap();
+        }
+        // The root's exclusive lock waits for writers anywhere, and takes no lock of its own twice.
+        let w = locks.write_keys("x/y", &["x/y/c/0"]).await;
+        let l3 = locks.clone();
+        let root = tokio::spawn(async move { drop(l3.exclusive("").await) });
+        tokio::time::sleep(quick).await;
+        assert!(!root.is_finished());
+        drop(w);
+        tokio::time::timeout(Duration::from_secs(1), root).await.expect("root acquired").unwrap();
     }
 
     #[tokio::test]
