@@ -123,8 +123,8 @@ impl MountLocks {
     }
 
     /// Takes, shared, the node locks that exist for `path`'s parents,
-    /// outermost first, then `own` (the node's own lock taken as its
-    /// caller says), then the stripes of `keys`; again from the start when
+    /// outermost first, then what `own` takes (the node's own lock, as its
+    /// caller says; nothing for a raw key), then the stripes of `keys`; again from the start when
     /// a parent's lock was made meanwhile (a delete or resize of a parent
     /// began: its holder waits for writers below it that hold their own
     /// lock, so the writer lets go and queues behind it). So a recursive
@@ -139,7 +139,7 @@ impl MountLocks {
         own: F,
     ) -> (Vec<OwnedRwLockReadGuard<()>>, G, Vec<OwnedMutexGuard<()>>)
     where
-        F: Fn(Arc<RwLock<()>>) -> Fut,
+        F: Fn() -> Fut,
         Fut: std::future::Future<Output = G>,
     {
         loop {
@@ -149,7 +149,7 @@ impl MountLocks {
             for lock in parents.iter().rev() {
                 held.push(lock.clone().read_owned().await);
             }
-            let guard = own(self.node(path)).await;
+            let guard = own().await;
             let stripes = self.stripes(keys).await;
             let now = self.existing_parents(path);
             if now.iter().all(|l| parents.iter().any(|p| Arc::ptr_eq(p, l))) {
@@ -162,7 +162,7 @@ impl MountLocks {
     /// read-modify-write: the node's parents' locks and its own shared,
     /// then the keys' stripes.
     pub async fn write_keys(&self, node_path: &str, keys: &[&str]) -> WriteGuard {
-        let (mut nodes, own, stripes) = self.with_parents(node_path, keys, |l| l.read_owned()).await;
+        let (mut nodes, own, stripes) = self.with_parents(node_path, keys, || self.node(node_path).read_owned()).await;
         nodes.push(own);
         WriteGuard { _nodes: nodes, _whole: None, _stripes: stripes }
     }
@@ -174,7 +174,7 @@ impl MountLocks {
     /// shared. The stripes, shared by every array of the mount, stay free:
     /// writes to other arrays go on.
     pub async fn write_all_keys(&self, node_path: &str) -> WriteGuard {
-        let (nodes, own, _) = self.with_parents(node_path, &[], |l| l.write_owned()).await;
+        let (nodes, own, _) = self.with_parents(node_path, &[], || self.node(node_path).write_owned()).await;
         self.drain_stripes().await;
         WriteGuard { _nodes: nodes, _whole: Some(own), _stripes: Vec::new() }
     }
@@ -193,27 +193,17 @@ impl MountLocks {
     /// Locks one key for a raw store write: shared on every node lock held
     /// for a parent path, then the key's stripe.
     pub async fn raw_key(&self, key: &str) -> WriteGuard {
-        loop {
-            let parents = self.existing_parents(key);
-            let mut nodes = Vec::with_capacity(parents.len());
-            for lock in parents.iter().rev() {
-                nodes.push(lock.clone().read_owned().await);
-            }
-            let stripes = self.stripes(&[key]).await;
-            // A node lock made for a parent meanwhile (an exclusive writer
-            // draining the stripes): let go, and take it shared first.
-            let now = self.existing_parents(key);
-            if now.iter().all(|l| parents.iter().any(|p| Arc::ptr_eq(p, l))) {
-                return WriteGuard { _nodes: nodes, _whole: None, _stripes: stripes };
-            }
-        }
+        // A node lock made for a parent meanwhile (an exclusive writer
+        // draining the stripes): let go, and take it shared first.
+        let (nodes, (), stripes) = self.with_parents(key, &[key], || async {}).await;
+        WriteGuard { _nodes: nodes, _whole: None, _stripes: stripes }
     }
 
     /// Locks the node at `node_path` exclusively (its parents' locks
     /// shared): waits for every writer of its keys and of the nodes below
     /// it to finish and keeps new ones out.
     pub async fn exclusive(&self, node_path: &str) -> ExclusiveGuard {
-        let (parents, node, _) = self.with_parents(node_path, &[], |l| l.write_owned()).await;
+        let (parents, node, _) = self.with_parents(node_path, &[], || self.node(node_path).write_owned()).await;
         self.drain_stripes().await;
         // Writers below that took their own lock before this one existed
         // (they hold no lock of this node): each ends, or finds this lock

@@ -223,10 +223,11 @@ pub(super) async fn write_box(
     size: &[u64],
     data: Vec<u8>,
 ) -> ServiceResult<()> {
-    if !write::keeps_empty_chunks(&level.array, None) {
+    let data = if write::keeps_empty_chunks(&level.array, None) {
+        data
+    } else {
         let fill = level.array.desc.fill_value.clone();
-        let small = data.len() <= SMALL_COMPARE;
-        let (data_back, empty) = cpu::run_or_inline(small, move || {
+        let (data, empty) = cpu::run_or_inline(data.len() <= SMALL_COMPARE, move || {
             let empty = !fill.is_empty() && data.chunks(fill.len()).all(|e| e == &fill[..]);
             (data, empty)
         })
@@ -235,29 +236,18 @@ pub(super) async fn write_box(
         if empty {
             return Ok(());
         }
-        return write_box_now(app, mount, &level.path, start, size, data_back).await;
-    }
-    write_box_now(app, mount, &level.path, start, size, data).await
-}
-
-/// Boxes up to this many bytes are compared with the fill value inline.
-const SMALL_COMPARE: usize = 64 * 1024;
-
-async fn write_box_now(
-    app: &App,
-    mount: &str,
-    path: &NodePath,
-    start: &[u64],
-    size: &[u64],
-    data: Vec<u8>,
-) -> ServiceResult<()> {
+        data
+    };
     let text: Vec<String> = start.iter().zip(size).map(|(&s, &n)| format!("{s}:{}", s + n)).collect();
     let selection = SelectionSpec::parse(&text.join(","), SelectionMode::Basic)?;
     let request =
         WriteRequest { selection, format: WireFormat::Raw, body: bytes::Bytes::from(data), write_empty_chunks: None };
-    write::write(&app.node(mount, path)?, request).await?;
+    write::write(&app.node(mount, &level.path)?, request).await?;
     Ok(())
 }
+
+/// Boxes up to this many bytes are compared with the fill value inline.
+const SMALL_COMPARE: usize = 64 * 1024;
 
 /// A level being built: its array and path.
 pub(super) struct Level {
